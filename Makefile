@@ -1,0 +1,44 @@
+# River: `make run` tries it out in one process; `make test` runs the whole suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test install install-dev lint bench migrate clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.installed: requirements.txt | $(VENV)/bin/python
+	$(PIP) install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt $(VENV)/.installed
+	$(PIP) install --quiet -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	DEBUG=$${DEBUG:-true} $(PY) manage.py migrate --no-input -v0
+	DEBUG=$${DEBUG:-true} $(PY) manage.py seed_demo
+	DEBUG=$${DEBUG:-true} $(PY) manage.py runriver --host $(HOST) --port $(PORT)
+
+test: install-dev
+	$(PY) scripts/test.py $(ARGS)
+
+lint: install-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	DEBUG=true $(PY) manage.py makemigrations --check --dry-run
+
+bench: install-dev
+	$(PY) scripts/test.py --no-header -q -p no:randomly tests/bench_placeholder.py
+
+clean:
+	rm -rf $(VENV) var

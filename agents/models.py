@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from agents.types import (
+    ActionLevel,
+    ApprovalRules,
+    BusinessFunction,
+    GovernanceLevel,
+    ModelConfig,
+    NotificationConfig,
+    Tier,
+)
+from common.fields import PydanticJSONField
+
+
+def _choices(enum) -> list[tuple[str, str]]:
+    return [(member.value, member.value.replace("_", " ").capitalize()) for member in enum]
+
+
+class Agent(models.Model):
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        ACTIVE = "active", "Active"
+        PAUSED = "paused", "Paused"
+        ARCHIVED = "archived", "Archived"
+
+    class Health(models.TextChoices):
+        HEALTHY = "healthy", "Healthy"
+        DEGRADED = "degraded", "Degraded"
+        CRITICAL = "critical", "Critical"
+
+    # Legal lifecycle moves; everything else is refused with a 400.
+    TRANSITIONS: dict[str, set[str]] = {
+        Status.DRAFT: {Status.ACTIVE, Status.ARCHIVED},
+        Status.ACTIVE: {Status.PAUSED, Status.ARCHIVED},
+        Status.PAUSED: {Status.ACTIVE, Status.ARCHIVED},
+        Status.ARCHIVED: set(),
+    }
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    business_function = models.CharField(max_length=40, choices=_choices(BusinessFunction))
+    domain = models.CharField(max_length=200, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="owned_agents")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.DRAFT)
+    health = models.CharField(max_length=20, choices=Health.choices, default=Health.HEALTHY)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    current_version = models.ForeignKey(
+        "agents.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["workspace", "status"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def can_transition_to(self, target: str) -> bool:
+        return target in self.TRANSITIONS.get(self.status, set())
+
+
+class AgentVersion(models.Model):
+    """A deployed configuration. Immutable once saved: change means a new version."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    goal = models.TextField()
+    instructions = models.TextField()
+    system_prompt = models.TextField(blank=True)
+    action_level = models.CharField(max_length=30, choices=_choices(ActionLevel))
+    governance_level = models.CharField(
+        max_length=20, choices=_choices(GovernanceLevel), default=GovernanceLevel.STANDARD
+    )
+    model_config = PydanticJSONField(schema=ModelConfig, default=dict)
+    tools = PydanticJSONField(schema=list[str], default=list)
+    approval_rules = PydanticJSONField(schema=ApprovalRules, default=dict)
+    notification_config = PydanticJSONField(schema=NotificationConfig, default=dict)
+    data_sources = models.ManyToManyField("datasources.DataSource", blank=True, related_name="agent_versions")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["agent", "-version"]
+        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="uniq_agent_version")]
+
+    def __str__(self) -> str:
+        return f"{self.agent} v{self.version}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and not kwargs.pop("_allow_update", False):
+            raise ValueError("Agent versions are immutable; create a new version instead.")
+        super().save(*args, **kwargs)
+
+    @property
+    def model_settings(self) -> ModelConfig:
+        return ModelConfig.model_validate(self.model_config or {})
+
+    @property
+    def rules(self) -> ApprovalRules:
+        return ApprovalRules.model_validate(self.approval_rules or {})
+
+
+class AgentMemory(models.Model):
+    """Long-term memory written after a run: summarised, never the raw log."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="memories")
+    execution_id = models.BigIntegerField(unique=True)
+    summary = models.TextField(blank=True)
+    learnings = PydanticJSONField(schema=list[str], default=list)
+    flagged_items = PydanticJSONField(schema=list[str], default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "agent memories"
+
+    def __str__(self) -> str:
+        return f"memory of {self.agent_id} from run {self.execution_id}"
+
+
+__all__ = ["Agent", "AgentVersion", "AgentMemory", "Tier"]

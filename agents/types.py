@@ -1,0 +1,84 @@
+"""Typed values for agent configuration; the JSON fields and the engine share them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class BusinessFunction(StrEnum):
+    CUSTOMER_SUPPORT = "customer_support"
+    SALES = "sales"
+    FINANCE = "finance"
+    RISK_COMPLIANCE = "risk_compliance"
+    DATA_ANALYST = "data_analyst"
+    OPERATIONS = "operations"
+    EXECUTIVE = "executive"
+    CUSTOM = "custom"
+
+
+class ActionLevel(StrEnum):
+    READ_ONLY = "read_only"
+    RECOMMEND = "recommend"
+    ACT_WITH_APPROVAL = "act_with_approval"
+    AUTOMATED = "automated"
+
+
+class GovernanceLevel(StrEnum):
+    STANDARD = "standard"
+    STRICT = "strict"
+    CUSTOM = "custom"
+
+
+class Tier(StrEnum):
+    FAST = "fast"
+    BALANCED = "balanced"
+    REASONING = "reasoning"
+    CODING = "coding"
+
+
+class ModelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    preferred_tier: Tier | None = None
+    max_turns: int = Field(default=15, ge=1, le=100)
+    token_budget: int = Field(default=100_000, ge=100)
+    timeout_seconds: int = Field(default=30, ge=1, le=3600)
+    llm_timeout_seconds: int = Field(default=120, ge=1, le=3600)
+
+
+class AutoApproveCondition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str
+    condition: str
+
+
+class ApprovalRules(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    require_approval_for: list[str] = Field(default_factory=list)
+    auto_approve_conditions: list[AutoApproveCondition] = Field(default_factory=list)
+    approver_roles: list[str] = Field(default_factory=lambda: ["admin"])
+    escalation_timeout_minutes: int = Field(default=1440, ge=1)
+
+
+class NotificationConfig(BaseModel):
+    """Who hears about a run's outcome: channels and the statuses that notify."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channels: list[str] = Field(default_factory=list)  # in_app, email, slack
+    notify_on: list[str] = Field(default_factory=lambda: ["failed"])
+    recipients: list[str] = Field(default_factory=list)
+
+
+class MemoryEntry(BaseModel):
+    """One prior run's long-term memory, as ``conversation_history`` carries it."""
+
+    execution_id: int
+    completed_at: str | None = None
+    summary: str = ""
+    learnings: list[str] = Field(default_factory=list)
+    flagged_items: list[str] = Field(default_factory=list)

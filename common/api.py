@@ -1,0 +1,65 @@
+"""DRF plumbing shared by every app's API: pagination and the error shape."""
+
+from __future__ import annotations
+
+import pydantic
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from common.errors import RiverError, pydantic_details
+
+
+class Pagination(PageNumberPagination):
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+def error_response(code: str, message: str, details=None, *, status_code: int) -> Response:
+    return Response(
+        {"error": {"code": code, "message": message, "details": details or {}}}, status=status_code
+    )
+
+
+_DRF_CODES = {
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.Throttled: "throttled",
+    exceptions.ParseError: "parse_error",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+}
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, RiverError):
+        return error_response(exc.code, exc.message, exc.details, status_code=exc.status_code)
+    if isinstance(exc, pydantic.ValidationError):
+        return error_response(
+            "validation_error", "The request is invalid.", pydantic_details(exc), status_code=400
+        )
+    if isinstance(exc, DjangoValidationError):
+        details = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        return error_response("validation_error", "The request is invalid.", details, status_code=400)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        details = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        response.data = {
+            "error": {"code": "validation_error", "message": "The request is invalid.", "details": details}
+        }
+        return response
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    message = str(exc.detail) if hasattr(exc, "detail") else str(exc)
+    response.data = {"error": {"code": code, "message": message, "details": {}}}
+    if response.status_code == status.HTTP_401_UNAUTHORIZED and "WWW-Authenticate" not in response:
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+    return response

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DatasourcesConfig(AppConfig):
+    name = "datasources"
+    verbose_name = "Data sources"

@@ -1,0 +1,40 @@
+"""Typed values for data sources: connection settings and the cached schema."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ConnectionConfig(BaseModel):
+    """Where the source lives. Secrets never go here: they go in credentials."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    database: str | None = None
+    path: str | None = None  # sqlite file
+    sslmode: str | None = None
+    schema_name: str | None = Field(default=None, alias="schema")
+    statement_timeout_ms: int = Field(default=10_000, ge=100, le=300_000)
+
+
+class ColumnInfo(BaseModel):
+    column_name: str
+    data_type: str
+    is_nullable: bool = True
+    is_primary_key: bool = False
+    foreign_key: str | None = None  # "table.column"
+    description: str = ""
+
+
+class TableInfo(BaseModel):
+    table_name: str
+    columns: list[ColumnInfo] = Field(default_factory=list)
+    row_estimate: int | None = None
+    classification: str | None = None  # e.g. "pii"
+    description: str = ""
+
+
+class SchemaCache(BaseModel):
+    tables: list[TableInfo] = Field(default_factory=list)

@@ -1,0 +1,169 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from common.fields import PydanticJSONField
+
+
+class Execution(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+        AWAITING_INTERACTION = "awaiting_interaction", "Awaiting interaction"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+        MAX_TURNS_EXCEEDED = "max_turns_exceeded", "Max turns exceeded"
+        BUDGET_EXCEEDED = "budget_exceeded", "Budget exceeded"
+        TIMEOUT = "timeout", "Timeout"
+        CANCELLED = "cancelled", "Cancelled"
+        APPROVAL_EXPIRED = "approval_expired", "Approval expired"
+
+    TERMINAL = frozenset(
+        {
+            Status.COMPLETED,
+            Status.FAILED,
+            Status.MAX_TURNS_EXCEEDED,
+            Status.BUDGET_EXCEEDED,
+            Status.TIMEOUT,
+            Status.CANCELLED,
+            Status.APPROVAL_EXPIRED,
+        }
+    )
+
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="executions")
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="executions")
+    agent_version = models.ForeignKey("agents.AgentVersion", on_delete=models.PROTECT, related_name="executions")
+    trigger_type = models.CharField(max_length=20, default="manual")
+    trigger_source = models.CharField(max_length=200, default="ui")
+    trigger_payload = models.JSONField(default=dict, blank=True)
+    trigger_id = models.UUIDField(null=True, blank=True)
+    parent_execution_id = models.BigIntegerField(null=True, blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    input_prompt = models.TextField(blank=True)
+    status = models.CharField(max_length=30, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    turn_count = models.PositiveIntegerField(default=0)
+    tokens_input = models.PositiveBigIntegerField(default=0)
+    tokens_output = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    cost_unknown = models.BooleanField(default=False)
+    queued_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Lease: the worker holding lease_token may run the loop until lease_expires_at.
+    lease_token = models.CharField(max_length=64, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    # Built once per execution by the context builder: system prompt, tools, request.
+    context = models.JSONField(default=dict, blank=True)
+    # Written once when the run pauses for approval or interaction.
+    context_snapshot = models.JSONField(null=True, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    post_processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-queued_at"]
+        indexes = [
+            models.Index(fields=["workspace", "status"]),
+            models.Index(fields=["status", "lease_expires_at"]),
+            models.Index(fields=["agent", "-queued_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} of {self.agent_id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL
+
+    @property
+    def total_tokens(self) -> int:
+        return self.tokens_input + self.tokens_output
+
+
+class ExecutionStep(models.Model):
+    """One entry of the run's trace (the spec's steps entry). Appended, never rewritten."""
+
+    class StepType(models.TextChoices):
+        REASONING = "reasoning", "Reasoning"
+        TOOL_CALL = "tool_call", "Tool call"
+        OBSERVATION = "observation", "Observation"
+        INTERACTION = "interaction", "Interaction"
+        GOVERNANCE_CHECK = "governance_check", "Governance check"
+        ERROR = "error", "Error"
+        FINAL_ANSWER = "final_answer", "Final answer"
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="steps")
+    step_number = models.PositiveIntegerField()
+    turn = models.PositiveIntegerField(default=0)
+    step_type = models.CharField(max_length=30, choices=StepType.choices)
+    tool_name = models.CharField(max_length=100, blank=True)
+    tool_category = models.CharField(max_length=20, blank=True)
+    call_id = models.CharField(max_length=100, blank=True)
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    model_used = models.CharField(max_length=200, blank=True)
+    model_tier = models.CharField(max_length=20, blank=True)
+    provider = models.CharField(max_length=100, blank=True)
+    tokens = models.JSONField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=20, default="completed")
+    governance_decision = models.CharField(max_length=30, blank=True)
+    error = models.TextField(blank=True)
+    # Chat messages this step adds to the conversation (rebuilds history on resume).
+    messages = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["execution", "step_number"]
+        constraints = [models.UniqueConstraint(fields=["execution", "step_number"], name="uniq_step_number")]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id}#{self.step_number} {self.step_type}"
+
+
+class ExecutionEvent(models.Model):
+    """The live feed, sequence-numbered per run so a client can resume from a seq."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    event_type = models.CharField(max_length=40)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["execution", "seq"]
+        constraints = [models.UniqueConstraint(fields=["execution", "seq"], name="uniq_event_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id}:{self.seq} {self.event_type}"
+
+
+class LLMProvider(models.Model):
+    """One configured model provider (the spec's provider configuration table)."""
+
+    organization = models.ForeignKey("tenancy.Organization", on_delete=models.CASCADE, related_name="llm_providers")
+    provider_name = models.CharField(max_length=50)
+    api_key_encrypted = models.TextField(blank=True, default="")
+    base_url = models.URLField(max_length=500, blank=True)
+    # The spec calls this "models": tier -> model id, e.g. {"fast": "openai/gpt-4o-mini", "balanced": "openai/gpt-4o"}
+    tier_models = PydanticJSONField(schema=dict[str, str], default=dict)
+    priority = models.PositiveIntegerField(default=1)
+    max_retries = models.PositiveIntegerField(default=2)
+    timeout_seconds = models.PositiveIntegerField(default=30)
+    rate_limit_rpm = models.PositiveIntegerField(default=60)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["organization", "priority"]
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "provider_name"], name="uniq_provider_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider_name} (priority {self.priority})"

@@ -1,0 +1,76 @@
+"""Typed values for governance: decisions, policy shapes, notification settings."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Decision(StrEnum):
+    PROCEED = "PROCEED"
+    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+    SUGGEST_ONLY = "SUGGEST_ONLY"
+    BLOCKED = "BLOCKED"
+
+
+class PolicyType(StrEnum):
+    BUDGET = "budget"
+    RATE_LIMIT = "rate_limit"
+    DATA_EXPORT_LIMIT = "data_export_limit"
+    TIME_WINDOW = "time_window"
+    TOOL_RESTRICTION = "tool_restriction"
+    CONTENT = "content"
+
+
+class Enforcement(StrEnum):
+    BLOCK = "block"
+    REQUIRE_APPROVAL = "require_approval"
+    WARN = "warn"
+    LOG_ONLY = "log_only"
+
+
+class PolicyScope(StrEnum):
+    ORGANIZATION = "organization"
+    WORKSPACE = "workspace"
+
+
+class GovernancePolicySpec(BaseModel):
+    """A policy as the engine receives it in ``agent_config.governance_policies``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    policy_id: str | None = None
+    name: str
+    scope: PolicyScope = PolicyScope.WORKSPACE
+    policy_type: PolicyType | None = None
+    conditions: dict = Field(default_factory=dict)
+    enforcement: Enforcement
+
+
+class ChannelToggle(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+
+
+class EmailChannel(ChannelToggle):
+    recipients: list[str] = Field(default_factory=list)
+
+
+class SlackChannel(ChannelToggle):
+    webhook_url: str | None = None
+
+
+class ApprovalNotificationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    in_app: ChannelToggle = Field(default_factory=lambda: ChannelToggle(enabled=True))
+    email: EmailChannel = Field(default_factory=EmailChannel)
+    slack: SlackChannel = Field(default_factory=SlackChannel)
+
+    def any_active(self) -> bool:
+        return (
+            self.in_app.enabled
+            or (self.email.enabled and bool(self.email.recipients))
+            or (self.slack.enabled and bool(self.slack.webhook_url))
+        )

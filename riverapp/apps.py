@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RiverappConfig(AppConfig):
+    name = "riverapp"
+    verbose_name = "River"

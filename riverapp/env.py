@@ -1,0 +1,108 @@
+"""Typed readers for settings that come from the environment.
+
+Each reader fails with ImproperlyConfigured naming the variable, so a bad value
+stops River at startup instead of surfacing later as an obscure error.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qs, unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return default if value is None else value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false/1/0), got {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_timezone(name: str, default: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    value = os.environ.get(name) or default
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ImproperlyConfigured(f"{name} is not a known time zone: {value!r}") from None
+    return value
+
+
+def database_from_url(name: str, url: str) -> dict:
+    """Turn a DATABASE_URL into a Django DATABASES entry (postgres or sqlite)."""
+    parsed = urlparse(url)
+    scheme = parsed.scheme
+    if scheme in {"postgres", "postgresql", "pgsql"}:
+        if not parsed.path.strip("/"):
+            raise ImproperlyConfigured(f"{name} must name a database: {scheme}://user@host:port/dbname")
+        options = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")),
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": options,
+        }
+    if scheme == "sqlite":
+        path = unquote(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else ""
+        if not path:
+            raise ImproperlyConfigured(f"{name} must be sqlite:///path/to/file.sqlite3")
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": path,
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    raise ImproperlyConfigured(
+        f"{name} must start with postgres://, postgresql:// or sqlite:///, got {scheme or 'nothing'!r}"
+    )
+
+
+def validate_redis_url(name: str, url: str | None) -> str | None:
+    if not url:
+        return None
+    if urlparse(url).scheme not in {"redis", "rediss"}:
+        raise ImproperlyConfigured(f"{name} must start with redis:// or rediss://, got {url!r}")
+    return url

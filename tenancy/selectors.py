@@ -1,0 +1,62 @@
+"""Reads scoped to what a user may see. Every user-supplied id passes through here."""
+
+from __future__ import annotations
+
+from django.db.models import Q, QuerySet
+
+from common.errors import NotFound, PermissionDenied
+from tenancy.models import Membership, Organization, OrganizationMember, Workspace
+from tenancy.permissions import ALL_PERMISSIONS, ORG_ADMIN_ROLE, permissions_for_role
+
+
+def workspaces_for_user(*, user) -> QuerySet[Workspace]:
+    if not user.is_authenticated:
+        return Workspace.objects.none()
+    return Workspace.objects.filter(
+        Q(memberships__user=user)
+        | Q(organization__members__user=user, organization__members__role=OrganizationMember.OrgRole.ADMIN)
+    ).distinct()
+
+
+def workspace_get_for_user(*, user, workspace_id) -> Workspace:
+    """The workspace if the user belongs to it (or administers its org); else 404."""
+    try:
+        return workspaces_for_user(user=user).get(pk=int(workspace_id))
+    except (Workspace.DoesNotExist, TypeError, ValueError):
+        raise NotFound("Workspace not found.") from None
+
+
+def organizations_administered(*, user) -> QuerySet[Organization]:
+    if not user.is_authenticated:
+        return Organization.objects.none()
+    return Organization.objects.filter(
+        members__user=user, members__role=OrganizationMember.OrgRole.ADMIN
+    )
+
+
+def is_org_admin(*, user, organization_id: int) -> bool:
+    return organizations_administered(user=user).filter(pk=organization_id).exists()
+
+
+def workspace_roles(*, user, workspace: Workspace) -> list[str]:
+    """Role names the user holds here: the workspace role, plus ``org_admin``."""
+    roles = list(Membership.objects.filter(user=user, workspace=workspace).values_list("role", flat=True))
+    if is_org_admin(user=user, organization_id=workspace.organization_id):
+        roles.append(ORG_ADMIN_ROLE)
+    return roles
+
+
+def workspace_permissions(*, user, workspace: Workspace) -> frozenset[str]:
+    roles = workspace_roles(user=user, workspace=workspace)
+    if ORG_ADMIN_ROLE in roles:
+        return ALL_PERMISSIONS
+    granted: set[str] = set()
+    for role in roles:
+        granted |= permissions_for_role(role)
+    return frozenset(granted)
+
+
+def require_permission(*, user, workspace: Workspace, permission: str) -> None:
+    """Raise 403 unless the user holds ``permission`` in a workspace they can already see."""
+    if permission not in workspace_permissions(user=user, workspace=workspace):
+        raise PermissionDenied(f"You need the {permission} permission in this workspace.")

@@ -1,0 +1,84 @@
+"""Shared fixtures: an owner, a member and an outsider in another workspace."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from tenancy.models import Membership, Organization, OrganizationMember, Workspace
+from tenancy.permissions import Role
+from tenancy.services import token_issue
+
+
+@pytest.fixture
+def org(db):
+    return Organization.objects.create(name="Acme", slug="acme")
+
+
+@pytest.fixture
+def workspace(org):
+    return Workspace.objects.create(organization=org, name="Support", slug="support")
+
+
+@pytest.fixture
+def other_org(db):
+    return Organization.objects.create(name="Globex", slug="globex")
+
+
+@pytest.fixture
+def other_workspace(other_org):
+    return Workspace.objects.create(organization=other_org, name="Elsewhere", slug="elsewhere")
+
+
+def _user(username: str):
+    return get_user_model().objects.create_user(username=username, password="pw-" + username, email=f"{username}@example.com")
+
+
+@pytest.fixture
+def owner(workspace):
+    """Admin of the workspace (not an org admin)."""
+    user = _user("owner")
+    Membership.objects.create(workspace=workspace, user=user, role=Role.ADMIN)
+    return user
+
+
+@pytest.fixture
+def org_admin(org):
+    user = _user("orgadmin")
+    OrganizationMember.objects.create(organization=org, user=user, role=OrganizationMember.OrgRole.ADMIN)
+    return user
+
+
+@pytest.fixture
+def member(workspace):
+    """An analyst: may query and run agents, may not create or approve."""
+    user = _user("member")
+    Membership.objects.create(workspace=workspace, user=user, role=Role.ANALYST)
+    return user
+
+
+@pytest.fixture
+def editor(workspace):
+    user = _user("editor")
+    Membership.objects.create(workspace=workspace, user=user, role=Role.EDITOR)
+    return user
+
+
+@pytest.fixture
+def outsider(other_workspace):
+    """Admin of another organization's workspace: sees none of ours."""
+    user = _user("outsider")
+    Membership.objects.create(workspace=other_workspace, user=user, role=Role.ADMIN)
+    return user
+
+
+@pytest.fixture
+def api_client_for():
+    def make(user) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_issue(user=user).plaintext}")
+        return client
+
+    return make

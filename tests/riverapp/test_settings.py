@@ -1,0 +1,37 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _check(env_overrides: dict) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "DJANGO_SETTINGS_MODULE"}}
+    env.update(env_overrides)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_refuses_to_start_without_secret_key_in_production():
+    result = _check({"DEBUG": "false", "ALLOWED_HOSTS": "example.com"})
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr
+
+
+def test_bad_boolean_names_the_variable():
+    result = _check({"DEBUG": "maybe"})
+    assert result.returncode != 0
+    assert "DEBUG must be a boolean" in result.stderr
+
+
+def test_bad_database_url_names_the_variable():
+    result = _check({"DEBUG": "true", "DATABASE_URL": "mysql://x/y"})
+    assert result.returncode != 0
+    assert "DATABASE_URL must start with" in result.stderr
+
+
+def test_starts_with_secret_key_and_debug_off():
+    result = _check({"DEBUG": "false", "SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "example.com"})
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,44 @@
+from datetime import timedelta
+
+from django.core.management import call_command
+from django.utils import timezone
+
+from tenancy.models import AccessToken
+from tenancy.services import token_authenticate, token_issue, token_revoke
+
+
+def test_token_is_stored_hashed_and_authenticates(owner):
+    issued = token_issue(user=owner)
+    stored = AccessToken.objects.get(pk=issued.token.pk)
+    assert issued.plaintext not in (stored.digest, stored.prefix)
+    assert issued.plaintext.split("_")[2] not in stored.digest
+    assert token_authenticate(plaintext=issued.plaintext).user == owner
+
+
+def test_wrong_secret_with_right_prefix_is_refused(owner):
+    issued = token_issue(user=owner)
+    forged = issued.plaintext[:-4] + "AAAA"
+    assert token_authenticate(plaintext=forged) is None
+
+
+def test_revoked_token_is_refused(owner):
+    issued = token_issue(user=owner)
+    token_revoke(user=owner, token_id=issued.token.pk)
+    assert token_authenticate(plaintext=issued.plaintext) is None
+
+
+def test_expired_token_is_refused(owner):
+    issued = token_issue(user=owner, expires_at=timezone.now() - timedelta(seconds=1))
+    assert token_authenticate(plaintext=issued.plaintext) is None
+
+
+def test_issue_token_command_prints_a_working_token(owner, capsys):
+    call_command("issue_token", "owner")
+    printed = capsys.readouterr().out.strip()
+    assert token_authenticate(plaintext=printed).user == owner
+
+
+def test_api_rejects_bad_bearer_token(db, client):
+    response = client.get("/api/v1/workspaces/", HTTP_AUTHORIZATION="Bearer rvr_nope_nope")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "authentication_failed"
