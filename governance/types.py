@@ -74,3 +74,33 @@ class ApprovalNotificationConfig(BaseModel):
             or (self.email.enabled and bool(self.email.recipients))
             or (self.slack.enabled and bool(self.slack.webhook_url))
         )
+
+
+class CallFacts(BaseModel):
+    """Everything the governance checker looks at for one proposed tool call."""
+
+    tool_name: str
+    tool_category: str
+    writes: bool
+    arguments: dict = Field(default_factory=dict)
+    action_level: str
+    require_approval_for: list[str] = Field(default_factory=list)
+    policies: list[GovernancePolicySpec] = Field(default_factory=list)
+    org_id: int
+    workspace_id: int
+    agent_id: str
+    execution_id: int
+    user_id: int | None = None
+    tokens_used: int = 0
+    time_zone: str = "UTC"
+    confidence_score: float | None = None
+
+
+class GovernanceResult(BaseModel):
+    decision: Decision
+    reason: str
+    policy_matched: str | None = None
+    policy_id: str | None = None
+    policy_type: str | None = None
+    enforcement: str | None = None
+    warnings: list[str] = Field(default_factory=list)

@@ -32,7 +32,9 @@ def other_workspace(other_org):
 
 
 def _user(username: str):
-    return get_user_model().objects.create_user(username=username, password="pw-" + username, email=f"{username}@example.com")
+    return get_user_model().objects.create_user(
+        username=username, password="pw-" + username, email=f"{username}@example.com"
+    )
 
 
 @pytest.fixture

@@ -1,0 +1,8 @@
+"""Execution endpoints: runs, the stateless engine contract, LLM providers."""
+
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("executions.api.providers")),
+    path("", include("executions.api.runs")),
+]

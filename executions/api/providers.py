@@ -1,0 +1,3 @@
+"""REST endpoints (see executions.api)."""
+
+urlpatterns: list = []

@@ -1,0 +1,57 @@
+"""What the engine needs from a model: one completion per reasoning turn.
+
+``executions.engine.router`` implements this over litellm (providers, tiers,
+health window, failover); tests may pass any object with the same ``complete``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from agents.types import Tier
+
+
+class LLMToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: dict = Field(default_factory=dict)
+    raw_arguments: str = ""  # as the model sent it, when it was not valid JSON
+
+
+class LLMReply(BaseModel):
+    content: str | None = None
+    tool_calls: list[LLMToolCall] = Field(default_factory=list)
+    model: str
+    provider: str
+    tier: Tier
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None  # None: no known price for this model
+    latency_ms: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.tool_calls and not (self.content or "").strip()
+
+
+class LLMErrorKind(StrEnum):
+    TIMEOUT = "timeout"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+    BAD_RESPONSE = "bad_response"
+
+
+class LLMError(Exception):
+    def __init__(self, kind: LLMErrorKind | str, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.kind = LLMErrorKind(kind)
+        self.message = message
+        self.details = details or {}
+
+
+class LLMClient(Protocol):
+    def complete(
+        self, *, messages: list[dict], tools: list[dict], tier: Tier, timeout_seconds: float
+    ) -> LLMReply: ...

@@ -1,0 +1,113 @@
+"""The tool registry mechanism: what a tool declares and how the engine finds it.
+
+A tool is a typed function ``handler(ctx, args) -> output`` plus the facts the
+engine needs before dispatch: category, required permission, timeout, and whether
+it writes (governed, intent/outcome journaled) or is idempotent (safe to retry
+after a crash). Tool modules live in ``executions.tools`` and register on import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from agents.types import Tier
+
+if TYPE_CHECKING:
+    from executions.engine.contracts import AgentConfig, DataSourceMetadata, UserContext
+    from executions.engine.llm import LLMClient
+
+
+class ToolCategory(StrEnum):
+    REASONING = "reasoning"
+    EXECUTION = "execution"
+    INTERACTION = "interaction"
+
+
+class ToolErrorKind(StrEnum):
+    TIMEOUT = "timeout"  # retryable
+    TRANSIENT = "transient"  # retryable (503, network)
+    FORBIDDEN = "forbidden"  # 403: reported at once
+    NOT_FOUND = "not_found"  # 404: reported at once
+    VALIDATION = "validation"  # 422: reported at once, with field details
+    FAILED = "failed"  # anything else the tool wants the model to see
+
+
+RETRYABLE = frozenset({ToolErrorKind.TIMEOUT, ToolErrorKind.TRANSIENT})
+
+
+class ToolError(Exception):
+    """A tool failure the model should see as an observation, not a crash."""
+
+    def __init__(self, kind: ToolErrorKind | str, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.kind = ToolErrorKind(kind)
+        self.message = message
+        self.details = details or {}
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may know about the run. No credentials: tools look those up
+    through in-process services, scoped by ``user.workspace_id``."""
+
+    execution_id: int
+    user: UserContext
+    agent: AgentConfig
+    data_sources: list[DataSourceMetadata]
+    input_prompt: str | None = None
+    llm: LLMClient | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    category: ToolCategory
+    input_model: type[BaseModel]
+    output_model: type[BaseModel]
+    handler: Callable[[ToolContext, Any], BaseModel | dict]
+    permission: str | None = None
+    timeout_seconds: float = 30.0
+    writes: bool = False
+    idempotent: bool = False
+    tier: Tier | None = None  # model-backed tools say which tier they use
+
+    def function_schema(self) -> dict:
+        """The tool in OpenAI function-calling format, from its pydantic input model."""
+        schema = self.input_model.model_json_schema()
+        schema.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": schema},
+        }
+
+
+_REGISTRY: dict[str, Tool] = {}
+
+
+def register(tool: Tool) -> Tool:
+    if tool.name in _REGISTRY and _REGISTRY[tool.name] is not tool:
+        raise ValueError(f"tool {tool.name!r} is already registered")
+    _REGISTRY[tool.name] = tool
+    return tool
+
+
+def get_tool(name: str) -> Tool | None:
+    _load_builtin_tools()
+    return _REGISTRY.get(name)
+
+
+def all_tools() -> dict[str, Tool]:
+    _load_builtin_tools()
+    return dict(_REGISTRY)
+
+
+def _load_builtin_tools() -> None:
+    # Importing the package registers every built-in tool exactly once.
+    import executions.tools  # noqa: F401

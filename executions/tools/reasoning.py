@@ -1,0 +1,1 @@
+"""Reasoning tools (local; model-backed ones go through the router)."""
