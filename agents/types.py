@@ -82,3 +82,29 @@ class MemoryEntry(BaseModel):
     summary: str = ""
     learnings: list[str] = Field(default_factory=list)
     flagged_items: list[str] = Field(default_factory=list)
+
+
+# The 17 tools of the spec's registry. Agent versions may only name these; a test in
+# tests/executions checks the engine's registry matches this list exactly.
+REASONING_TOOLS = (
+    "classify_intent",
+    "check_governance",
+    "generate_query",
+    "search_catalog",
+    "recommend_visualization",
+    "explain_results",
+)
+EXECUTION_TOOLS = (
+    "create_data_source",
+    "update_data_source",
+    "delete_data_source",
+    "test_connection",
+    "discover_schema",
+    "execute_query",
+    "apply_governance_policy",
+    "write_back",
+    "get_workspace_info",
+    "get_storage_info",
+)
+INTERACTION_TOOLS = ("ask_user",)
+TOOL_NAMES = frozenset(REASONING_TOOLS + EXECUTION_TOOLS + INTERACTION_TOOLS)
