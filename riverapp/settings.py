@@ -211,7 +211,7 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "executions-watchdog": {"task": "executions.watchdog", "schedule": timedelta(seconds=30)},
-    "governance-expire-approvals": {"task": "governance.expire_approvals", "schedule": timedelta(seconds=60)},
+    "executions-expire-approvals": {"task": "executions.expire_approvals", "schedule": timedelta(seconds=60)},
 }
 
 # River's own knobs.
@@ -222,6 +222,9 @@ RIVER_LEASE_SECONDS = env_int("RIVER_LEASE_SECONDS", 60, minimum=5)
 RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS = env_int("RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS", 30, minimum=1)
 RIVER_PROMPT_INJECTION_DETECTION = env_bool("RIVER_PROMPT_INJECTION_DETECTION", True)
 RIVER_STORAGE_QUOTA_BYTES = env_int("RIVER_STORAGE_QUOTA_BYTES", 5 * 1024**3, minimum=0)
+# SQLite data sources may only live under this directory (relative paths resolve here),
+# so a workspace cannot point a data source at River's own database or any other file.
+RIVER_SQLITE_DATA_DIR = Path(env_str("RIVER_SQLITE_DATA_DIR") or VAR_DIR / "datasources")
 RIVER_ADMIN_PASSWORD = env_str("RIVER_ADMIN_PASSWORD") or None
 RIVER_APPROVAL_REMINDER_MINUTES = env_int("RIVER_APPROVAL_REMINDER_MINUTES", 60, minimum=1)
 
@@ -236,6 +239,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "LiteLLM": {"level": "WARNING"},
+        "sqlglot": {"level": "ERROR"},
         "httpx": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "django.channels.server": {"level": "WARNING"},

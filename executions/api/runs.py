@@ -1,3 +1,261 @@
-"""REST endpoints (see executions.api)."""
+"""Runs, the stateless engine contract, generate-agent and approvals over REST.
 
-urlpatterns: list = []
+Each view parses, authorizes through a tenant-scoped selector, calls one service
+and renders.
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.generics import ListAPIView
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents.selectors import agent_get_for_user
+from common.errors import InvalidInput
+from executions import services, stateless
+from executions.engine.contracts import (
+    ContinuationRequest,
+    ExecutionRequest,
+    GenerateAgentRequest,
+)
+from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.selectors import execution_get_for_user, executions_for_user
+from governance.approvals import approval_get_for_user, approvals_for_user
+from governance.models import ApprovalRequest
+from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
+from tenancy.selectors import require_permission, workspace_get_for_user
+
+
+class StepSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ExecutionStep
+        fields = ["step_number", "turn", "step_type", "tool_name", "tool_category", "call_id", "input", "output",
+                  "model_used", "model_tier", "provider", "tokens", "duration_ms", "status", "governance_decision",
+                  "error", "created_at"]
+
+
+class ExecutionSerializer(serializers.ModelSerializer):
+    total_tokens = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Execution
+        fields = ["id", "workspace", "agent", "agent_version", "trigger_type", "trigger_source", "trigger_payload",
+                  "requested_by", "input_prompt", "status", "turn_count", "tokens_input", "tokens_output",
+                  "total_tokens", "cost_usd", "cost_unknown", "queued_at", "started_at", "finished_at", "attempts",
+                  "result", "usage", "error", "parent_execution_id"]
+
+
+class ExecutionDetailSerializer(ExecutionSerializer):
+    steps = StepSerializer(many=True, read_only=True)
+    pending = serializers.SerializerMethodField()
+
+    class Meta(ExecutionSerializer.Meta):
+        fields = [*ExecutionSerializer.Meta.fields, "steps", "pending"]
+
+    def get_pending(self, obj) -> dict | None:
+        snapshot = obj.context_snapshot or {}
+        if obj.status in (Execution.Status.AWAITING_APPROVAL, Execution.Status.AWAITING_INTERACTION):
+            return snapshot.get("pending")
+        return None
+
+
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ExecutionEvent
+        fields = ["seq", "event_type", "payload", "created_at"]
+
+
+class RunInput(serializers.Serializer):
+    input_prompt = serializers.CharField(allow_blank=True, required=False, default="", max_length=20000)
+    payload = serializers.JSONField(required=False, default=None)
+
+
+class RespondInput(serializers.Serializer):
+    user_response = serializers.JSONField()
+
+
+class AgentRunView(APIView):
+    @extend_schema(request=RunInput, responses={202: inline_serializer(
+        "RunAccepted", {"execution_id": serializers.IntegerField(), "status": serializers.CharField()})})
+    def post(self, request, agent_id):
+        agent = agent_get_for_user(user=request.user, agent_id=agent_id)
+        require_permission(user=request.user, workspace=agent.workspace, permission=AGENT_EXECUTE)
+        body = RunInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        execution = services.execution_start(
+            agent=agent, user=request.user, input_prompt=body.validated_data["input_prompt"],
+            payload=body.validated_data["payload"], trigger_type="manual",
+            trigger_source="api" if request.auth is not None else "ui",
+        )
+        return Response({"execution_id": execution.pk, "status": execution.status}, status=status.HTTP_202_ACCEPTED)
+
+
+class ExecutionList(ListAPIView):
+    serializer_class = ExecutionSerializer
+
+    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("agent", str),
+                               OpenApiParameter("workspace", int)])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        qs = executions_for_user(user=self.request.user).order_by("-queued_at", "-id")
+        params = self.request.query_params
+        if params.get("status"):
+            qs = qs.filter(status=params["status"])
+        if params.get("agent"):
+            qs = qs.filter(agent_id=agent_get_for_user(user=self.request.user, agent_id=params["agent"]).pk)
+        if params.get("workspace"):
+            qs = qs.filter(workspace=workspace_get_for_user(user=self.request.user, workspace_id=params["workspace"]))
+        return qs
+
+
+class ExecutionDetail(APIView):
+    @extend_schema(responses=ExecutionDetailSerializer)
+    def get(self, request, execution_id):
+        execution = execution_get_for_user(user=request.user, execution_id=execution_id)
+        return Response(ExecutionDetailSerializer(execution).data)
+
+
+class ExecutionEvents(APIView):
+    @extend_schema(parameters=[OpenApiParameter("after", int)], responses=EventSerializer(many=True))
+    def get(self, request, execution_id):
+        execution = execution_get_for_user(user=request.user, execution_id=execution_id)
+        try:
+            after = int(request.query_params.get("after", 0))
+        except ValueError:
+            raise InvalidInput("after must be an integer.", details={"after": ["not an integer"]}) from None
+        events = execution.events.filter(seq__gt=after).order_by("seq")[:1000]
+        return Response(EventSerializer(events, many=True).data)
+
+
+class ExecutionCancel(APIView):
+    @extend_schema(request=None, responses=ExecutionSerializer)
+    def post(self, request, execution_id):
+        execution = execution_get_for_user(user=request.user, execution_id=execution_id)
+        require_permission(user=request.user, workspace=execution.workspace, permission=AGENT_EXECUTE)
+        return Response(ExecutionSerializer(services.execution_cancel(execution=execution, user=request.user)).data)
+
+
+class ExecutionRespond(APIView):
+    @extend_schema(request=RespondInput, responses={202: ExecutionSerializer})
+    def post(self, request, execution_id):
+        execution = execution_get_for_user(user=request.user, execution_id=execution_id)
+        require_permission(user=request.user, workspace=execution.workspace, permission=AGENT_EXECUTE)
+        body = RespondInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        row = services.execution_respond(
+            execution=execution, user=request.user, user_response=body.validated_data["user_response"]
+        )
+        return Response(ExecutionSerializer(row).data, status=status.HTTP_202_ACCEPTED)
+
+
+# --- the stateless contract ----------------------------------------------------------------
+
+_JSON = inline_serializer("ContractJSON", {"any": serializers.JSONField()})
+
+
+class Execute(APIView):
+    @extend_schema(request=_JSON, responses=_JSON, description="Run a whole execution from an ExecutionRequest.")
+    def post(self, request):
+        body = ExecutionRequest.model_validate(request.data)
+        response = stateless.execute(user=request.user, auth=request.auth, request=body)
+        return Response(response.model_dump(mode="json"))
+
+
+class ExecuteContinue(APIView):
+    @extend_schema(request=_JSON, responses=_JSON, description="Resume a paused execution.")
+    def post(self, request):
+        body = ContinuationRequest.model_validate(request.data)
+        response = stateless.execute_continue(user=request.user, auth=request.auth, continuation=body)
+        return Response(response.model_dump(mode="json"))
+
+
+class GenerateAgent(APIView):
+    @extend_schema(request=_JSON, responses=_JSON, description="Suggest an agent configuration.")
+    def post(self, request):
+        from executions.engine.generate import agent_generate
+        from executions.engine.router import router_for_organization
+
+        body = GenerateAgentRequest.model_validate(request.data)
+        workspace = workspace_get_for_user(user=request.user, workspace_id=body.user_context.workspace_id)
+        require_permission(user=request.user, workspace=workspace, permission=AGENT_CREATE)
+        llm = router_for_organization(organization_id=workspace.organization_id)
+        return Response(agent_generate(request=body, llm=llm).model_dump(mode="json"))
+
+
+# --- approvals -------------------------------------------------------------------------------
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApprovalRequest
+        fields = ["id", "workspace", "execution_id", "agent_id", "tool_name", "proposed_payload",
+                  "reasoning_summary", "risk_context", "confidence_score", "auto_approve_eligible",
+                  "approver_roles", "status", "expires_at", "resolution", "resolved_by", "resolution_comment",
+                  "resolved_at", "created_at"]
+
+
+class ResolveInput(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["approved", "rejected", "edited_approved"])
+    modified_args = serializers.JSONField(required=False, default=None)
+    resolution_comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+
+    def validate(self, attrs):
+        if attrs["status"] == "edited_approved" and not isinstance(attrs.get("modified_args"), dict):
+            raise serializers.ValidationError({"modified_args": ["An object is required with edited_approved."]})
+        return attrs
+
+
+class ApprovalList(ListAPIView):
+    serializer_class = ApprovalSerializer
+
+    @extend_schema(parameters=[OpenApiParameter("status", str)])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        wanted = self.request.query_params.get("status")
+        if wanted and wanted not in ApprovalRequest.Status.values:
+            raise InvalidInput(
+                "Unknown status.", details={"status": [f"must be one of {ApprovalRequest.Status.values}"]}
+            )
+        return approvals_for_user(user=self.request.user, status=wanted, resolvable_only=True)
+
+
+class ApprovalDetail(APIView):
+    @extend_schema(responses=ApprovalSerializer)
+    def get(self, request, approval_id):
+        return Response(ApprovalSerializer(approval_get_for_user(user=request.user, approval_id=approval_id)).data)
+
+
+class ApprovalResolve(APIView):
+    @extend_schema(request=ResolveInput, responses=ApprovalSerializer)
+    def post(self, request, approval_id):
+        body = ResolveInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        approval = services.execution_approval_resolve(
+            user=request.user, approval_id=approval_id, status=data["status"],
+            modified_args=data.get("modified_args"), comment=data.get("resolution_comment", ""),
+        )
+        return Response(ApprovalSerializer(approval).data)
+
+
+urlpatterns = [
+    path("agents/<uuid:agent_id>/run", AgentRunView.as_view(), name="agent-run"),
+    path("executions/", ExecutionList.as_view(), name="execution-list"),
+    path("executions/<int:execution_id>/", ExecutionDetail.as_view(), name="execution-detail"),
+    path("executions/<int:execution_id>/events/", ExecutionEvents.as_view(), name="execution-events"),
+    path("executions/<int:execution_id>/cancel", ExecutionCancel.as_view(), name="execution-cancel"),
+    path("executions/<int:execution_id>/respond", ExecutionRespond.as_view(), name="execution-respond"),
+    path("execute", Execute.as_view(), name="execute"),
+    path("execute/continue", ExecuteContinue.as_view(), name="execute-continue"),
+    path("generate-agent", GenerateAgent.as_view(), name="generate-agent"),
+    path("approvals/", ApprovalList.as_view(), name="approval-list"),
+    path("approvals/<str:approval_id>/", ApprovalDetail.as_view(), name="approval-detail"),
+    path("approvals/<str:approval_id>/resolve", ApprovalResolve.as_view(), name="approval-resolve"),
+]

@@ -1,0 +1,199 @@
+"""The context builder: one system prompt per execution, built from the request.
+
+Built once; later turns only append observations. Also screens trigger payloads
+for prompt injection and compresses long histories without a model call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from executions.engine.contracts import ExecutionRequest
+from executions.engine.tools import Tool, all_tools
+
+FINALIZE_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "finalize",
+        "description": "Finish the run: give your final answer to the user.",
+        "parameters": {
+            "type": "object",
+            "properties": {"answer": {"type": "string", "description": "The final answer."}},
+            "required": ["answer"],
+        },
+    },
+}
+
+NUDGE = "You appear to be repeating yourself. Please take action or conclude."
+SUMMARY_REQUEST = (
+    "The turn limit for this run has been reached. Do not call any tool. Summarise what you did, "
+    "what you found and what is left to do, as your final progress report."
+)
+BUDGET_NOTICE = "Your token budget is nearly spent. Conclude now: give your final answer in this turn."
+
+_INJECTION_PATTERNS = [
+    r"ignore (all |any )?(the )?(previous|prior|above|earlier) (instructions|prompts?|messages?)",
+    r"disregard (all |any )?(the )?(previous|prior|above|earlier|your) (instructions|prompts?|rules)",
+    r"forget (all |everything )?(your|the|previous) (instructions|rules)",
+    r"you are now (a|an|the|in) ",
+    r"(reveal|print|show|repeat) (me )?(your|the) (system prompt|instructions|hidden prompt)",
+    r"new (system )?instructions?\s*:",
+    r"</?\s*(system|assistant)\s*>",
+    r"<\|im_(start|end)\|>",
+    r"\bact as (an? )?(unrestricted|jailbroken|developer mode)",
+    r"\bdeveloper mode\b",
+    r"\bDAN\b mode",
+]
+_INJECTION_RE = re.compile("|".join(f"(?:{p})" for p in _INJECTION_PATTERNS), re.IGNORECASE)
+REDACTED = "[removed: possible prompt injection]"
+
+
+@dataclass
+class ScreenResult:
+    payload: object
+    detections: list[dict] = field(default_factory=list)
+
+
+def screen_payload(payload: object, path: str = "trigger_payload") -> ScreenResult:
+    """Replace instruction-like spans in every string of the payload."""
+    detections: list[dict] = []
+
+    def walk(value, where):
+        if isinstance(value, str):
+            matches = list(_INJECTION_RE.finditer(value))
+            if not matches:
+                return value
+            for match in matches:
+                detections.append({"path": where, "pattern": match.group(0)[:80]})
+            return _INJECTION_RE.sub(REDACTED, value)
+        if isinstance(value, dict):
+            return {k: walk(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    return ScreenResult(payload=walk(payload, path), detections=detections)
+
+
+def allowed_tools(request: ExecutionRequest) -> list[Tool]:
+    registry = all_tools()
+    return [registry[name] for name in request.agent_config.tools if name in registry]
+
+
+def tool_schemas(request: ExecutionRequest) -> list[dict]:
+    return [tool.function_schema() for tool in allowed_tools(request)] + [FINALIZE_SCHEMA]
+
+
+_CONSTRAINTS = {
+    "read_only": "only read: any write tool is blocked",
+    "recommend": "only recommend: execution tools are recorded as suggestions, not run",
+    "act_with_approval": "ask for human approval before the write tools named in your approval rules",
+    "automated": "act on your own within the policies below",
+}
+
+
+def system_prompt(request: ExecutionRequest) -> str:
+    cfg = request.agent_config
+    if cfg.system_prompt:
+        head = cfg.system_prompt.strip()
+    else:
+        head = (
+            f"You are {cfg.name}, a {cfg.business_function.value.replace('_', ' ')} agent for {cfg.domain}."
+        )
+    sections = [head, f"## Goal\n{cfg.goal}", f"## Instructions\n{cfg.instructions}"]
+
+    tool_lines = [f"- {tool.name}: {tool.description}" for tool in allowed_tools(request)]
+    tool_lines.append("- finalize: give your final answer (or simply answer in plain text without a tool call)")
+    sections.append("## Available tools\n" + "\n".join(tool_lines))
+
+    if request.data_source_metadata:
+        lines = []
+        for source in request.data_source_metadata:
+            lines.append(
+                f"### Data source {source.data_source_id}: {source.name} "
+                f"(type {source.type}, {source.access_level}, {source.status})"
+            )
+            for table in source.schemas:
+                columns = ", ".join(
+                    f"{c.column_name} {c.data_type}{'' if c.is_nullable else ' not null'}"
+                    + (f" -- {c.description}" if c.description else "")
+                    for c in table.columns
+                )
+                extra = f" [{table.classification}]" if table.classification else ""
+                rows = f" (~{table.row_estimate} rows)" if table.row_estimate is not None else ""
+                lines.append(f"- {table.table_name}{extra}{rows}: {columns}")
+        sections.append("## Data sources\n" + "\n".join(lines))
+    else:
+        sections.append("## Data sources\nNo data source is connected to this agent.")
+
+    rules = cfg.approval_rules
+    governance = [
+        f"Your action level is {cfg.action_level.value}. You must {_CONSTRAINTS[cfg.action_level.value]}.",
+    ]
+    if rules.require_approval_for:
+        governance.append("Tools that need approval: " + ", ".join(rules.require_approval_for) + ".")
+    if cfg.governance_policies:
+        governance.append("The following policies apply:")
+        governance += [
+            f"- {p.name} ({p.enforcement.value}): {json.dumps(p.conditions, sort_keys=True)}"
+            for p in cfg.governance_policies
+        ]
+    sections.append("## Governance\n" + "\n".join(governance))
+
+    if request.conversation_history:
+        memory = []
+        for entry in request.conversation_history[-10:]:
+            memory.append(f"- Run {entry.execution_id}: {entry.summary}")
+            memory += [f"  - learned: {item}" for item in entry.learnings]
+            memory += [f"  - flagged: {item}" for item in entry.flagged_items]
+        sections.append("## Long-term memory\nFrom previous runs, you have learned:\n" + "\n".join(memory))
+
+    trigger = request.trigger_context
+    payload = json.dumps(trigger.trigger_payload, sort_keys=True, default=str) if trigger.trigger_payload else "none"
+    sections.append(
+        f"## Trigger\nThis run was triggered by: {trigger.trigger_type.value} from {trigger.trigger_source}. "
+        f"Payload: {payload}"
+    )
+    sections.append(
+        f"## Execution\nexecution_id={request.execution_id}, max_turns={cfg.model_settings.max_turns}, "
+        f"workspace_id={request.user_context.workspace_id}"
+    )
+    return "\n\n".join(sections)
+
+
+def base_messages(request: ExecutionRequest) -> list[dict]:
+    prompt = request.input_prompt
+    if not prompt:
+        prompt = "Handle this trigger according to your instructions."
+    return [{"role": "system", "content": system_prompt(request)}, {"role": "user", "content": prompt}]
+
+
+def estimate_tokens(messages: list[dict]) -> int:
+    return sum(len(json.dumps(m, default=str)) for m in messages) // 4
+
+
+def compress(messages: list[dict], *, threshold_tokens: int, keep_last: int = 8) -> list[dict]:
+    """Deterministic compression: keep the base context and the latest exchanges, and
+    replace older turns with one summary line per tool call. Turn boundaries are
+    kept so every tool result still follows the assistant message that asked for it."""
+    if estimate_tokens(messages) <= threshold_tokens or len(messages) <= keep_last + 2:
+        return messages
+    head, body = messages[:2], messages[2:]
+    cut = len(body) - keep_last
+    while cut < len(body) and body[cut].get("role") == "tool":
+        cut -= 1  # never start the kept tail in the middle of a turn
+    cut = max(cut, 0)
+    older, tail = body[:cut], body[cut:]
+    lines = []
+    for message in older:
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                lines.append(f"- called {call['function']['name']}({call['function']['arguments'][:120]})")
+            if message.get("content"):
+                lines.append(f"- said: {message['content'][:160]}")
+        elif message.get("role") == "tool":
+            lines.append(f"  -> {str(message.get('content', ''))[:200]}")
+    summary = {"role": "system", "content": "Summary of earlier turns (compressed):\n" + "\n".join(lines)}
+    return [*head, summary, *tail]

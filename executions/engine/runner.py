@@ -1,0 +1,629 @@
+"""The reasoning loop (Reason, Act, Observe) with the runner's guards.
+
+Plain Python: it takes a RunState and a Journal and returns an Outcome. The
+stateless HTTP driver runs it with an in-memory journal; the durable driver with
+one that commits each turn's steps to PostgreSQL. Guards (turn limit, stall,
+identical-call loop, token budget, timeouts) are enforced here, never by the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pydantic
+
+from agents.types import Tier
+from common.errors import pydantic_details
+from executions.engine import context as ctxmod
+from executions.engine import gate
+from executions.engine.contracts import (
+    ApprovalRequestPayload,
+    ErrorCode,
+    ErrorInfo,
+    ExecutionResponse,
+    ExecutionResult,
+    InteractionRequest,
+    ResponseStatus,
+    StepStatus,
+    StepType,
+    Tokens,
+    Usage,
+)
+from executions.engine.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall
+from executions.engine.state import RUNNER_MODEL, RunState, call_hash, step
+from executions.engine.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
+from governance.types import Decision
+
+logger = logging.getLogger("river.engine")
+
+INTENT_TIERS = {
+    "PLATFORM_EXPLANATION": Tier.FAST,
+    "DATA_DISCOVERY": Tier.FAST,
+    "DATA_QUERY": Tier.CODING,
+    "DATA_SOURCE_MANAGEMENT": Tier.BALANCED,
+    "ACTION_EXECUTION": Tier.CODING,
+    "GOVERNANCE_MANAGEMENT": Tier.BALANCED,
+    "WORKSPACE_ADMIN": Tier.FAST,
+    "STORAGE_MANAGEMENT": Tier.FAST,
+    "OBSERVABILITY": Tier.BALANCED,
+}
+RETRY_DELAYS = (0.1, 0.2)  # transient tool failures: two retries with backoff
+MAX_CONSECUTIVE_LLM_ERRORS = 3
+LOOP_LIMIT = 3  # identical calls
+STALL_LIMIT = 3  # turns without an executed tool call
+BUDGET_FINALIZE_RATIO = 0.8
+
+_KIND_CODES = {
+    ToolErrorKind.FORBIDDEN: ErrorCode.GOVERNANCE_BLOCKED.value,
+    ToolErrorKind.NOT_FOUND: "NOT_FOUND",
+    ToolErrorKind.VALIDATION: ErrorCode.VALIDATION_ERROR.value,
+    ToolErrorKind.TIMEOUT: ErrorCode.TIMEOUT.value,
+    ToolErrorKind.TRANSIENT: "TRANSIENT",
+    ToolErrorKind.FAILED: ErrorCode.AGENT_ERROR.value,
+}
+
+
+class RunInterrupted(Exception):
+    """The run must stop now: cancelled, or this worker lost its lease."""
+
+
+class Journal(Protocol):
+    def record(self, state: RunState, new_step) -> None: ...
+
+    def emit(self, event_type: str, payload: dict) -> None: ...
+
+    def flush(self, state: RunState) -> None: ...
+
+
+@dataclass
+class MemoryJournal:
+    events: list[tuple[str, dict]] = field(default_factory=list)
+
+    def record(self, state, new_step) -> None:
+        return None
+
+    def emit(self, event_type: str, payload: dict) -> None:
+        self.events.append((event_type, payload))
+
+    def flush(self, state) -> None:
+        return None
+
+
+class EngineHooks(Protocol):
+    def tool_context_extras(self) -> dict: ...
+
+    def auto_approved(
+        self, state: RunState, *, call_id: str, tool_name: str, arguments: dict, condition: str
+    ) -> None: ...
+
+
+class Outcome(pydantic.BaseModel):
+    status: ResponseStatus
+    error: ErrorInfo | None = None
+
+
+_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="river-tool")
+
+
+def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_exit: Callable[[], None] | None = None):
+    """Run a handler with a hard deadline. A handler that overruns is abandoned (its
+    thread finishes in the background) and the call reports a timeout."""
+
+    def call():
+        try:
+            return tool.handler(ctx, args)
+        finally:
+            if on_exit:
+                on_exit()
+
+    future = _pool.submit(call)
+    try:
+        return future.result(timeout=timeout)
+    except FutureTimeout:
+        raise ToolError(ToolErrorKind.TIMEOUT, f"{tool.name} did not finish within {timeout:g} s") from None
+
+
+def select_tier(state: RunState) -> Tier:
+    """The spec's per-turn priority order; an agent's preferred_tier overrides all but
+    error escalation."""
+    preferred = state.request.agent_config.model_settings.preferred_tier
+    if state.last_turn_failed or any(n >= 2 for n in state.tool_error_streak.values()):
+        return Tier.REASONING
+    if preferred:
+        return preferred
+    if state.intent is None and state.turn == 0:
+        return Tier.FAST
+    if state.last_dispatched_tool in {"generate_query", "execute_query"}:
+        return Tier.CODING
+    if state.intent in INTENT_TIERS:
+        return INTENT_TIERS[state.intent]
+    return Tier.BALANCED
+
+
+def _assistant_message(reply: LLMReply) -> dict:
+    message: dict = {"role": "assistant", "content": reply.content or None}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.raw_arguments or json.dumps(call.arguments)},
+            }
+            for call in reply.tool_calls
+        ]
+    return message
+
+
+def _tool_message(call_id: str, name: str, payload, *, ok: bool) -> dict:
+    verb = "returned" if ok else "failed"
+    body = json.dumps(payload, default=str, sort_keys=True)
+    return {"role": "tool", "tool_call_id": call_id, "content": f"[Tool Result] Tool '{name}' {verb}: {body}"}
+
+
+def _summarise(value, limit: int = 240) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class Engine:
+    llm: LLMClient
+    journal: Journal = field(default_factory=MemoryJournal)
+    hooks: EngineHooks | None = None
+    execution_timeout_seconds: float = 3600
+    compress_threshold_tokens: int = 24_000
+    tool_thread_exit: Callable[[], None] | None = None
+    sleep: Callable[[float], None] = time.sleep
+
+    # --- bookkeeping -----------------------------------------------------------------
+    def _add(self, state: RunState, step_type: StepType, **fields):
+        new = step(state, step_type, **fields)
+        state.apply(new)
+        self.journal.record(state, new)
+        return new
+
+    def _notice(self, state: RunState, text: str, **extra) -> None:
+        self._add(
+            state, StepType.REASONING, model_used=RUNNER_MODEL, input={"notice": text},
+            output={"notice": True, **extra}, messages=[{"role": "system", "content": text}],
+        )
+
+    # --- the loop --------------------------------------------------------------------
+    def run(self, state: RunState) -> Outcome:
+        cfg = state.request.agent_config
+        settings = cfg.model_settings
+        while True:
+            paused = self._process_open_calls(state)
+            if paused is not None:
+                self.journal.flush(state)
+                return paused
+            if state.open_calls and state.turn:
+                self.journal.emit("turn_complete", {"turn": state.turn})
+            if state.final_answer is None and any(c.name == "finalize" for c in state.open_calls):
+                answer = next(c for c in state.open_calls if c.name == "finalize").arguments.get("answer", "")
+                self._add(state, StepType.FINAL_ANSWER, output={"answer": str(answer)})
+            self.journal.flush(state)
+            if state.final_answer is not None:
+                return Outcome(status=ResponseStatus.SUCCESS)
+
+            elapsed = time.time() - state.started_at_ms / 1000
+            if elapsed > self.execution_timeout_seconds:
+                return self._terminate(
+                    state, ResponseStatus.TIMEOUT,
+                    ErrorInfo(code=ErrorCode.TIMEOUT, message="The execution ran past its time limit.",
+                              recoverable=True),
+                )
+            budget = settings.token_budget
+            if state.total_tokens >= budget:
+                return self._terminate(
+                    state, ResponseStatus.BUDGET_EXCEEDED,
+                    ErrorInfo(code=ErrorCode.BUDGET_EXCEEDED,
+                              message=f"Used {state.total_tokens} of {budget} tokens."),
+                )
+            if state.total_tokens >= BUDGET_FINALIZE_RATIO * budget and state.turn_limit_override is None:
+                self._notice(state, ctxmod.BUDGET_NOTICE, turn_limit=state.turn + 1)
+            limit = settings.max_turns
+            if state.turn_limit_override is not None:
+                limit = min(limit, state.turn_limit_override)
+            if state.turn >= limit:
+                if state.turn_limit_override is not None and state.turn < settings.max_turns:
+                    return self._terminate(
+                        state, ResponseStatus.BUDGET_EXCEEDED,
+                        ErrorInfo(code=ErrorCode.BUDGET_EXCEEDED,
+                                  message="The token budget forced finalisation and the model did not conclude."),
+                    )
+                return self._turn_limit(state)
+            last = state.steps[-1] if state.steps else None
+            already_nudged = last is not None and (last.input or {}) == {"notice": ctxmod.NUDGE}
+            if state.consecutive_stalls and state.consecutive_stalls % STALL_LIMIT == 0 and not already_nudged:
+                self._notice(state, ctxmod.NUDGE)
+
+            outcome = self._reason(state)
+            if outcome is not None:
+                self.journal.flush(state)
+                return outcome
+
+    def _reason(self, state: RunState) -> Outcome | None:
+        settings = state.request.agent_config.model_settings
+        turn = state.turn + 1
+        verdict = gate.before_llm(state)
+        if verdict.decision == Decision.BLOCKED:
+            self._add(state, StepType.GOVERNANCE_CHECK, turn=turn, governance_decision=Decision.BLOCKED,
+                      status=StepStatus.BLOCKED, output={"reason": verdict.reason, "policy": verdict.policy_matched})
+            return self._terminate(
+                state, ResponseStatus.FAILED,
+                ErrorInfo(code=ErrorCode.GOVERNANCE_BLOCKED, message=verdict.reason,
+                          details={"policy": verdict.policy_matched}),
+            )
+        tier = select_tier(state)
+        messages = ctxmod.compress(state.messages(), threshold_tokens=self.compress_threshold_tokens)
+        started = time.monotonic()
+        try:
+            reply = self.llm.complete(
+                messages=messages, tools=state.tool_schemas, tier=tier,
+                timeout_seconds=settings.llm_timeout_seconds,
+            )
+        except LLMError as exc:
+            duration = int((time.monotonic() - started) * 1000)
+            self._add(state, StepType.ERROR, turn=turn, status=StepStatus.FAILED, duration_ms=duration,
+                      model_tier=tier.value, error=exc.message,
+                      output={"llm_error": exc.kind.value, "details": exc.details})
+            if exc.kind == LLMErrorKind.PROVIDER_UNAVAILABLE:
+                return self._terminate(
+                    state, ResponseStatus.FAILED,
+                    ErrorInfo(code=ErrorCode.PROVIDER_UNAVAILABLE, message=exc.message, recoverable=True,
+                              details=exc.details),
+                )
+            if state.consecutive_llm_errors >= MAX_CONSECUTIVE_LLM_ERRORS:
+                code = ErrorCode.TIMEOUT if exc.kind == LLMErrorKind.TIMEOUT else ErrorCode.LLM_ERROR
+                return self._terminate(state, ResponseStatus.FAILED,
+                                       ErrorInfo(code=code, message=exc.message, recoverable=True))
+            return None
+        duration = int((time.monotonic() - started) * 1000)
+        tokens = Tokens(input=reply.input_tokens, output=reply.output_tokens)
+        if reply.is_empty:
+            self._add(state, StepType.ERROR, turn=turn, status=StepStatus.FAILED, duration_ms=duration,
+                      model_used=reply.model, model_tier=reply.tier.value, provider=reply.provider, tokens=tokens,
+                      error="The model returned an empty response.",
+                      output={"llm_error": "empty_response", "cost_usd": reply.cost_usd})
+            if state.consecutive_llm_errors >= MAX_CONSECUTIVE_LLM_ERRORS:
+                return self._terminate(
+                    state, ResponseStatus.FAILED,
+                    ErrorInfo(code=ErrorCode.LLM_ERROR, message="The model kept returning empty responses.",
+                              recoverable=True),
+                )
+            return None
+        self._add(
+            state, StepType.REASONING, turn=turn, duration_ms=duration, model_used=reply.model,
+            model_tier=reply.tier.value, provider=reply.provider, tokens=tokens,
+            input={"messages": len(messages), "tier": tier.value},
+            output={"content": reply.content, "tool_calls": [c.model_dump() for c in reply.tool_calls],
+                    "cost_usd": reply.cost_usd},
+            messages=[_assistant_message(reply)],
+        )
+        self.journal.emit("turn_reasoning", {
+            "turn": turn, "thought_summary": _summarise(reply.content or ", ".join(c.name for c in reply.tool_calls)),
+            "model_used": reply.model,
+        })
+        if not reply.tool_calls:
+            self._add(state, StepType.FINAL_ANSWER, output={"answer": reply.content or ""})
+        return None
+
+    # --- tool calls ------------------------------------------------------------------
+    def _process_open_calls(self, state: RunState) -> Outcome | None:
+        for call in state.unfinished_calls():
+            outcome = self._handle_call(state, call)
+            if outcome is not None:
+                return outcome
+        return None
+
+    def _refuse(self, state: RunState, call: LLMToolCall, kind: ToolErrorKind, message: str,
+                details: dict | None = None, code: str | None = None) -> None:
+        error = {"code": code or _KIND_CODES[kind], "message": message, "details": details or {}}
+        self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=call.arguments,
+                  status=StepStatus.FAILED, error=message, output={"error": error},
+                  messages=[_tool_message(call.id, call.name, {"error": error}, ok=False)])
+
+    def _handle_call(self, state: RunState, call: LLMToolCall) -> Outcome | None:
+        cfg = state.request.agent_config
+        tool = get_tool(call.name)
+        arguments = state.arg_overrides.get(call.id, call.arguments)
+        resolution = state.resolutions.get(call.id)
+        resumed = call.id in state.intents_recorded or resolution is not None or call.id in state.governance_pending
+
+        if not resumed and state.call_counts.get(call_hash(call.name, call.arguments), 0) >= LOOP_LIMIT:
+            count = state.call_counts[call_hash(call.name, call.arguments)]
+            message = f"{call.name} was called {count} times with identical arguments; the runner stopped the run."
+            self._add(state, StepType.ERROR, tool_name=call.name, call_id=call.id, status=StepStatus.FAILED,
+                      error=message, input=call.arguments,
+                      output={"code": ErrorCode.INFINITE_TOOL_LOOP.value, "tool_name": call.name, "count": count,
+                              "arguments": call.arguments})
+            self._refuse(state, call, ToolErrorKind.FAILED, message, code=ErrorCode.INFINITE_TOOL_LOOP.value)
+            return self._terminate(state, ResponseStatus.FAILED, ErrorInfo(
+                code=ErrorCode.INFINITE_TOOL_LOOP, message=message,
+                details={"tool_name": call.name, "arguments": call.arguments, "count": count}))
+
+        if call.id in state.intents_recorded and not (tool and tool.idempotent):
+            message = (f"The outcome of {call.name} is unknown: the run was interrupted after the call was sent. "
+                       "Do not assume it succeeded or failed; check the data before trying again.")
+            self._refuse(state, call, ToolErrorKind.FAILED, message, code="OUTCOME_UNKNOWN")
+            return None
+        if tool is None or call.name not in cfg.tools:
+            self._refuse(state, call, ToolErrorKind.FAILED, f"Tool {call.name!r} is not available to this agent.",
+                         code=ErrorCode.INVALID_TOOL.value)
+            return None
+        permissions = set(state.request.user_context.permissions)
+        if tool.permission and tool.permission not in permissions:
+            self._refuse(state, call, ToolErrorKind.FORBIDDEN,
+                         f"Permission denied: {call.name} needs {tool.permission}.")
+            return None
+        try:
+            parsed = tool.input_model.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            self._refuse(state, call, ToolErrorKind.VALIDATION, f"Invalid arguments for {call.name}.",
+                         details=pydantic_details(exc))
+            return None
+        args = parsed.model_dump(mode="json", exclude_none=True)
+
+        if tool.category == ToolCategory.INTERACTION:
+            request = InteractionRequest.model_validate(args)
+            self._add(state, StepType.INTERACTION, tool_name=call.name, tool_category=tool.category.value,
+                      call_id=call.id, input=request.model_dump(mode="json"), status=StepStatus.PENDING)
+            self.journal.emit("interaction_required", {"turn": state.turn, **request.model_dump(mode="json")})
+            return Outcome(status=ResponseStatus.AWAITING_INTERACTION)
+
+        if tool.category == ToolCategory.EXECUTION:
+            blocked = self._govern(state, call, tool, args, resolution)
+            if blocked is not None:
+                return blocked if isinstance(blocked, Outcome) else None
+        return self._dispatch(state, call, tool, parsed, args)
+
+    def _govern(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict, resolution: dict | None):
+        """None to dispatch; True when handled without dispatch; an Outcome to pause."""
+        if resolution is not None:
+            status = resolution.get("status")
+            if status == "rejected":
+                comment = resolution.get("resolution_comment") or "no comment"
+                message = f"The approver rejected this {call.name} call: {comment}"
+                self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
+                          status=StepStatus.BLOCKED, error=message,
+                          output={"rejected": True, "comment": comment},
+                          messages=[_tool_message(call.id, call.name, {"rejected": True, "comment": comment},
+                                                  ok=False)])
+                return True
+            if status == "edited_approved":
+                verdict = gate.before_tool(state, tool, args, confidence=None)
+                if verdict.decision == Decision.BLOCKED:
+                    return self._blocked(state, call, args, verdict)
+            return None
+
+        confidence = self._confidence(state)
+        verdict = gate.before_tool(state, tool, args, confidence=confidence)
+        decision = verdict.decision
+        common = {"tool_name": call.name, "tool_category": tool.category.value, "call_id": call.id, "input": args,
+                  "governance_decision": decision}
+        policy = {"reason": verdict.reason, "policy_matched": verdict.policy_matched,
+                  "policy_id": verdict.policy_id, "policy_type": verdict.policy_type,
+                  "enforcement": verdict.enforcement, "warnings": verdict.warnings}
+        if decision == Decision.BLOCKED:
+            self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.BLOCKED, output=policy, **common)
+            return self._blocked(state, call, args, verdict, record=False)
+        if decision == Decision.SUGGEST_ONLY:
+            self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED, output=policy, **common)
+            note = {"suggestion_recorded": True,
+                    "message": f"Action level {state.request.agent_config.action_level.value}: {call.name} was "
+                               "recorded as a recommendation and not executed."}
+            self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
+                      status=StepStatus.BLOCKED, output=note, messages=[_tool_message(call.id, call.name, note,
+                                                                                       ok=True)])
+            return True
+        if decision == Decision.APPROVAL_REQUIRED:
+            rules = state.request.agent_config.approval_rules
+            payload = ApprovalRequestPayload(
+                tool_name=call.name,
+                proposed_payload=args,
+                reasoning_summary=self._reasoning_summary(state),
+                risk_context=(f"{'Write' if tool.writes else 'Execution'} tool {call.name}. {verdict.reason}"),
+                confidence_score=confidence,
+                auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
+            )
+            condition = gate.auto_approved(state, call.name, {"confidence_score": confidence, "tool": {
+                "name": call.name}, "args": args})
+            if condition:
+                resolution = {"status": "approved", "resolved_by": "auto", "auto_approved": True,
+                              "condition": condition}
+                self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED,
+                          output={**policy, "approval_request": payload.model_dump(mode="json"),
+                                  "resolution": resolution}, **common)
+                if self.hooks:
+                    self.hooks.auto_approved(state, call_id=call.id, tool_name=call.name, arguments=args,
+                                             condition=condition)
+                return None
+            self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING,
+                      output={**policy, "approval_request": payload.model_dump(mode="json")}, **common)
+            return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
+        self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED, output=policy, **common)
+        return None
+
+    def _blocked(self, state: RunState, call: LLMToolCall, args: dict, verdict, record: bool = True):
+        if record:
+            self._add(state, StepType.GOVERNANCE_CHECK, tool_name=call.name, call_id=call.id, input=args,
+                      governance_decision=Decision.BLOCKED, status=StepStatus.BLOCKED,
+                      output={"reason": verdict.reason, "policy_matched": verdict.policy_matched})
+        body = {"blocked": True, "reason": verdict.reason, "policy": verdict.policy_matched}
+        self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
+                  status=StepStatus.BLOCKED, error=f"Action blocked by governance: {verdict.reason}", output=body,
+                  messages=[_tool_message(call.id, call.name, body, ok=False)])
+        return True
+
+    def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed, args: dict) -> None:
+        request = state.request
+        if tool.writes:
+            # Intent first, committed before the call leaves the process.
+            self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
+                      call_id=call.id, input=args, status=StepStatus.PENDING)
+            self.journal.flush(state)
+        else:
+            self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
+                      call_id=call.id, input=args)
+        self.journal.emit("tool_called", {"turn": state.turn, "tool_name": call.name, "args_summary": _summarise(args)})
+        ctx = ToolContext(
+            execution_id=request.execution_id, user=request.user_context, agent=request.agent_config,
+            data_sources=request.data_source_metadata, input_prompt=request.input_prompt, llm=self.llm,
+            extras=self.hooks.tool_context_extras() if self.hooks else {},
+        )
+        timeout = float(request.agent_config.model_settings.timeout_seconds or tool.timeout_seconds)
+        started = time.monotonic()
+        attempts = 0
+        error: ToolError | None = None
+        output = None
+        while True:
+            try:
+                output = run_tool_in_thread(tool, ctx, parsed, timeout, self.tool_thread_exit)
+                error = None
+                break
+            except ToolError as exc:
+                error = exc
+            except Exception as exc:  # noqa: BLE001 - a tool crash is an observation, not a run crash
+                logger.exception("tool %s crashed in execution %s", tool.name, request.execution_id)
+                error = ToolError(ToolErrorKind.FAILED, f"{tool.name} failed unexpectedly: {exc.__class__.__name__}")
+            retry_ok = error.kind in RETRYABLE and (tool.idempotent or error.kind == ToolErrorKind.TRANSIENT)
+            if not retry_ok or attempts >= len(RETRY_DELAYS):
+                break
+            self.sleep(RETRY_DELAYS[attempts])
+            attempts += 1
+        duration = int((time.monotonic() - started) * 1000)
+
+        if error is not None:
+            status = StepStatus.FAILED
+            body = {"error": {"code": _KIND_CODES[error.kind], "message": error.message, "details": error.details},
+                    "status": "timeout" if error.kind == ToolErrorKind.TIMEOUT else "error", "attempts": attempts + 1}
+            self._add(state, StepType.OBSERVATION, tool_name=call.name, tool_category=tool.category.value,
+                      call_id=call.id, input=args, status=status, duration_ms=duration, error=error.message,
+                      output={**body, "_dispatched": True, "summary": error.message},
+                      messages=[_tool_message(call.id, call.name, body, ok=False)])
+        else:
+            result = output.model_dump(mode="json") if isinstance(output, pydantic.BaseModel) else output
+            result = tool.output_model.model_validate(result).model_dump(mode="json")
+            withheld = self._export_check(state, call, tool, args, result)
+            shown = withheld or result
+            observed = {"result": shown, "_dispatched": True, "summary": _summarise(shown, 300)}
+            if call.name == "execute_query" and not withheld:
+                observed["artifact"] = {"type": "query_result", "tool_name": call.name, "call_id": call.id,
+                                        "columns": result.get("columns"), "total_rows": result.get("total_rows")}
+            self._add(state, StepType.OBSERVATION, tool_name=call.name, tool_category=tool.category.value,
+                      call_id=call.id, input=args, status=StepStatus.BLOCKED if withheld else StepStatus.COMPLETED,
+                      duration_ms=duration, output=observed,
+                      messages=[_tool_message(call.id, call.name, shown, ok=not withheld)])
+        self.journal.emit("observation_received", {
+            "turn": state.turn, "tool_name": call.name, "duration_ms": duration,
+            "result_summary": _summarise(state.steps[-1].output.get("summary", "")),
+        })
+        return None
+
+    def _export_check(self, state: RunState, call, tool: Tool, args: dict, result: dict) -> dict | None:
+        if call.name != "execute_query":
+            return None
+        verdict = gate.after_query(state, tool, args, rows=int(result.get("total_rows") or 0),
+                                   tables=list(result.get("tables") or []))
+        if verdict.decision in (Decision.PROCEED, Decision.SUGGEST_ONLY):
+            return None
+        self._add(state, StepType.GOVERNANCE_CHECK, tool_name=call.name, call_id=call.id, input=args,
+                  governance_decision=verdict.decision, status=StepStatus.BLOCKED,
+                  output={"reason": verdict.reason, "policy_matched": verdict.policy_matched, "point": "after_query"})
+        return {"withheld": True, "reason": verdict.reason, "policy": verdict.policy_matched,
+                "total_rows": result.get("total_rows")}
+
+    # --- helpers ---------------------------------------------------------------------
+    @staticmethod
+    def _confidence(state: RunState) -> float | None:
+        for past in reversed(state.steps):
+            if past.step_type == StepType.OBSERVATION and isinstance(past.output, dict):
+                result = past.output.get("result")
+                if isinstance(result, dict) and isinstance(result.get("confidence"), int | float):
+                    return float(result["confidence"])
+        return None
+
+    @staticmethod
+    def _reasoning_summary(state: RunState) -> str:
+        for past in reversed(state.steps):
+            if past.step_type == StepType.REASONING and isinstance(past.output, dict) and past.output.get("content"):
+                return str(past.output["content"])[:1000]
+        done = [f"{a.tool_name}: {a.result_summary}" for a in state.actions_taken[-3:]]
+        return "; ".join(done)[:1000]
+
+    def _turn_limit(self, state: RunState) -> Outcome:
+        self._notice(state, ctxmod.SUMMARY_REQUEST)
+        summary = ""
+        try:
+            reply = self.llm.complete(messages=state.messages(), tools=[], tier=Tier.FAST,
+                                      timeout_seconds=state.request.agent_config.model_settings.llm_timeout_seconds)
+            self._add(state, StepType.REASONING, turn=state.turn, model_used=reply.model, model_tier=reply.tier.value,
+                      provider=reply.provider, tokens=Tokens(input=reply.input_tokens, output=reply.output_tokens),
+                      output={"content": reply.content, "summary_request": True, "cost_usd": reply.cost_usd})
+            summary = reply.content or ""
+        except LLMError as exc:
+            logger.warning("final summary request failed: %s", exc.message)
+        if not summary:
+            summary = "Turn limit reached. Partial results: " + "; ".join(
+                f"{a.tool_name} ({a.status})" for a in state.actions_taken) if state.actions_taken else \
+                "Turn limit reached before any action completed."
+        self._add(state, StepType.FINAL_ANSWER, status=StepStatus.COMPLETED, output={"answer": summary,
+                                                                                      "partial": True})
+        self.journal.flush(state)
+        return Outcome(status=ResponseStatus.MAX_TURNS_EXCEEDED)
+
+    def _terminate(self, state: RunState, status: ResponseStatus, error: ErrorInfo) -> Outcome:
+        if status != ResponseStatus.FAILED:
+            partial = "; ".join(f"{a.tool_name} ({a.status})" for a in state.actions_taken)
+            self._add(state, StepType.FINAL_ANSWER, status=StepStatus.COMPLETED,
+                      output={"answer": f"{error.message} Partial results: {partial or 'none'}", "partial": True})
+        self.journal.flush(state)
+        return Outcome(status=status, error=error if status == ResponseStatus.FAILED else None)
+
+
+def response_build(state: RunState, outcome: Outcome) -> ExecutionResponse:
+    """ExecutionResponse from a state and how the segment ended."""
+    usage = Usage(
+        total_turns=state.turn,
+        total_tokens=state.total_tokens,
+        models_used=state.models_used,
+        execution_duration_ms=max(0, int(time.time() * 1000) - state.started_at_ms),
+    )
+    usage.cost_incomplete = any(not m.cost_known for m in state.models_used.values())
+    usage.cost_estimate = round(sum(m.estimated_cost or 0.0 for m in state.models_used.values()), 6)
+    pending = state.pending
+    return ExecutionResponse(
+        execution_id=state.request.execution_id,
+        status=outcome.status,
+        result=ExecutionResult(
+            summary=state.final_answer or "",
+            actions_taken=state.actions_taken,
+            recommendations=state.recommendations,
+            output_artifacts=state.output_artifacts,
+        ),
+        steps=state.steps,
+        approval_request=pending.approval if pending and pending.kind == "approval" else None,
+        interaction_request=pending.interaction if pending and pending.kind == "interaction" else None,
+        usage=usage,
+        error=outcome.error,
+    )
+
+
+def new_state(request) -> tuple[RunState, list[dict]]:
+    """A fresh run: the context is built here, once. Returns the state and any
+    prompt-injection detections in the trigger payload (already sanitised)."""
+    screened = ctxmod.screen_payload(request.trigger_context.trigger_payload)
+    if screened.detections:
+        request = request.model_copy(deep=True)
+        request.trigger_context.trigger_payload = screened.payload
+    state = RunState(request=request, base_messages=ctxmod.base_messages(request),
+                     tool_schemas=ctxmod.tool_schemas(request))
+    return state, screened.detections

@@ -1,0 +1,131 @@
+"""The durable journal: each flush appends the buffered steps and events and renews
+the lease in one transaction. Its cost per turn is constant: rows are inserted,
+and the execution row is updated with fixed-size counters only."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from telemetry.events import event_publish
+
+from executions.engine.contracts import Step
+from executions.engine.runner import RunInterrupted
+from executions.engine.state import RunState
+from executions.models import Execution, ExecutionEvent, ExecutionStep
+
+
+def step_row(execution_id: int, step: Step) -> ExecutionStep:
+    return ExecutionStep(
+        execution_id=execution_id,
+        step_number=step.step_number,
+        turn=step.turn,
+        step_type=step.step_type.value,
+        tool_name=step.tool_name or "",
+        tool_category=step.tool_category or "",
+        call_id=step.call_id or "",
+        input=step.input,
+        output=step.output,
+        model_used=step.model_used or "",
+        model_tier=step.model_tier or "",
+        provider=step.provider or "",
+        tokens=step.tokens.model_dump() if step.tokens else None,
+        duration_ms=step.duration_ms,
+        status=step.status.value,
+        governance_decision=step.governance_decision.value if step.governance_decision else "",
+        error=step.error or "",
+        messages=step.messages,
+    )
+
+
+def step_from_row(row: ExecutionStep) -> Step:
+    return Step(
+        step_number=row.step_number,
+        step_type=row.step_type,
+        turn=row.turn,
+        tool_name=row.tool_name or None,
+        tool_category=row.tool_category or None,
+        call_id=row.call_id or None,
+        input=row.input,
+        output=row.output,
+        model_used=row.model_used or None,
+        model_tier=row.model_tier or None,
+        provider=row.provider or None,
+        tokens=row.tokens,
+        duration_ms=row.duration_ms,
+        status=row.status,
+        governance_decision=row.governance_decision or None,
+        error=row.error or None,
+        messages=row.messages or [],
+    )
+
+
+def event_rows_publish(execution: Execution, rows: list[ExecutionEvent]) -> None:
+    """Call inside the transaction that inserts ``rows``: they go out after commit."""
+    for row in rows:
+        event_publish(
+            workspace_id=execution.workspace_id,
+            execution_id=execution.pk,
+            event={"type": row.event_type, "seq": row.seq, "execution_id": execution.pk, **row.payload},
+        )
+
+
+def next_event_seq(execution_id: int) -> int:
+    last = ExecutionEvent.objects.filter(execution_id=execution_id).order_by("-seq").values_list("seq", flat=True)
+    return (last.first() or 0) + 1
+
+
+class DbJournal:
+    def __init__(self, execution: Execution, lease_token: str):
+        self.execution = execution
+        self.lease_token = lease_token
+        self.steps: list[Step] = []
+        self.events: list[tuple[str, dict]] = []
+        self.seq = next_event_seq(execution.pk)
+
+    def record(self, state: RunState, new_step: Step) -> None:
+        self.steps.append(new_step)
+
+    def emit(self, event_type: str, payload: dict) -> None:
+        self.events.append((event_type, payload))
+
+    def flush(self, state: RunState) -> None:
+        if not self.steps and not self.events:
+            return
+        event_rows = []
+        for event_type, payload in self.events:
+            event_rows.append(
+                ExecutionEvent(execution_id=self.execution.pk, seq=self.seq, event_type=event_type, payload=payload)
+            )
+            self.seq += 1
+        cost = sum((m.estimated_cost or 0.0) for m in state.models_used.values())
+        try:
+            self._commit(state, event_rows, cost)
+        except (IntegrityError, RunInterrupted):
+            # Another worker owns the run now (or it was cancelled): stop, write nothing.
+            raise RunInterrupted("the run was cancelled or this worker lost its lease") from None
+        self.steps.clear()
+        self.events.clear()
+
+    def _commit(self, state: RunState, event_rows: list[ExecutionEvent], cost: float) -> None:
+        with transaction.atomic():
+            if self.steps:
+                ExecutionStep.objects.bulk_create([step_row(self.execution.pk, s) for s in self.steps])
+            if event_rows:
+                ExecutionEvent.objects.bulk_create(event_rows)
+            updated = Execution.objects.filter(
+                pk=self.execution.pk, lease_token=self.lease_token, status=Execution.Status.RUNNING
+            ).update(
+                turn_count=state.turn,
+                tokens_input=state.tokens_input,
+                tokens_output=state.tokens_output,
+                cost_usd=Decimal(str(round(cost, 6))),
+                cost_unknown=any(not m.cost_known for m in state.models_used.values()),
+                lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
+            )
+            if updated != 1:
+                raise RunInterrupted("lease lost")
+            event_rows_publish(self.execution, event_rows)

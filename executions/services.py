@@ -1,0 +1,663 @@
+"""Durable runs: start, run a segment under a lease, pause, resume, cancel, finish.
+
+A run is an Execution row plus its appended steps. A Celery task runs a *segment*:
+turns back to back until the run ends or pauses. Any worker may pick up a segment
+after a crash; it rebuilds the state from the committed steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agents.models import Agent, AgentMemory, AgentVersion
+from agents.types import MemoryEntry
+from common.errors import Conflict, InvalidInput
+from executions.engine.contracts import (
+    AgentConfig,
+    DataSourceMetadata,
+    ExecutionRequest,
+    ResponseStatus,
+    Step,
+    StepStatus,
+    StepType,
+    TriggerContext,
+    UserContext,
+)
+from executions.engine.runner import Engine, Outcome, RunInterrupted, new_state, response_build
+from executions.engine.state import RunState
+from executions.journal import DbJournal, event_rows_publish, next_event_seq, step_from_row, step_row
+from executions.models import Execution, ExecutionEvent, ExecutionStep
+from governance.audit import audit_record
+from governance.selectors import active_policies
+from tenancy.selectors import workspace_permissions, workspace_roles
+
+logger = logging.getLogger("river.executions")
+
+_STATUS_FROM_RESPONSE = {
+    ResponseStatus.SUCCESS: Execution.Status.COMPLETED,
+    ResponseStatus.FAILED: Execution.Status.FAILED,
+    ResponseStatus.MAX_TURNS_EXCEEDED: Execution.Status.MAX_TURNS_EXCEEDED,
+    ResponseStatus.BUDGET_EXCEEDED: Execution.Status.BUDGET_EXCEEDED,
+    ResponseStatus.TIMEOUT: Execution.Status.TIMEOUT,
+    ResponseStatus.AWAITING_APPROVAL: Execution.Status.AWAITING_APPROVAL,
+    ResponseStatus.AWAITING_INTERACTION: Execution.Status.AWAITING_INTERACTION,
+}
+
+
+# --- building the request (context builder inputs) ------------------------------------
+
+
+def agent_config_build(*, agent: Agent, version: AgentVersion) -> AgentConfig:
+    workspace = agent.workspace
+    return AgentConfig(
+        agent_id=agent.pk,
+        name=agent.name,
+        business_function=agent.business_function,
+        domain=agent.domain or workspace.name,
+        goal=version.goal,
+        instructions=version.instructions,
+        system_prompt=version.system_prompt or None,
+        action_level=version.action_level,
+        governance_level=version.governance_level,
+        model_config=version.model_settings,
+        tools=list(version.tools),
+        governance_policies=active_policies(org_id=workspace.organization_id, workspace_id=workspace.pk),
+        approval_rules=version.rules,
+        notification_config=version.notification_config or None,
+    )
+
+
+def user_context_build(*, user, workspace) -> UserContext:
+    return UserContext(
+        user_id=user.pk,
+        org_id=workspace.organization_id,
+        workspace_id=workspace.pk,
+        roles=workspace_roles(user=user, workspace=workspace),
+        permissions=sorted(workspace_permissions(user=user, workspace=workspace)),
+        attributes={"time_zone": workspace.time_zone},
+    )
+
+
+def data_source_metadata_build(*, version: AgentVersion) -> list[DataSourceMetadata]:
+    out = []
+    for source in version.data_sources.all().order_by("pk"):
+        tables = []
+        for table in source.schema_cache or []:
+            table = dict(table)
+            table.setdefault("classification", (source.classifications or {}).get(table.get("table_name")))
+            tables.append(table)
+        out.append(
+            DataSourceMetadata(
+                data_source_id=source.pk, name=source.name, type=source.type, status=source.status,
+                access_level=source.access_level, schemas=tables,
+            )
+        )
+    return out
+
+
+def memory_build(*, agent: Agent, limit: int = 10) -> list[MemoryEntry]:
+    entries = AgentMemory.objects.filter(agent=agent).order_by("-created_at")[:limit]
+    return [
+        MemoryEntry(execution_id=m.execution_id, completed_at=m.created_at.isoformat(), summary=m.summary,
+                    learnings=m.learnings, flagged_items=m.flagged_items)
+        for m in reversed(list(entries))
+    ]
+
+
+# --- start ---------------------------------------------------------------------------
+
+
+def execution_start(
+    *,
+    agent: Agent,
+    user,
+    input_prompt: str = "",
+    payload=None,
+    trigger_type: str = "manual",
+    trigger_source: str = "ui",
+    trigger_id=None,
+    parent_execution_id: int | None = None,
+) -> Execution:
+    """Create a queued run and hand it to a worker after commit (spec steps 1-3)."""
+    if agent.status != Agent.Status.ACTIVE:
+        logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
+        raise InvalidInput(
+            f"Agent is {agent.status}; only active agents run.", code="agent_not_active",
+            details={"agent": [f"status is {agent.status}"]},
+        )
+    version = agent.current_version
+    if version is None:
+        raise InvalidInput("Agent has no deployed version.", code="no_deployed_version")
+    workspace = agent.workspace
+    with transaction.atomic():
+        execution = Execution.objects.create(
+            workspace=workspace, agent=agent, agent_version=version, trigger_type=trigger_type,
+            trigger_source=trigger_source, trigger_payload=payload if payload is not None else {},
+            trigger_id=trigger_id, parent_execution_id=parent_execution_id, requested_by=user,
+            input_prompt=input_prompt or "",
+        )
+        request = ExecutionRequest(
+            execution_id=execution.pk,
+            agent_config=agent_config_build(agent=agent, version=version),
+            user_context=user_context_build(user=user, workspace=workspace),
+            input_prompt=input_prompt or None,
+            trigger_context=TriggerContext(
+                trigger_type=trigger_type, trigger_source=trigger_source, trigger_payload=payload,
+                triggered_by=str(user.pk) if user else None, triggered_at=execution.queued_at,
+            ),
+            data_source_metadata=data_source_metadata_build(version=version),
+            conversation_history=memory_build(agent=agent),
+        )
+        state, detections = _new_state_screened(request)
+        execution.context = {
+            "request": state.request.model_dump(mode="json", by_alias=True),
+            "base_messages": state.base_messages,
+            "tool_schemas": state.tool_schemas,
+            "security_events": detections,
+        }
+        execution.save(update_fields=["context"])
+        if detections:
+            _security_event(execution, detections)
+        _queue_segment_on_commit(execution.pk)
+    return execution
+
+
+def _new_state_screened(request: ExecutionRequest):
+    if not settings.RIVER_PROMPT_INJECTION_DETECTION:
+        from executions.engine import context as ctxmod
+
+        state = RunState(request=request, base_messages=ctxmod.base_messages(request),
+                         tool_schemas=ctxmod.tool_schemas(request))
+        return state, []
+    return new_state(request)
+
+
+def _security_event(execution: Execution, detections: list[dict]) -> None:
+    logger.warning(
+        "security event: possible prompt injection in trigger payload of execution %s (%d span(s) sanitised)",
+        execution.pk, len(detections),
+    )
+    audit_record(
+        organization_id=execution.workspace.organization_id, workspace_id=execution.workspace_id,
+        event_type="prompt_injection_detected", execution_id=execution.pk, agent_id=execution.agent_id,
+        details={"detections": detections},
+    )
+
+
+def _queue_segment_on_commit(execution_id: int) -> None:
+    from executions.tasks import run_segment
+
+    transaction.on_commit(lambda: run_segment.delay(execution_id))
+
+
+# --- running a segment -----------------------------------------------------------------
+
+
+def execution_claim(*, execution_id: int) -> str | None:
+    """Compare-and-set: take the lease on a queued run, or a running one whose lease
+    expired. Returns the lease token, or None when another worker holds the run."""
+    token = uuid.uuid4().hex
+    now = timezone.now()
+    claimed = (
+        Execution.objects.filter(pk=execution_id)
+        .filter(Q(status=Execution.Status.QUEUED) | Q(status=Execution.Status.RUNNING, lease_expires_at__lt=now))
+        .update(
+            status=Execution.Status.RUNNING, lease_token=token,
+            lease_expires_at=now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
+            attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now),
+        )
+    )
+    return token if claimed == 1 else None
+
+
+def state_load(execution: Execution) -> RunState:
+    request = ExecutionRequest.model_validate(execution.context["request"])
+    steps = [step_from_row(row) for row in execution.steps.order_by("step_number")]
+    started = execution.started_at or execution.queued_at
+    return RunState.replay(
+        request=request, base_messages=execution.context["base_messages"],
+        tool_schemas=execution.context["tool_schemas"], steps=steps,
+        started_at_ms=int(started.timestamp() * 1000),
+    )
+
+
+class _LeaseHeartbeat:
+    """Renews the lease while a long model or tool call holds the segment."""
+
+    def __init__(self, execution_id: int, token: str):
+        self.execution_id = execution_id
+        self.token = token
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"lease-{execution_id}", daemon=True)
+
+    def _run(self) -> None:
+        interval = max(1.0, settings.RIVER_LEASE_SECONDS / 3)
+        try:
+            while not self.stop_event.wait(interval):
+                Execution.objects.filter(
+                    pk=self.execution_id, lease_token=self.token, status=Execution.Status.RUNNING
+                ).update(lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS))
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join(timeout=5)
+
+
+class _DurableHooks:
+    def __init__(self, execution: Execution):
+        self.execution = execution
+
+    def tool_context_extras(self) -> dict:
+        return {"workspace_id": self.execution.workspace_id}
+
+    def auto_approved(self, state, *, call_id, tool_name, arguments, condition) -> None:
+        audit_record(
+            organization_id=self.execution.workspace.organization_id, workspace_id=self.execution.workspace_id,
+            event_type="approval_auto_approved", execution_id=self.execution.pk, agent_id=self.execution.agent_id,
+            details={"tool_name": tool_name, "arguments": arguments, "condition": condition, "call_id": call_id},
+        )
+
+
+def llm_for_execution(execution: Execution):
+    from executions.engine.router import router_for_organization
+
+    return router_for_organization(organization_id=execution.workspace.organization_id)
+
+
+def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
+    """Run turns until the run ends or pauses. Safe to call twice: only the caller
+    that wins the lease runs; the other returns at once."""
+    token = execution_claim(execution_id=execution_id)
+    if token is None:
+        return None
+    execution = Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    if not state.steps:
+        journal.emit("run_started", {
+            "execution_id": execution.pk, "agent_id": str(execution.agent_id),
+            "trigger_type": execution.trigger_type, "started_at": execution.started_at.isoformat(),
+        })
+    engine = Engine(
+        llm=llm or llm_for_execution(execution), journal=journal, hooks=_DurableHooks(execution),
+        tool_thread_exit=lambda: connection.close(),
+    )
+    try:
+        with _LeaseHeartbeat(execution.pk, token):
+            outcome = engine.run(state)
+    except RunInterrupted:
+        logger.info("segment of execution %s stopped: cancelled or lease lost", execution_id)
+        return None
+    execution_segment_end(execution=execution, token=token, state=state, outcome=outcome)
+    return outcome.status.value
+
+
+def snapshot_build(state: RunState) -> dict:
+    return {
+        "messages": state.messages(),
+        "pending": state.pending.model_dump(mode="json") if state.pending else None,
+        "observations": [s.model_dump(mode="json") for s in state.steps if s.step_type == StepType.OBSERVATION],
+        "counters": {
+            "turn": state.turn, "tokens_input": state.tokens_input, "tokens_output": state.tokens_output,
+            "consecutive_stalls": state.consecutive_stalls, "call_counts": state.call_counts,
+            "tool_error_streak": state.tool_error_streak, "intent": state.intent,
+        },
+        "step_count": len(state.steps),
+    }
+
+
+def execution_segment_end(*, execution: Execution, token: str, state: RunState, outcome: Outcome) -> None:
+    status = _STATUS_FROM_RESPONSE[outcome.status]
+    response = response_build(state, outcome)
+    now = timezone.now()
+    with transaction.atomic():
+        row = Execution.objects.select_for_update().get(pk=execution.pk)
+        if row.lease_token != token or row.status != Execution.Status.RUNNING:
+            return  # cancelled meanwhile, or another worker took over
+        row.status = status
+        row.lease_token = ""
+        row.lease_expires_at = None
+        row.usage = response.usage.model_dump(mode="json")
+        fields = ["status", "lease_token", "lease_expires_at", "usage"]
+        seq = next_event_seq(row.pk)
+        events = []
+        if status in (Execution.Status.AWAITING_APPROVAL, Execution.Status.AWAITING_INTERACTION):
+            row.context_snapshot = snapshot_build(state)
+            fields.append("context_snapshot")
+            if status == Execution.Status.AWAITING_APPROVAL:
+                approval = _approval_open(row, state)
+                events.append(("approval_required", {
+                    "approval_id": str(approval.pk), "tool_name": approval.tool_name,
+                    "pending_since": approval.created_at.isoformat(),
+                }))
+        else:
+            row.result = response.result.model_dump(mode="json")
+            row.error = response.error.model_dump(mode="json") if response.error else None
+            row.finished_at = now
+            fields += ["result", "error", "finished_at"]
+            events.append(("run_completed", {
+                "status": status, "duration_ms": response.usage.execution_duration_ms,
+                "turns_used": state.turn, "final_output_summary": (state.final_answer or "")[:300],
+            }))
+        row.save(update_fields=fields)
+        rows = [ExecutionEvent(execution=row, seq=seq + i, event_type=t, payload=p) for i, (t, p) in enumerate(events)]
+        ExecutionEvent.objects.bulk_create(rows)
+        event_rows_publish(row, rows)
+        if row.is_terminal:
+            _post_process_on_commit(row.pk)
+
+
+def _approval_open(execution: Execution, state: RunState):
+    from governance.approvals import approval_request_open
+
+    pending = state.pending
+    rules = state.request.agent_config.approval_rules
+    return approval_request_open(
+        workspace_id=execution.workspace_id, execution_id=execution.pk, agent_id=execution.agent_id,
+        call_id=pending.call_id, payload=pending.approval.model_dump(mode="json"),
+        approver_roles=rules.approver_roles, escalation_timeout_minutes=rules.escalation_timeout_minutes,
+    )
+
+
+# --- resuming, cancelling --------------------------------------------------------------
+
+
+def _append_and_requeue(*, execution: Execution, expected_status: str, new_steps: list[Step]) -> None:
+    """Caller holds the execution row lock (select_for_update)."""
+    if execution.status != expected_status:
+        raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
+    ExecutionStep.objects.bulk_create([step_row(execution.pk, s) for s in new_steps])
+    execution.status = Execution.Status.QUEUED
+    execution.save(update_fields=["status"])
+    _queue_segment_on_commit(execution.pk)
+
+
+def execution_respond(*, execution: Execution, user, user_response) -> Execution:
+    """Answer an ask_user question and resume the run."""
+    with transaction.atomic():
+        row = Execution.objects.select_for_update().get(pk=execution.pk)
+        if row.status != Execution.Status.AWAITING_INTERACTION:
+            raise Conflict(f"Execution is {row.status}; it is not waiting for an answer.", code="invalid_state")
+        state = state_load(row)
+        pending = state.pending
+        if pending is None or pending.interaction is None:
+            raise Conflict("Execution has no open question.", code="invalid_state")
+        _validate_answer(pending.interaction, user_response)
+        body = {"user_response": user_response}
+        answer = Step(
+            step_number=state.next_step_number, step_type=StepType.OBSERVATION, turn=state.turn,
+            tool_name="ask_user", tool_category="interaction", call_id=pending.call_id, input=pending.arguments,
+            output={"result": body, "_dispatched": True, "summary": str(user_response)[:300],
+                    "answered_by": user.pk},
+            messages=[{"role": "tool", "tool_call_id": pending.call_id,
+                       "content": f"[Tool Result] Tool 'ask_user' returned: {_json(body)}"}],
+        )
+        _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_INTERACTION, new_steps=[answer])
+    return row
+
+
+def _json(value) -> str:
+    import json
+
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def _validate_answer(interaction, user_response) -> None:
+    empty = user_response is None or (isinstance(user_response, str) and not user_response.strip())
+    if interaction.required and empty:
+        raise InvalidInput("An answer is required.", details={"user_response": ["This question needs an answer."]})
+    if interaction.options and not empty:
+        chosen = user_response if isinstance(user_response, list) else [user_response]
+        unknown = [c for c in chosen if c not in interaction.options]
+        if unknown:
+            raise InvalidInput(
+                "The answer must be one of the offered options.",
+                details={"user_response": [f"{u!r} is not one of {interaction.options}" for u in unknown]},
+            )
+
+
+def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolution: dict) -> None:
+    """Record an approver's decision as a step and queue the resume. Runs inside the
+    caller's transaction, after the audit entry was written."""
+    row = Execution.objects.select_for_update().get(pk=execution_id)
+    if row.status != Execution.Status.AWAITING_APPROVAL:
+        raise Conflict(f"Execution is {row.status}; it is not waiting for approval.", code="invalid_state")
+    next_number = (row.steps.order_by("-step_number").values_list("step_number", flat=True).first() or 0) + 1
+    decision = Step(
+        step_number=next_number, step_type=StepType.GOVERNANCE_CHECK, turn=row.turn_count,
+        call_id=call_id, tool_name=resolution.get("tool_name"), status=StepStatus.COMPLETED,
+        governance_decision="PROCEED" if resolution["status"] != "rejected" else "BLOCKED",
+        output={"resolution": resolution},
+    )
+    _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
+    seq = next_event_seq(row.pk)
+    event = ExecutionEvent.objects.create(
+        execution=row, seq=seq, event_type="approval_resolved",
+        payload={"approval_id": resolution.get("approval_id"), "resolution": resolution["status"],
+                 "resolved_by": resolution.get("resolved_by")},
+    )
+    event_rows_publish(row, [event])
+
+
+def execution_cancel(*, execution: Execution, user) -> Execution:
+    with transaction.atomic():
+        row = Execution.objects.select_for_update().get(pk=execution.pk)
+        if row.is_terminal:
+            raise Conflict(f"Execution already ended ({row.status}).", code="invalid_state")
+        row.status = Execution.Status.CANCELLED
+        row.finished_at = timezone.now()
+        row.lease_token = ""
+        row.lease_expires_at = None
+        row.error = {"code": "CANCELLED", "message": f"Cancelled by {user.get_username()}", "recoverable": False,
+                     "details": {}}
+        row.save(update_fields=["status", "finished_at", "lease_token", "lease_expires_at", "error"])
+        from governance.approvals import approvals_close_for_execution
+
+        approvals_close_for_execution(execution_id=row.pk, reason="run cancelled")
+        event = ExecutionEvent.objects.create(
+            execution=row, seq=next_event_seq(row.pk), event_type="run_completed",
+            payload={"status": row.status, "turns_used": row.turn_count, "final_output_summary": "cancelled"},
+        )
+        event_rows_publish(row, [event])
+        _post_process_on_commit(row.pk)
+    return row
+
+
+def execution_end_expired(*, execution_id: int) -> None:
+    """The approval expired: the run ends ``approval_expired`` (caller audited it)."""
+    row = Execution.objects.select_for_update().get(pk=execution_id)
+    if row.status != Execution.Status.AWAITING_APPROVAL:
+        return
+    row.status = Execution.Status.APPROVAL_EXPIRED
+    row.finished_at = timezone.now()
+    row.error = {"code": "APPROVAL_EXPIRED", "message": "The approval request expired.", "recoverable": False,
+                 "details": {}}
+    row.save(update_fields=["status", "finished_at", "error"])
+    event = ExecutionEvent.objects.create(
+        execution=row, seq=next_event_seq(row.pk), event_type="run_completed",
+        payload={"status": row.status, "turns_used": row.turn_count, "final_output_summary": "approval expired"},
+    )
+    event_rows_publish(row, [event])
+    _post_process_on_commit(row.pk)
+
+
+# --- watchdog --------------------------------------------------------------------------
+
+
+def executions_requeue_stale(*, queued_grace_seconds: int = 120) -> list[int]:
+    """Runs whose worker died (lease expired) or whose task message was lost."""
+    now = timezone.now()
+    stale = list(
+        Execution.objects.filter(
+            Q(status=Execution.Status.RUNNING, lease_expires_at__lt=now)
+            | Q(status=Execution.Status.QUEUED, queued_at__lt=now - timedelta(seconds=queued_grace_seconds))
+        ).values_list("pk", flat=True)[:500]
+    )
+    from executions.tasks import run_segment
+
+    for execution_id in stale:
+        run_segment.delay(execution_id)
+    if stale:
+        logger.warning("watchdog re-queued %d execution(s): %s", len(stale), stale[:20])
+    return stale
+
+
+# --- post-execution processing -----------------------------------------------------------
+
+
+def _post_process_on_commit(execution_id: int) -> None:
+    from executions.tasks import post_process
+
+    transaction.on_commit(lambda: post_process.delay(execution_id))
+
+
+HEALTH_DEGRADED_AFTER = 3
+HEALTH_CRITICAL_AFTER = 5
+_SUCCESS = {Execution.Status.COMPLETED}
+_NEUTRAL = {Execution.Status.CANCELLED, Execution.Status.APPROVAL_EXPIRED}
+
+
+def execution_post_process(*, execution_id: int) -> bool:
+    """Spec step 9, exactly once per run: health, memory write-back (its own task),
+    notifications. Returns False when another call already did it."""
+    claimed = Execution.objects.filter(pk=execution_id, post_processed_at__isnull=True).filter(
+        status__in=Execution.TERMINAL
+    ).update(post_processed_at=timezone.now())
+    if claimed != 1:
+        return False
+    execution = Execution.objects.select_related("agent", "workspace", "agent_version").get(pk=execution_id)
+    agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk)
+    if execution.status == Execution.Status.COMPLETED:
+        from executions.tasks import write_memory
+
+        transaction.on_commit(lambda: write_memory.delay(execution_id))
+    _notify_outcome(execution)
+    return True
+
+
+def agent_health_update(*, agent_id, status: str, execution_id: int) -> None:
+    if status in _NEUTRAL:
+        return
+    with transaction.atomic():
+        agent = Agent.objects.select_for_update().select_related("workspace").get(pk=agent_id)
+        before = agent.health
+        if status in _SUCCESS:
+            agent.consecutive_failures = 0
+        else:
+            agent.consecutive_failures += 1
+        failures = agent.consecutive_failures
+        if failures >= HEALTH_CRITICAL_AFTER:
+            agent.health = Agent.Health.CRITICAL
+        elif failures >= HEALTH_DEGRADED_AFTER:
+            agent.health = Agent.Health.DEGRADED
+        else:
+            agent.health = Agent.Health.HEALTHY
+        agent.save(update_fields=["consecutive_failures", "health", "updated_at"])
+        if agent.health != before:
+            audit_record(
+                organization_id=agent.workspace.organization_id, workspace_id=agent.workspace_id,
+                event_type="agent_health_changed", agent_id=agent.pk, execution_id=execution_id,
+                details={"from": before, "to": agent.health, "consecutive_failures": failures},
+            )
+
+
+def _notify_outcome(execution: Execution) -> None:
+    config = execution.agent_version.notification_config or {}
+    if execution.status not in (config.get("notify_on") or []):
+        return
+    try:
+        from governance.notifications import notify_run_outcome
+    except ImportError:  # pragma: no cover - governance notifications ship with River
+        return
+    transaction.on_commit(lambda: notify_run_outcome(execution_id=execution.pk, workspace_id=execution.workspace_id,
+                                                     agent_name=execution.agent.name, status=execution.status,
+                                                     config=config))
+
+
+def memory_write(*, execution_id: int) -> AgentMemory | None:
+    """Long-term memory from a finished run: summarised, never the raw log."""
+    execution = Execution.objects.get(pk=execution_id)
+    result = execution.result or {}
+    steps = list(execution.steps.filter(step_type__in=["observation", "governance_check"]).order_by("step_number"))
+    learnings, flagged = [], []
+    for row in steps:
+        if row.step_type == "observation" and row.status == "failed" and row.tool_name:
+            learnings.append(f"{row.tool_name} failed: {row.error[:160]}")
+        if row.status == "blocked":
+            flagged.append(f"{row.tool_name or 'action'} was blocked: {(row.error or '')[:160]}")
+    summary = (result.get("summary") or "")[:1000]
+    memory, _ = AgentMemory.objects.update_or_create(
+        execution_id=execution.pk,
+        defaults={"agent_id": execution.agent_id, "summary": summary, "learnings": learnings[:10],
+                  "flagged_items": flagged[:10]},
+    )
+    return memory
+
+
+
+# --- approvals ---------------------------------------------------------------------------
+
+
+def execution_approval_resolve(
+    *, user, approval_id, status: str, modified_args: dict | None = None, comment: str = ""
+):
+    """Approve, reject or edit-and-approve a paused call, then resume its run.
+
+    Exactly once: the request row is locked and must still be pending; the audit
+    entry is written before the resume is queued (on commit)."""
+    import pydantic
+
+    from common.errors import pydantic_details
+    from executions.engine.tools import get_tool
+    from governance.approvals import approval_decide, approval_get_for_user
+
+    approval = approval_get_for_user(user=user, approval_id=approval_id)
+    if status == "edited_approved":
+        tool = get_tool(approval.tool_name)
+        if not modified_args:
+            raise InvalidInput("modified_args is required to edit.", details={"modified_args": ["required"]})
+        try:
+            modified_args = tool.input_model.model_validate(modified_args).model_dump(mode="json", exclude_none=True)
+        except pydantic.ValidationError as exc:
+            raise InvalidInput(
+                "The edited arguments do not fit the tool's schema.",
+                details={f"modified_args.{k}": v for k, v in pydantic_details(exc).items()},
+            ) from None
+    with transaction.atomic():
+        decided = approval_decide(
+            approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment
+        )
+        execution_resume_after_resolution(
+            execution_id=decided.execution_id, call_id=decided.tool_call_id,
+            resolution={**decided.resolution, "approval_id": str(decided.pk), "tool_name": decided.tool_name},
+        )
+    return decided
+
+
+def approvals_expire_due() -> int:
+    """Periodic: expire overdue requests and end their runs ``approval_expired``."""
+    from governance.approvals import approval_expire, approvals_overdue
+
+    expired = 0
+    for approval_id in approvals_overdue():
+        with transaction.atomic():
+            approval = approval_expire(approval_id=approval_id)
+            if approval is not None:
+                execution_end_expired(execution_id=approval.execution_id)
+                expired += 1
+    return expired

@@ -1,0 +1,144 @@
+"""The stateless driver: the spec's /api/v1/execute and /continue contract.
+
+The whole loop runs inside the request. A paused run comes back with a
+``serialized_state`` signed with SECRET_KEY, so a client can carry it but cannot
+alter the history or forge a pending approval.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.core import signing
+
+from common.errors import InvalidInput, NotFound, PermissionDenied
+from executions.engine.contracts import (
+    ContinuationRequest,
+    ContinuationType,
+    ExecutionRequest,
+    ExecutionResponse,
+    ResponseStatus,
+    Step,
+    StepStatus,
+    StepType,
+)
+from executions.engine.runner import Engine, MemoryJournal, new_state, response_build
+from executions.engine.state import RunState
+from tenancy.models import AccessToken, Workspace
+from tenancy.selectors import is_org_admin, workspace_permissions
+
+SALT = "river.execute.continue"
+STATE_MAX_AGE_SECONDS = 7 * 24 * 3600
+
+
+def _authorize(*, user, auth, request: ExecutionRequest) -> ExecutionRequest:
+    """Org admins of the request's organization, or service tokens of its members.
+    The run never gets more permissions than the caller holds in that workspace."""
+    ctx = request.user_context
+    workspace = Workspace.objects.filter(pk=ctx.workspace_id, organization_id=ctx.org_id).first()
+    if workspace is None:
+        raise NotFound("Workspace not found in that organization.")
+    is_service = isinstance(auth, AccessToken) and auth.kind == AccessToken.Kind.SERVICE
+    granted = workspace_permissions(user=user, workspace=workspace)
+    if not (is_org_admin(user=user, organization_id=ctx.org_id) or (is_service and granted)):
+        raise PermissionDenied("Only organization admins and service tokens may call the execute API.")
+    narrowed = request.model_copy(deep=True)
+    narrowed.user_context.permissions = sorted(set(ctx.permissions) & set(granted))
+    return narrowed
+
+
+def _sign(state: RunState) -> str:
+    steps = [s.model_dump(mode="json") | {"messages": s.messages} for s in state.steps]
+    body = {
+        "request": state.request.model_dump(mode="json", by_alias=True),
+        "base_messages": state.base_messages,
+        "tool_schemas": state.tool_schemas,
+        "steps": steps,
+        "started_at_ms": state.started_at_ms,
+    }
+    return signing.dumps(body, salt=SALT, compress=True)
+
+
+def _unsign(token: str) -> RunState:
+    try:
+        body = signing.loads(token, salt=SALT, max_age=STATE_MAX_AGE_SECONDS)
+    except signing.SignatureExpired:
+        raise InvalidInput("serialized_state has expired.", details={"serialized_state": ["expired"]}) from None
+    except signing.BadSignature:
+        raise InvalidInput(
+            "serialized_state was altered or not issued by this River.",
+            details={"serialized_state": ["invalid signature"]},
+        ) from None
+    return RunState.replay(
+        request=ExecutionRequest.model_validate(body["request"]), base_messages=body["base_messages"],
+        tool_schemas=body["tool_schemas"], steps=[Step.model_validate(s) for s in body["steps"]],
+        started_at_ms=body["started_at_ms"],
+    )
+
+
+def _run(state: RunState, llm) -> ExecutionResponse:
+    outcome = Engine(llm=llm, journal=MemoryJournal()).run(state)
+    response = response_build(state, outcome)
+    if outcome.status in (ResponseStatus.AWAITING_APPROVAL, ResponseStatus.AWAITING_INTERACTION):
+        response.serialized_state = _sign(state)
+    return response
+
+
+def _llm_for(org_id: int):
+    from executions.engine.router import router_for_organization
+
+    return router_for_organization(organization_id=org_id)
+
+
+def execute(*, user, auth, request: ExecutionRequest, llm=None) -> ExecutionResponse:
+    request = _authorize(user=user, auth=auth, request=request)
+    state, _detections = new_state(request)
+    return _run(state, llm or _llm_for(request.user_context.org_id))
+
+
+def execute_continue(*, user, auth, continuation: ContinuationRequest, llm=None) -> ExecutionResponse:
+    state = _unsign(continuation.serialized_state)
+    if state.request.execution_id != continuation.execution_id:
+        raise InvalidInput("execution_id does not match serialized_state.", details={"execution_id": ["mismatch"]})
+    _authorize(user=user, auth=auth, request=state.request)
+    pending = state.pending
+    if pending is None:
+        raise InvalidInput("This state is not paused.", details={"serialized_state": ["not paused"]})
+    if continuation.continuation_type == ContinuationType.APPROVAL_RESOLVED:
+        if pending.kind != "approval":
+            raise InvalidInput("The run is waiting for an answer, not an approval.",
+                               details={"continuation_type": ["expected interaction_response"]})
+        resolution = continuation.approval_resolution.model_dump(mode="json")
+        if resolution["status"] == "edited_approved":
+            from executions.engine.tools import get_tool
+
+            tool = get_tool(pending.tool_name)
+            try:
+                resolution["modified_args"] = tool.input_model.model_validate(
+                    resolution["modified_args"]).model_dump(mode="json", exclude_none=True)
+            except Exception as exc:  # noqa: BLE001 - reported as a field error
+                raise InvalidInput("modified_args do not fit the tool's schema.",
+                                   details={"approval_resolution.modified_args": [str(exc)[:500]]}) from None
+        state.apply(Step(
+            step_number=state.next_step_number, step_type=StepType.GOVERNANCE_CHECK, turn=state.turn,
+            call_id=pending.call_id, tool_name=pending.tool_name, status=StepStatus.COMPLETED,
+            governance_decision="BLOCKED" if resolution["status"] == "rejected" else "PROCEED",
+            output={"resolution": resolution},
+        ))
+    else:
+        if pending.kind != "interaction":
+            raise InvalidInput("The run is waiting for an approval, not an answer.",
+                               details={"continuation_type": ["expected approval_resolved"]})
+        from executions.services import _validate_answer
+
+        answer = continuation.interaction_response.user_response
+        _validate_answer(pending.interaction, answer)
+        body = {"user_response": answer}
+        state.apply(Step(
+            step_number=state.next_step_number, step_type=StepType.OBSERVATION, turn=state.turn,
+            tool_name="ask_user", tool_category="interaction", call_id=pending.call_id, input=pending.arguments,
+            output={"result": body, "_dispatched": True, "summary": str(answer)[:300]},
+            messages=[{"role": "tool", "tool_call_id": pending.call_id,
+                       "content": f"[Tool Result] Tool 'ask_user' returned: {json.dumps(body, default=str)}"}],
+        ))
+    return _run(state, llm or _llm_for(state.request.user_context.org_id))

@@ -1,0 +1,50 @@
+"""Celery entry points: each takes ids, calls one service, and is safe to run twice."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+logger = logging.getLogger("river.executions")
+
+
+@shared_task(name="executions.run_segment", acks_late=True, reject_on_worker_lost=True)
+def run_segment(execution_id: int) -> str | None:
+    from executions.services import execution_run_segment
+
+    return execution_run_segment(execution_id=execution_id)
+
+
+@shared_task(name="executions.watchdog")
+def watchdog() -> int:
+    from executions.services import executions_requeue_stale
+
+    return len(executions_requeue_stale())
+
+
+@shared_task(name="executions.post_process", acks_late=True)
+def post_process(execution_id: int) -> bool:
+    from executions.services import execution_post_process
+
+    return execution_post_process(execution_id=execution_id)
+
+
+@shared_task(name="executions.write_memory", acks_late=True)
+def write_memory(execution_id: int) -> bool:
+    """Best effort: a failure is logged and never changes the run's status."""
+    from executions.services import memory_write
+
+    try:
+        memory_write(execution_id=execution_id)
+    except Exception:  # noqa: BLE001 - memory is best-effort by design
+        logger.exception("memory write-back failed for execution %s (run status unchanged)", execution_id)
+        return False
+    return True
+
+
+@shared_task(name="executions.expire_approvals")
+def expire_approvals() -> int:
+    from executions.services import approvals_expire_due
+
+    return approvals_expire_due()
