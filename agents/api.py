@@ -1,3 +1,331 @@
-"""REST endpoints of this app (mounted under /api/v1/ by riverapp.urls)."""
+"""REST endpoints for agents and their versions (mounted under /api/v1/ by riverapp.urls).
 
-urlpatterns: list = []
+Views parse, authorize and call one service. Reads need membership of the agent's
+workspace (the selectors 404 otherwise); writes need ``agent:create`` there.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pydantic
+from django.urls import path
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.generics import GenericAPIView, ListAPIView
+from rest_framework.response import Response
+
+from agents import selectors, services
+from agents.models import Agent, AgentVersion
+from agents.types import (
+    ApprovalRules,
+    GovernanceLevel,
+    ModelConfig,
+    NotificationConfig,
+)
+from common.errors import InvalidInput, pydantic_details
+from tenancy.permissions import AGENT_CREATE
+from tenancy.selectors import require_permission, workspace_get_for_user
+
+# ---------------------------------------------------------------- fields
+
+
+class PydanticField(serializers.Field):
+    """A JSON object checked by a pydantic model; the validated value is the model."""
+
+    def __init__(self, schema: type[pydantic.BaseModel], **kwargs):
+        self.schema = schema
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        try:
+            return self.schema.model_validate(data)
+        except pydantic.ValidationError as exc:
+            raise serializers.ValidationError(pydantic_details(exc)) from None
+
+    def to_representation(self, value):
+        if isinstance(value, pydantic.BaseModel):
+            return value.model_dump(mode="json")
+        return value
+
+
+def _openapi_schema(model: type[pydantic.BaseModel]) -> dict:
+    """The model's JSON schema as an OpenAPI 3.0 schema: refs inlined, null as ``nullable``."""
+    raw = model.model_json_schema(mode="validation")
+    defs = raw.pop("$defs", {})
+
+    def convert(node):
+        if isinstance(node, list):
+            return [convert(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            return convert(copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]]))
+        node = {key: convert(value) for key, value in node.items()}
+        options = node.get("anyOf")
+        if options and {"type": "null"} in options:
+            rest = [option for option in options if option != {"type": "null"}]
+            node.pop("anyOf")
+            if len(rest) == 1:
+                node = {**rest[0], **node}
+            else:
+                node["anyOf"] = rest
+            node["nullable"] = True
+        return node
+
+    return convert(raw)
+
+
+class PydanticFieldSchema(OpenApiSerializerFieldExtension):
+    target_class = PydanticField
+
+    def map_serializer_field(self, auto_schema, direction):
+        return _openapi_schema(self.target.schema)
+
+
+class _StrictInput(serializers.Serializer):
+    """Refuses keys it does not know, so a typo or a read-only field is a 400, not ignored."""
+
+    refused_fields: dict[str, str] = {}
+
+    def validate(self, attrs):
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            raise serializers.ValidationError(
+                {key: [self.refused_fields.get(key, "Unknown or read-only field.")] for key in unknown}
+            )
+        return attrs
+
+
+# ---------------------------------------------------------------- serializers
+
+
+class AgentSerializer(serializers.ModelSerializer):
+    current_version = serializers.SerializerMethodField(help_text="Number of the deployed version.")
+
+    class Meta:
+        model = Agent
+        fields = [
+            "id",
+            "workspace",
+            "name",
+            "description",
+            "business_function",
+            "domain",
+            "owner",
+            "status",
+            "health",
+            "consecutive_failures",
+            "current_version",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_current_version(self, agent: Agent) -> int | None:
+        return agent.current_version.version if agent.current_version_id else None
+
+
+class AgentCreateSerializer(_StrictInput):
+    workspace = serializers.IntegerField()
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    business_function = serializers.ChoiceField(choices=Agent._meta.get_field("business_function").choices)
+    domain = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class AgentUpdateSerializer(_StrictInput):
+    refused_fields = {"status": "Use the activate, pause and archive endpoints to change the status."}
+
+    name = serializers.CharField(max_length=200, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    business_function = serializers.ChoiceField(
+        choices=Agent._meta.get_field("business_function").choices, required=False
+    )
+    domain = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+
+class AgentVersionSerializer(serializers.ModelSerializer):
+    model_config = PydanticField(ModelConfig, read_only=True)
+    approval_rules = PydanticField(ApprovalRules, read_only=True)
+    notification_config = PydanticField(NotificationConfig, read_only=True)
+    tools = serializers.ListField(child=serializers.CharField(), read_only=True)
+    data_sources = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta:
+        model = AgentVersion
+        fields = [
+            "id",
+            "agent",
+            "version",
+            "goal",
+            "instructions",
+            "system_prompt",
+            "action_level",
+            "governance_level",
+            "model_config",
+            "tools",
+            "approval_rules",
+            "notification_config",
+            "data_sources",
+            "created_by",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class AgentVersionCreateSerializer(_StrictInput):
+    goal = serializers.CharField()
+    instructions = serializers.CharField()
+    system_prompt = serializers.CharField(required=False, allow_blank=True, default="")
+    action_level = serializers.ChoiceField(choices=AgentVersion._meta.get_field("action_level").choices)
+    governance_level = serializers.ChoiceField(
+        choices=AgentVersion._meta.get_field("governance_level").choices,
+        required=False,
+        default=GovernanceLevel.STANDARD.value,
+    )
+    model_config = PydanticField(ModelConfig, required=False)
+    tools = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    approval_rules = PydanticField(ApprovalRules, required=False)
+    notification_config = PydanticField(NotificationConfig, required=False)
+    data_sources = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
+
+
+# ---------------------------------------------------------------- views
+
+AGENT_ID = OpenApiParameter("agent_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+VERSION = OpenApiParameter("version", OpenApiTypes.INT, OpenApiParameter.PATH, description="Version number")
+
+
+def _writable_agent(request, agent_id) -> Agent:
+    agent = selectors.agent_get_for_user(user=request.user, agent_id=agent_id)
+    require_permission(user=request.user, workspace=agent.workspace, permission=AGENT_CREATE)
+    return agent
+
+
+class AgentList(ListAPIView):
+    serializer_class = AgentSerializer
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", str, enum=Agent.Status.values),
+            OpenApiParameter("workspace", int),
+        ]
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        params = self.request.query_params
+        filters = {}
+        if "status" in params:
+            if params["status"] not in Agent.Status.values:
+                raise InvalidInput(
+                    "Unknown status.", details={"status": [f'"{params["status"]}" is not a valid choice.']}
+                )
+            filters["status"] = params["status"]
+        if "workspace" in params:
+            try:
+                filters["workspace_id"] = int(params["workspace"])
+            except ValueError:
+                raise InvalidInput(
+                    "workspace must be an id.", details={"workspace": ["A valid integer is required."]}
+                ) from None
+        return selectors.agents_for_user(user=self.request.user, **filters).order_by("name", "id")
+
+    @extend_schema(request=AgentCreateSerializer, responses={201: AgentSerializer})
+    def post(self, request):
+        data = AgentCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        workspace = workspace_get_for_user(user=request.user, workspace_id=values.pop("workspace"))
+        require_permission(user=request.user, workspace=workspace, permission=AGENT_CREATE)
+        agent = services.agent_create(workspace=workspace, owner=request.user, **values)
+        return Response(AgentSerializer(agent).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(parameters=[AGENT_ID])
+class AgentDetail(GenericAPIView):
+    serializer_class = AgentSerializer
+
+    def get(self, request, agent_id):
+        agent = selectors.agent_get_for_user(user=request.user, agent_id=agent_id)
+        return Response(AgentSerializer(agent).data)
+
+    @extend_schema(request=AgentUpdateSerializer, responses=AgentSerializer)
+    def patch(self, request, agent_id):
+        agent = _writable_agent(request, agent_id)
+        data = AgentUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        agent = services.agent_update(agent=agent, **data.validated_data)
+        return Response(AgentSerializer(agent).data)
+
+
+@extend_schema(parameters=[AGENT_ID])
+class AgentVersionList(ListAPIView):
+    serializer_class = AgentVersionSerializer
+
+    def get_queryset(self):
+        agent = selectors.agent_get_for_user(user=self.request.user, agent_id=self.kwargs["agent_id"])
+        return selectors.agent_versions(agent=agent)
+
+    @extend_schema(request=AgentVersionCreateSerializer, responses={201: AgentVersionSerializer})
+    def post(self, request, agent_id):
+        agent = _writable_agent(request, agent_id)
+        data = AgentVersionCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        config = dict(data.validated_data)
+        config["data_source_ids"] = config.pop("data_sources")
+        version = services.agent_version_create(agent=agent, actor=request.user, **config)
+        return Response(AgentVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(parameters=[AGENT_ID, VERSION])
+class AgentVersionDetail(GenericAPIView):
+    """Versions are immutable: there is no update or delete."""
+
+    serializer_class = AgentVersionSerializer
+
+    def get(self, request, agent_id, version):
+        agent = selectors.agent_get_for_user(user=request.user, agent_id=agent_id)
+        return Response(AgentVersionSerializer(selectors.agent_version_get(agent=agent, version=version)).data)
+
+
+@extend_schema(parameters=[AGENT_ID, VERSION], request=None, responses=AgentSerializer)
+class AgentVersionDeploy(GenericAPIView):
+    serializer_class = AgentSerializer
+
+    def post(self, request, agent_id, version):
+        agent = _writable_agent(request, agent_id)
+        agent_version = selectors.agent_version_get(agent=agent, version=version)
+        agent = services.agent_version_deploy(agent=agent, version=agent_version, actor=request.user)
+        return Response(AgentSerializer(agent).data)
+
+
+@extend_schema(parameters=[AGENT_ID], request=None, responses=AgentSerializer)
+class AgentLifecycle(GenericAPIView):
+    serializer_class = AgentSerializer
+    target: str = ""
+
+    def post(self, request, agent_id):
+        agent = _writable_agent(request, agent_id)
+        agent = services.agent_transition(agent=agent, target=self.target, actor=request.user)
+        return Response(AgentSerializer(agent).data)
+
+
+urlpatterns = [
+    path("agents/", AgentList.as_view(), name="agent-list"),
+    path("agents/<str:agent_id>/", AgentDetail.as_view(), name="agent-detail"),
+    path("agents/<str:agent_id>/versions/", AgentVersionList.as_view(), name="agent-version-list"),
+    path("agents/<str:agent_id>/versions/<str:version>/", AgentVersionDetail.as_view(), name="agent-version-detail"),
+    path(
+        "agents/<str:agent_id>/versions/<str:version>/deploy",
+        AgentVersionDeploy.as_view(),
+        name="agent-version-deploy",
+    ),
+    path("agents/<str:agent_id>/activate", AgentLifecycle.as_view(target=Agent.Status.ACTIVE), name="agent-activate"),
+    path("agents/<str:agent_id>/pause", AgentLifecycle.as_view(target=Agent.Status.PAUSED), name="agent-pause"),
+    path("agents/<str:agent_id>/archive", AgentLifecycle.as_view(target=Agent.Status.ARCHIVED), name="agent-archive"),
+]

@@ -40,7 +40,9 @@ def _authorize(*, user, auth, request: ExecutionRequest) -> ExecutionRequest:
         raise NotFound("Workspace not found in that organization.")
     is_service = isinstance(auth, AccessToken) and auth.kind == AccessToken.Kind.SERVICE
     granted = workspace_permissions(user=user, workspace=workspace)
-    if not (is_org_admin(user=user, organization_id=ctx.org_id) or (is_service and granted)):
+    if not granted:
+        raise NotFound("Workspace not found in that organization.")  # never confirm it exists
+    if not (is_org_admin(user=user, organization_id=ctx.org_id) or is_service):
         raise PermissionDenied("Only organization admins and service tokens may call the execute API.")
     narrowed = request.model_copy(deep=True)
     narrowed.user_context.permissions = sorted(set(ctx.permissions) & set(granted))

@@ -192,6 +192,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "AgentStatusEnum": "agents.models.Agent.Status",
+        "WorkspaceStatusEnum": "tenancy.models.Workspace.Status",
+        "ExecutionStatusEnum": "executions.models.Execution.Status",
+    },
 }
 
 # Celery: a run segment may hold a task for up to the hard limit, so the broker's

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 
 from common.errors import NotFound, PermissionDenied
-from tenancy.models import Membership, Organization, OrganizationMember, Workspace
+from tenancy.models import AccessToken, Membership, Organization, OrganizationMember, Workspace
 from tenancy.permissions import ALL_PERMISSIONS, ORG_ADMIN_ROLE, permissions_for_role
 
 
@@ -60,3 +60,8 @@ def require_permission(*, user, workspace: Workspace, permission: str) -> None:
     """Raise 403 unless the user holds ``permission`` in a workspace they can already see."""
     if permission not in workspace_permissions(user=user, workspace=workspace):
         raise PermissionDenied(f"You need the {permission} permission in this workspace.")
+
+
+def access_tokens_for_user(*, user) -> QuerySet[AccessToken]:
+    """The user's own tokens, newest first. Nobody lists another user's tokens."""
+    return AccessToken.objects.filter(user=user).order_by("-created_at", "-id")

@@ -84,3 +84,6 @@ def api_client_for():
         return client
 
     return make
+
+
+from tests.fakes.openai_server import fake_openai  # noqa: E402,F401 - shared fixture

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from agents.models import Agent, AgentVersion
-from executions.engine.llm import LLMReply, LLMToolCall
 from agents.types import Tier
+from executions.engine.llm import LLMReply, LLMToolCall
 
 
 def make_agent(

@@ -242,7 +242,7 @@ class Engine:
                 return self._turn_limit(state)
             last = state.steps[-1] if state.steps else None
             already_nudged = last is not None and (last.input or {}) == {"notice": ctxmod.NUDGE}
-            if state.consecutive_stalls and state.consecutive_stalls % STALL_LIMIT == 0 and not already_nudged:
+            if state.stalled_turns and state.stalled_turns % STALL_LIMIT == 0 and not already_nudged:
                 self._notice(state, ctxmod.NUDGE)
 
             outcome = self._reason(state)
@@ -598,7 +598,7 @@ def response_build(state: RunState, outcome: Outcome) -> ExecutionResponse:
         execution_duration_ms=max(0, int(time.time() * 1000) - state.started_at_ms),
     )
     usage.cost_incomplete = any(not m.cost_known for m in state.models_used.values())
-    usage.cost_estimate = round(sum(m.estimated_cost or 0.0 for m in state.models_used.values()), 6)
+    usage.cost_estimate = round(sum(m.estimated_cost or 0.0 for m in state.models_used.values()), 10)
     pending = state.pending
     return ExecutionResponse(
         execution_id=state.request.execution_id,

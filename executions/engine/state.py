@@ -230,6 +230,13 @@ class RunState(BaseModel):
         self.final_answer = output.get("answer", "")
 
     # --- views ---------------------------------------------------------------------
+    @property
+    def stalled_turns(self) -> int:
+        """Consecutive turns, including the latest finished one, whose tool calls
+        were all refused before dispatch."""
+        current = bool(self._calls_this_turn) and not self._dispatched_this_turn and not self.unfinished_calls()
+        return self.consecutive_stalls + (1 if current else 0)
+
     def unfinished_calls(self) -> list[LLMToolCall]:
         return [c for c in self.open_calls if c.id not in self.observed_calls and c.name != "finalize"]
 

@@ -1,0 +1,51 @@
+"""Reads for agents, always scoped to the caller's workspaces."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from django.db.models import QuerySet
+
+from agents.models import Agent, AgentVersion
+from common.errors import NotFound
+from datasources.models import DataSource
+from tenancy.selectors import workspaces_for_user
+
+
+def agents_for_user(*, user, status: str | None = None, workspace_id: int | None = None) -> QuerySet[Agent]:
+    agents = Agent.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related(
+        "current_version", "owner"
+    )
+    if status is not None:
+        agents = agents.filter(status=status)
+    if workspace_id is not None:
+        agents = agents.filter(workspace_id=workspace_id)
+    return agents
+
+
+def agent_get_for_user(*, user, agent_id) -> Agent:
+    """The agent if it lives in one of the user's workspaces; otherwise 404."""
+    try:
+        return agents_for_user(user=user).select_related("workspace").get(pk=uuid.UUID(str(agent_id)))
+    except (Agent.DoesNotExist, ValueError):
+        raise NotFound("Agent not found.") from None
+
+
+def agent_versions(*, agent: Agent) -> QuerySet[AgentVersion]:
+    return AgentVersion.objects.filter(agent=agent).prefetch_related("data_sources").order_by("-version")
+
+
+def agent_version_get(*, agent: Agent, version) -> AgentVersion:
+    """Version number ``version`` of an agent the caller already holds; otherwise 404."""
+    try:
+        return agent_versions(agent=agent).get(version=int(version))
+    except (AgentVersion.DoesNotExist, TypeError, ValueError):
+        raise NotFound(f"Version {version} of this agent not found.") from None
+
+
+def data_source_ids_outside_workspace(*, workspace_id: int, data_source_ids: Iterable[int]) -> list[int]:
+    """The ids among ``data_source_ids`` that are not data sources of the workspace."""
+    wanted = set(data_source_ids)
+    found = set(DataSource.objects.filter(workspace_id=workspace_id, pk__in=wanted).values_list("pk", flat=True))
+    return sorted(wanted - found)

@@ -1,0 +1,308 @@
+"""Writes for agents: create and edit, versions, deployment and the lifecycle.
+
+Callers authorize first (the API checks ``agent:create`` in the agent's workspace);
+these functions enforce the business rules that hold for every caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pydantic
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from agents.models import Agent, AgentVersion
+from agents.selectors import data_source_ids_outside_workspace
+from agents.types import (
+    TOOL_NAMES,
+    ActionLevel,
+    ApprovalRules,
+    BusinessFunction,
+    GovernanceLevel,
+    ModelConfig,
+    NotificationConfig,
+)
+from common.errors import Conflict, InvalidInput, pydantic_details
+from governance.audit import audit_record
+from governance.selectors import approval_channels_active
+from tenancy.models import Workspace
+
+_EDITABLE_FIELDS = ("name", "description", "domain", "business_function")
+
+
+def _check_choice(value: str, enum, field: str) -> str:
+    allowed = [member.value for member in enum]
+    if value not in allowed:
+        raise InvalidInput(
+            f"{field} must be one of {', '.join(allowed)}.", details={field: [f'"{value}" is not a valid choice.']}
+        )
+    return value
+
+
+def _refuse_if_archived(agent: Agent) -> None:
+    if agent.status == Agent.Status.ARCHIVED:
+        raise InvalidInput("This agent is archived and can no longer change.", code="agent_archived")
+
+
+def agent_create(
+    *,
+    workspace: Workspace,
+    owner,
+    name: str,
+    business_function: str,
+    domain: str = "",
+    description: str = "",
+) -> Agent:
+    if not name.strip():
+        raise InvalidInput("An agent needs a name.", details={"name": ["This field may not be blank."]})
+    _check_choice(business_function, BusinessFunction, "business_function")
+    return Agent.objects.create(
+        workspace=workspace,
+        owner=owner,
+        name=name.strip(),
+        business_function=business_function,
+        domain=domain,
+        description=description,
+    )
+
+
+def agent_update(
+    *,
+    agent: Agent,
+    name: str | None = None,
+    description: str | None = None,
+    domain: str | None = None,
+    business_function: str | None = None,
+) -> Agent:
+    """Change descriptive fields; ``None`` leaves a field as it is. Status has its own service."""
+    _refuse_if_archived(agent)
+    changes = {"name": name, "description": description, "domain": domain, "business_function": business_function}
+    changes = {field: value for field, value in changes.items() if value is not None}
+    if "name" in changes:
+        if not changes["name"].strip():
+            raise InvalidInput("An agent needs a name.", details={"name": ["This field may not be blank."]})
+        changes["name"] = changes["name"].strip()
+    if "business_function" in changes:
+        _check_choice(changes["business_function"], BusinessFunction, "business_function")
+    if not changes:
+        return agent
+    for field, value in changes.items():
+        setattr(agent, field, value)
+    agent.save(update_fields=[*changes, "updated_at"])
+    return agent
+
+
+@dataclass(frozen=True)
+class VersionSpec:
+    """A checked agent version configuration, ready to store."""
+
+    goal: str
+    instructions: str
+    system_prompt: str
+    action_level: str
+    governance_level: str
+    model_config: ModelConfig
+    tools: list[str]
+    approval_rules: ApprovalRules
+    notification_config: NotificationConfig
+    data_source_ids: list[int]
+
+
+def _parse(schema, value, field: str):
+    if value is None:
+        return schema()
+    if isinstance(value, schema):
+        return value
+    try:
+        return schema.model_validate(value)
+    except pydantic.ValidationError as exc:
+        raise InvalidInput(f"{field} is invalid.", details={field: pydantic_details(exc)}) from None
+
+
+def agent_version_spec(
+    *,
+    agent: Agent,
+    goal: str,
+    instructions: str,
+    action_level: str,
+    governance_level: str = GovernanceLevel.STANDARD,
+    system_prompt: str = "",
+    model_config: ModelConfig | dict | None = None,
+    tools: Sequence[str] = (),
+    approval_rules: ApprovalRules | dict | None = None,
+    notification_config: NotificationConfig | dict | None = None,
+    data_source_ids: Sequence[int] = (),
+) -> VersionSpec:
+    """Check a version configuration against the rules of River and the agent's workspace.
+
+    Raises InvalidInput whose details name the offending field. Shared by the API
+    and the admin so both refuse the same configurations.
+    """
+    _refuse_if_archived(agent)
+    errors: dict = {}
+    if not (goal or "").strip():
+        errors["goal"] = ["This field may not be blank."]
+    if not (instructions or "").strip():
+        errors["instructions"] = ["This field may not be blank."]
+    for value, enum, field in (
+        (action_level, ActionLevel, "action_level"),
+        (governance_level, GovernanceLevel, "governance_level"),
+    ):
+        try:
+            _check_choice(value, enum, field)
+        except InvalidInput as exc:
+            errors.update(exc.details)
+    parsed = {}
+    for value, schema, field in (
+        (model_config, ModelConfig, "model_config"),
+        (approval_rules, ApprovalRules, "approval_rules"),
+        (notification_config, NotificationConfig, "notification_config"),
+    ):
+        try:
+            parsed[field] = _parse(schema, value, field)
+        except InvalidInput as exc:
+            errors.update(exc.details)
+    tool_list = list(dict.fromkeys(tools))
+    unknown_tools = sorted(set(tool_list) - TOOL_NAMES)
+    if unknown_tools:
+        errors["tools"] = [f"Unknown tool: {name}." for name in unknown_tools]
+    rules = parsed.get("approval_rules")
+    if rules is not None:
+        not_allowed = sorted(set(rules.require_approval_for) - set(tool_list))
+        if not_allowed:
+            errors["approval_rules"] = {
+                "require_approval_for": [f"{name} is not among the version's tools." for name in not_allowed]
+            }
+    ds_ids = list(dict.fromkeys(data_source_ids))
+    foreign = data_source_ids_outside_workspace(workspace_id=agent.workspace_id, data_source_ids=ds_ids)
+    if foreign:
+        errors["data_sources"] = [f"Data source {pk} is not in this agent's workspace." for pk in foreign]
+    if errors:
+        raise InvalidInput("The agent version is invalid.", details=errors)
+    return VersionSpec(
+        goal=goal.strip(),
+        instructions=instructions.strip(),
+        system_prompt=system_prompt or "",
+        action_level=action_level,
+        governance_level=governance_level,
+        model_config=parsed["model_config"],
+        tools=tool_list,
+        approval_rules=parsed["approval_rules"],
+        notification_config=parsed["notification_config"],
+        data_source_ids=ds_ids,
+    )
+
+
+def agent_version_create(*, agent: Agent, actor, **config) -> AgentVersion:
+    """Store a new immutable version numbered one above the agent's latest.
+
+    ``config`` takes the keyword arguments of ``agent_version_spec``. The agent row
+    is locked while numbering so concurrent creates get consecutive numbers.
+    """
+    spec = agent_version_spec(agent=agent, **config)
+    with transaction.atomic():
+        Agent.objects.select_for_update().only("pk").get(pk=agent.pk)
+        latest = AgentVersion.objects.filter(agent=agent).aggregate(latest=Max("version"))["latest"] or 0
+        try:
+            with transaction.atomic():
+                version = AgentVersion.objects.create(
+                    agent=agent,
+                    version=latest + 1,
+                    goal=spec.goal,
+                    instructions=spec.instructions,
+                    system_prompt=spec.system_prompt,
+                    action_level=spec.action_level,
+                    governance_level=spec.governance_level,
+                    model_config=spec.model_config.model_dump(mode="json"),
+                    tools=spec.tools,
+                    approval_rules=spec.approval_rules.model_dump(mode="json"),
+                    notification_config=spec.notification_config.model_dump(mode="json"),
+                    created_by=actor if getattr(actor, "pk", None) else None,
+                )
+        except IntegrityError:
+            raise Conflict("Another version was created at the same time; retry.") from None
+        if spec.data_source_ids:
+            version.data_sources.set(spec.data_source_ids)
+    return version
+
+
+def _require_approval_channel(*, agent: Agent, version: AgentVersion) -> None:
+    if version.action_level == ActionLevel.ACT_WITH_APPROVAL and not approval_channels_active(
+        workspace_id=agent.workspace_id
+    ):
+        raise InvalidInput(
+            "This agent acts with approval, but the workspace has no active approval notification channel.",
+            code="no_approval_channel",
+            details={"action_level": [ActionLevel.ACT_WITH_APPROVAL.value]},
+        )
+
+
+def agent_version_deploy(*, agent: Agent, version: AgentVersion, actor) -> Agent:
+    """Make ``version`` the one new runs use.
+
+    An active agent may only switch to an act_with_approval version while the
+    workspace has an approval channel, the same rule as activation.
+    """
+    if version.agent_id != agent.pk:
+        raise InvalidInput("That version belongs to another agent.", details={"version": ["Not this agent's."]})
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update(of=("self",)).select_related("workspace").get(pk=agent.pk)
+        _refuse_if_archived(locked)
+        if locked.status == Agent.Status.ACTIVE:
+            _require_approval_channel(agent=locked, version=version)
+        previous = locked.current_version.version if locked.current_version_id else None
+        locked.current_version = version
+        locked.save(update_fields=["current_version", "updated_at"])
+        audit_record(
+            organization_id=locked.workspace.organization_id,
+            workspace_id=locked.workspace_id,
+            event_type="agent_version_deployed",
+            actor=actor,
+            agent_id=locked.pk,
+            details={"version": version.version, "previous_version": previous},
+        )
+    return locked
+
+
+def agent_transition(*, agent: Agent, target: str, actor) -> Agent:
+    """Move the agent along its lifecycle (Agent.TRANSITIONS) and audit the move.
+
+    Activation needs a deployed version, and for act_with_approval versions an
+    active approval channel in the workspace: otherwise runs would wait for an
+    approval nobody is told about.
+    """
+    _check_choice(target, Agent.Status, "status")
+    with transaction.atomic():
+        locked = (
+            Agent.objects.select_for_update(of=("self",))
+            .select_related("workspace", "current_version")
+            .get(pk=agent.pk)
+        )
+        source = locked.status
+        if not locked.can_transition_to(target):
+            raise InvalidInput(
+                f"An agent cannot go from {source} to {target}.",
+                code="invalid_transition",
+                details={"from": source, "to": target},
+            )
+        if target == Agent.Status.ACTIVE:
+            if locked.current_version is None:
+                raise InvalidInput(
+                    "Deploy a version before activating the agent.",
+                    code="no_deployed_version",
+                    details={"current_version": ["No version is deployed."]},
+                )
+            _require_approval_channel(agent=locked, version=locked.current_version)
+        locked.status = target
+        locked.save(update_fields=["status", "updated_at"])
+        audit_record(
+            organization_id=locked.workspace.organization_id,
+            workspace_id=locked.workspace_id,
+            event_type="agent_lifecycle_changed",
+            actor=actor,
+            agent_id=locked.pk,
+            details={"from": source, "to": target},
+        )
+    return locked

@@ -1,0 +1,121 @@
+from django import forms
+from django.contrib import admin
+
+from common.crypto import encrypt_text
+from common.errors import InvalidInput
+from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
+from executions.providers import provider_models_parse
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    """Run records are written by the engine only; the admin views them."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class ExecutionStepInline(admin.TabularInline):
+    model = ExecutionStep
+    fields = ["step_number", "turn", "step_type", "tool_name", "status", "governance_decision", "duration_ms"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Execution)
+class ExecutionAdmin(_ReadOnlyAdmin):
+    list_display = ["id", "agent", "workspace", "status", "trigger_type", "turn_count", "cost_usd", "queued_at"]
+    list_filter = ["status", "trigger_type", "workspace"]
+    search_fields = ["id", "agent__name", "input_prompt", "requested_by__username"]
+    date_hierarchy = "queued_at"
+    inlines = [ExecutionStepInline]
+
+
+@admin.register(ExecutionStep)
+class ExecutionStepAdmin(_ReadOnlyAdmin):
+    list_display = ["execution", "step_number", "turn", "step_type", "tool_name", "status", "created_at"]
+    list_filter = ["step_type", "status", "governance_decision"]
+    search_fields = ["execution__id", "tool_name", "call_id"]
+    list_select_related = ["execution"]
+
+
+@admin.register(ExecutionEvent)
+class ExecutionEventAdmin(_ReadOnlyAdmin):
+    list_display = ["execution", "seq", "event_type", "created_at"]
+    list_filter = ["event_type"]
+    search_fields = ["execution__id", "event_type"]
+    list_select_related = ["execution"]
+
+
+class HttpsURLField(forms.URLField):
+    """A URL typed without a scheme is taken as https (Django 6's default, chosen now)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("assume_scheme", "https")
+        super().__init__(**kwargs)
+
+
+class LLMProviderForm(forms.ModelForm):
+    """The key is write-only: never rendered back; a blank field keeps the stored one."""
+
+    api_key = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Leave blank to keep the current key.",
+    )
+    clear_api_key = forms.BooleanField(required=False, help_text="Remove the stored key.")
+
+    class Meta:
+        model = LLMProvider
+        fields = [
+            "organization",
+            "provider_name",
+            "api_key",
+            "clear_api_key",
+            "base_url",
+            "tier_models",
+            "priority",
+            "max_retries",
+            "timeout_seconds",
+            "rate_limit_rpm",
+            "enabled",
+        ]
+        field_classes = {"base_url": HttpsURLField}
+        labels = {"tier_models": "Models"}
+        help_texts = {"tier_models": 'Tier -> model id, e.g. {"fast": "openai/gpt-4o-mini"}.'}
+
+    def clean_tier_models(self):
+        try:
+            return provider_models_parse(self.cleaned_data.get("tier_models"))
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.details.get("models") or exc.message) from None
+
+
+@admin.register(LLMProvider)
+class LLMProviderAdmin(admin.ModelAdmin):
+    form = LLMProviderForm
+    list_display = ["provider_name", "organization", "priority", "enabled", "has_api_key", "created_at"]
+    list_filter = ["enabled", "provider_name", "organization"]
+    search_fields = ["provider_name", "base_url", "organization__name"]
+
+    @admin.display(boolean=True, description="API key set")
+    def has_api_key(self, obj) -> bool:
+        return bool(obj.api_key_encrypted)
+
+    def save_model(self, request, obj, form, change):
+        if form.cleaned_data.get("clear_api_key"):
+            obj.api_key_encrypted = ""
+        elif form.cleaned_data.get("api_key"):
+            obj.api_key_encrypted = encrypt_text(form.cleaned_data["api_key"])
+        super().save_model(request, obj, form, change)

@@ -1,0 +1,274 @@
+"""RiverCore: the multi-LLM router over litellm.
+
+litellm does the calling (one client for every provider, request and response
+translation, tool call parsing, exception mapping, price data). River adds what
+litellm lacks: the tier -> model choice per provider, the shared health window,
+and the order in which providers are tried. Failover and the per-provider retry
+are a short loop here rather than litellm's ``fallbacks`` / ``num_retries``: the
+order changes per call with provider health, every attempt must land in the
+health window with its own outcome and latency, and litellm's synchronous retries
+also repeat timeouts (its per-exception retry policy has no 5xx setting there),
+while a timeout has already spent the turn's budget and must fail over instead.
+5xx and rate limits are retried ``max_retries`` times on the same provider with a
+short backoff; timeouts, connection errors and auth/not-found errors fail over at
+once; a 400/422 (the request itself is wrong) is reported without failover.
+
+Providers come from the organization's ``LLMProvider`` rows; without any, from
+``RIVER_LLM_MODEL`` / ``RIVER_LLM_BASE_URL`` / ``RIVER_LLM_API_KEY`` (one model
+for every tier); without those, from the built-in offline planner, which is a
+litellm custom provider and so takes the same path as a real model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import litellm
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from agents.types import Tier
+from executions.engine import offline
+from executions.engine.llm import LLMError, LLMErrorKind, LLMReply, LLMToolCall
+from executions.engine.provider_health import provider_health_get, provider_health_record
+
+logger = logging.getLogger("river.router")
+litellm.suppress_debug_info = True  # River logs failures itself; no banners on stdout
+
+TIER_FALLBACK = (Tier.BALANCED, Tier.FAST, Tier.CODING, Tier.REASONING)
+RETRYABLE = frozenset({"server_error", "rate_limited"})
+RETRY_BACKOFF_SECONDS = 0.25
+
+
+class ProviderConfig(BaseModel):
+    """One provider as the router uses it (the spec's provider configuration)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    models: dict[Tier, str] = Field(min_length=1)  # tier -> litellm model id
+    api_key: SecretStr | None = None
+    base_url: str | None = None
+    priority: int = 1  # lower is preferred
+    max_retries: int = Field(default=2, ge=0)
+    health_key: str = ""  # cache key of the health window; defaults to name
+
+    @property
+    def window(self) -> str:
+        return self.health_key or self.name
+
+    def model_for(self, tier: Tier) -> tuple[str, Tier]:
+        """The model for a tier, falling back to balanced, then any tier it has."""
+        for candidate in (tier, *TIER_FALLBACK):
+            if candidate in self.models:
+                return self.models[candidate], candidate
+        raise LookupError(self.name)  # unreachable: models is never empty
+
+
+def _litellm_model(model: str, base_url: str | None) -> str:
+    """A bare model name served from a base URL is an OpenAI-compatible server."""
+    if base_url and "/" not in model:
+        return f"openai/{model}"
+    return model
+
+
+def model_cost(*, model: str, input_tokens: int, output_tokens: int) -> float | None:
+    """USD from litellm's bundled price map; None when the model has no price.
+    The configured model name is priced, not the name a server reports about
+    itself, so a local server calling itself "gpt-4o" is not billed as OpenAI."""
+    attempts = [{"model": model}]
+    if "/" in model:
+        prefix, name = model.split("/", 1)
+        attempts.insert(0, {"model": name, "custom_llm_provider": prefix})
+    for kwargs in attempts:
+        try:
+            prompt_cost, completion_cost = litellm.cost_per_token(
+                prompt_tokens=input_tokens, completion_tokens=output_tokens, **kwargs
+            )
+        except Exception:  # noqa: BLE001 - litellm raises plain Exception for unmapped models
+            continue
+        return float(prompt_cost) + float(completion_cost)
+    return None
+
+
+def _failure_kind(exc: Exception) -> str | None:
+    """Why an attempt failed, or None when the request itself is at fault (no
+    other provider would accept it either)."""
+    if isinstance(exc, litellm.Timeout):
+        return "timeout"
+    if isinstance(exc, litellm.ContextWindowExceededError | litellm.BadRequestError |
+                  litellm.UnprocessableEntityError):
+        return None
+    if isinstance(exc, litellm.APIConnectionError):
+        return "connection_error"
+    if isinstance(exc, litellm.RateLimitError):
+        return "rate_limited"
+    if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError):
+        return "misconfigured"
+    return "server_error"
+
+
+def _parse_tool_calls(raw_calls) -> list[LLMToolCall]:
+    calls = []
+    for index, raw in enumerate(raw_calls or []):
+        function = raw.function
+        text = function.arguments or ""
+        try:
+            arguments = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:
+            arguments = None
+        if isinstance(arguments, dict):
+            calls.append(LLMToolCall(id=raw.id or f"call_{index}", name=function.name or "", arguments=arguments))
+        else:  # invalid JSON: the runner's argument validation reports it to the model
+            calls.append(LLMToolCall(id=raw.id or f"call_{index}", name=function.name or "", arguments={},
+                                     raw_arguments=text))
+    return calls
+
+
+class Router:
+    """``LLMClient`` over a list of providers."""
+
+    def __init__(self, providers: list[ProviderConfig], *, sleep=time.sleep):
+        if not providers:
+            raise ValueError("a router needs at least one provider")
+        self.providers = list(providers)
+        self.sleep = sleep
+
+    def ordered(self) -> list[ProviderConfig]:
+        """Healthy providers by priority, then degraded ones, least degraded first
+        (so when every provider is degraded the least degraded is tried first)."""
+        health = provider_health_get(providers=[p.window for p in self.providers])
+        return sorted(
+            self.providers,
+            key=lambda p: (health[p.window].degraded, health[p.window].degradation, p.priority),
+        )
+
+    def complete(self, *, messages: list[dict], tools: list[dict], tier: Tier, timeout_seconds: float) -> LLMReply:
+        failures: list[dict] = []
+        for provider in self.ordered():
+            model, served_tier = provider.model_for(tier)
+            retries = 0
+            while True:
+                started = time.monotonic()
+                try:
+                    response = self._call(provider, model, messages, tools, timeout_seconds)
+                except Exception as exc:  # noqa: BLE001 - every litellm failure is classified below
+                    latency = (time.monotonic() - started) * 1000
+                    kind = _failure_kind(exc)
+                    if kind is None:
+                        raise LLMError(LLMErrorKind.BAD_RESPONSE, f"{provider.name} rejected the request: {exc}",
+                                       {"provider": provider.name, "model": model}) from exc
+                    provider_health_record(provider=provider.window, latency_ms=latency, ok=False)
+                    logger.warning("provider %s (%s) failed: %s", provider.name, model, kind)
+                    if kind in RETRYABLE and retries < provider.max_retries:
+                        retries += 1
+                        self.sleep(RETRY_BACKOFF_SECONDS * retries)
+                        continue
+                    failures.append({"provider": provider.name, "model": model, "error": kind,
+                                     "attempts": retries + 1, "message": str(exc)[:300]})
+                    break
+                latency = (time.monotonic() - started) * 1000
+                provider_health_record(provider=provider.window, latency_ms=latency, ok=True)
+                return self._reply(response, provider, model, served_tier, messages, int(latency))
+        if failures and all(f["error"] == "timeout" for f in failures):
+            # Every provider was merely slow: a turn error the runner retries (with
+            # escalation), not an outage.
+            raise LLMError(
+                LLMErrorKind.TIMEOUT,
+                f"No provider answered within {timeout_seconds:g} s.",
+                {"attempts": failures},
+            )
+        raise LLMError(
+            LLMErrorKind.PROVIDER_UNAVAILABLE,
+            "Every configured model provider failed: "
+            + "; ".join(f"{f['provider']} ({f['error']})" for f in failures),
+            {"attempts": failures},
+        )
+
+    def _call(self, provider: ProviderConfig, model: str, messages, tools, timeout_seconds: float):
+        kwargs: dict = {
+            "model": _litellm_model(model, provider.base_url),
+            "messages": messages,
+            "timeout": timeout_seconds,
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if tools:
+            kwargs["tools"] = tools
+        if provider.base_url:
+            kwargs["api_base"] = provider.base_url
+        if provider.api_key is not None:
+            kwargs["api_key"] = provider.api_key.get_secret_value()
+        elif provider.base_url:
+            kwargs["api_key"] = "not-needed"  # local servers (vLLM, Ollama) accept any key
+        return litellm.completion(**kwargs)
+
+    @staticmethod
+    def _reply(response, provider: ProviderConfig, model: str, tier: Tier, messages, latency_ms: int) -> LLMReply:
+        choice = response.choices[0] if response.choices else None
+        message = choice.message if choice is not None else None
+        content = getattr(message, "content", None)
+        calls = _parse_tool_calls(getattr(message, "tool_calls", None))
+        usage = getattr(response, "usage", None)
+        input_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        output_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        if not input_tokens:
+            input_tokens = litellm.token_counter(model=model, messages=messages)
+        return LLMReply(
+            content=content,
+            tool_calls=calls,
+            model=model,
+            provider=provider.name,
+            tier=tier,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=model_cost(model=model, input_tokens=input_tokens, output_tokens=output_tokens),
+            latency_ms=latency_ms,
+        )
+
+
+def offline_provider() -> ProviderConfig:
+    offline.ensure_registered()
+    return ProviderConfig(
+        name=offline.PROVIDER, models={tier: offline.MODEL for tier in Tier}, health_key=offline.PROVIDER
+    )
+
+
+def providers_for_organization(*, organization_id: int) -> list[ProviderConfig]:
+    """The organization's enabled providers, else the settings' quick-start model,
+    else the offline planner."""
+    from django.conf import settings
+
+    from common.crypto import decrypt_text
+    from executions.models import LLMProvider
+
+    rows = LLMProvider.objects.filter(organization_id=organization_id, enabled=True).order_by("priority", "id")
+    providers = []
+    for row in rows:
+        tiers = {t.value for t in Tier}
+        models = {Tier(tier): name for tier, name in (row.tier_models or {}).items() if tier in tiers and name}
+        if not models:
+            logger.warning("provider %s of organization %s has no tier models; skipped", row.provider_name,
+                           organization_id)
+            continue
+        key = decrypt_text(row.api_key_encrypted) if row.api_key_encrypted else None
+        providers.append(ProviderConfig(
+            name=row.provider_name, models=models, api_key=SecretStr(key) if key else None,
+            base_url=row.base_url or None, priority=row.priority, max_retries=row.max_retries,
+            health_key=f"org{organization_id}:{row.provider_name}",
+        ))
+    if providers:
+        return providers
+    if settings.RIVER_LLM_MODEL:
+        key = settings.RIVER_LLM_API_KEY
+        return [ProviderConfig(
+            name="default", models={tier: settings.RIVER_LLM_MODEL for tier in Tier},
+            api_key=SecretStr(key) if key else None, base_url=settings.RIVER_LLM_BASE_URL,
+            health_key="settings:default",
+        )]
+    return [offline_provider()]
+
+
+def router_for_organization(*, organization_id: int) -> Router:
+    return Router(providers_for_organization(organization_id=organization_id))

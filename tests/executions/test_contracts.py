@@ -1,0 +1,95 @@
+import json
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from agents.types import TOOL_NAMES
+from executions.engine.contracts import (
+    ContinuationRequest,
+    ExecutionRequest,
+    ExecutionResponse,
+    GenerateAgentRequest,
+)
+from executions.engine.tools import all_tools
+
+EXAMPLE = json.loads((Path(__file__).parent / "example_execution_request.json").read_text())
+
+
+def test_spec_example_request_validates_unchanged():
+    request = ExecutionRequest.model_validate(EXAMPLE)
+    assert request.agent_config.model_settings.max_turns == 15
+    assert request.agent_config.approval_rules.require_approval_for == ["write_back"]
+    dumped = request.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    assert dumped["agent_config"]["model_config"] == EXAMPLE["agent_config"]["model_config"]
+    assert dumped["data_source_metadata"][0]["schemas"][0]["table_name"] == "tickets"
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("agent_config", "action_level"), "yolo"),
+        (("agent_config", "business_function"), "astrology"),
+        (("trigger_context", "trigger_type"), "telepathy"),
+        (("user_context", "org_id"), "twelve"),
+    ],
+)
+def test_bad_enum_or_type_names_the_field(path, value):
+    bad = json.loads(json.dumps(EXAMPLE))
+    bad[path[0]][path[1]] = value
+    with pytest.raises(pydantic.ValidationError) as exc:
+        ExecutionRequest.model_validate(bad)
+    locations = [".".join(map(str, e["loc"])) for e in exc.value.errors()]
+    assert ".".join(path) in locations
+
+
+def test_missing_required_field_is_named():
+    bad = json.loads(json.dumps(EXAMPLE))
+    del bad["agent_config"]["goal"]
+    with pytest.raises(pydantic.ValidationError) as exc:
+        ExecutionRequest.model_validate(bad)
+    assert ("agent_config", "goal") in [e["loc"] for e in exc.value.errors()]
+
+
+def test_continuation_requires_matching_payload():
+    with pytest.raises(pydantic.ValidationError, match="approval_resolution is required"):
+        ContinuationRequest.model_validate(
+            {"execution_id": 1, "continuation_type": "approval_resolved", "serialized_state": "x"}
+        )
+    with pytest.raises(pydantic.ValidationError, match="modified_args is required"):
+        ContinuationRequest.model_validate({
+            "execution_id": 1, "continuation_type": "approval_resolved", "serialized_state": "x",
+            "approval_resolution": {"status": "edited_approved", "resolved_by": "7"},
+        })
+
+
+def test_response_status_enum_matches_spec():
+    statuses = ExecutionResponse.model_json_schema()["$defs"]["ResponseStatus"]["enum"]
+    assert set(statuses) == {"success", "failed", "awaiting_approval", "awaiting_interaction",
+                             "max_turns_exceeded", "budget_exceeded", "timeout"}
+
+
+def test_generate_agent_spec_example_validates():
+    GenerateAgentRequest.model_validate({
+        "prompt": "Create an agent that monitors Zendesk tickets and drafts responses for high-priority issues",
+        "user_context": {"user_id": 4421, "org_id": 12, "workspace_id": 37, "roles": ["org_editor"],
+                         "permissions": ["agent:create", "data_source:view"]},
+        "available_data_sources": [{"data_source_id": 14, "name": "Zendesk Production", "type": "zendesk",
+                                    "description": "Primary customer support desk"}],
+        "available_tools": ["classify_intent", "execute_query", "write_back", "ask_user"],
+        "workspace_templates": [],
+    })
+
+
+def test_registry_holds_exactly_the_seventeen_spec_tools():
+    registry = {name for name in all_tools() if not name.startswith(("test_", "smoke_", "approval_test", "durable_"))}
+    assert registry == set(TOOL_NAMES)
+    assert len(TOOL_NAMES) == 17
+
+
+def test_every_tool_schema_is_function_calling_format():
+    for tool in all_tools().values():
+        schema = tool.function_schema()
+        assert schema["type"] == "function"
+        assert schema["function"]["name"] == tool.name
+        assert schema["function"]["parameters"]["type"] == "object"
