@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion
 from agents.types import MemoryEntry
-from common.errors import Conflict, InvalidInput
+from common.errors import Conflict, InvalidInput, PermissionDenied
 from executions.engine.contracts import (
     AgentConfig,
     DataSourceMetadata,
@@ -577,16 +577,29 @@ def agent_health_update(*, agent_id, status: str, execution_id: int) -> None:
 
 
 def _notify_outcome(execution: Execution) -> None:
-    config = execution.agent_version.notification_config or {}
-    if execution.status not in (config.get("notify_on") or []):
+    """Per the agent version's notification_config: which outcomes, which channels.
+    Sent after commit; a failing channel is logged and never touches the run."""
+    from agents.types import NotificationConfig
+
+    config = NotificationConfig.model_validate(execution.agent_version.notification_config or {})
+    if execution.status not in config.notify_on or not config.channels:
         return
-    try:
-        from governance.notifications import notify_run_outcome
-    except ImportError:  # pragma: no cover - governance notifications ship with River
-        return
-    transaction.on_commit(lambda: notify_run_outcome(execution_id=execution.pk, workspace_id=execution.workspace_id,
-                                                     agent_name=execution.agent.name, status=execution.status,
-                                                     config=config))
+    from governance.notifications import notify_run_outcome
+
+    kwargs = {
+        "workspace_id": execution.workspace_id, "execution_id": execution.pk, "agent_name": execution.agent.name,
+        "status": execution.status, "channels": list(config.channels), "recipients": list(config.recipients),
+        "summary": ((execution.result or {}).get("summary") or "")[:500],
+        "user_ids": [execution.requested_by_id] if execution.requested_by_id else [],
+    }
+
+    def send() -> None:
+        try:
+            notify_run_outcome(**kwargs)
+        except Exception:  # noqa: BLE001 - a notification never changes a finished run
+            logger.exception("outcome notification for execution %s failed", execution.pk)
+
+    transaction.on_commit(send)
 
 
 def memory_write(*, execution_id: int) -> AgentMemory | None:
@@ -624,12 +637,20 @@ def execution_approval_resolve(
 
     from common.errors import pydantic_details
     from executions.engine.tools import get_tool
-    from governance.approvals import approval_decide, approval_get_for_user
+    from governance.approvals import approval_decide, approval_get_for_user, may_resolve
 
     approval = approval_get_for_user(user=user, approval_id=approval_id)
+    if not may_resolve(user=user, approval=approval):
+        # Checked again under the row lock; here so a non-approver learns 403, not 400.
+        raise PermissionDenied("Your role may not resolve this approval request.")
+    if approval.status != approval.Status.PENDING:
+        raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")
     if status == "edited_approved":
         tool = get_tool(approval.tool_name)
-        if not modified_args:
+        if tool is None:
+            raise Conflict(f"Tool {approval.tool_name!r} is no longer available; approve or reject instead.",
+                           code="tool_unavailable")
+        if not isinstance(modified_args, dict) or not modified_args:
             raise InvalidInput("modified_args is required to edit.", details={"modified_args": ["required"]})
         try:
             modified_args = tool.input_model.model_validate(modified_args).model_dump(mode="json", exclude_none=True)
@@ -638,6 +659,8 @@ def execution_approval_resolve(
                 "The edited arguments do not fit the tool's schema.",
                 details={f"modified_args.{k}": v for k, v in pydantic_details(exc).items()},
             ) from None
+    else:
+        modified_args = None  # only an edit carries arguments
     with transaction.atomic():
         decided = approval_decide(
             approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment

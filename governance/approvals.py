@@ -6,6 +6,7 @@ run's resume is queued (the resume is queued on commit by the caller).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import timedelta
 
@@ -19,6 +20,8 @@ from governance.models import ApprovalRequest
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
 from tenancy.selectors import workspace_permissions, workspace_roles, workspaces_for_user
+
+logger = logging.getLogger(__name__)
 
 
 def approval_request_open(
@@ -60,18 +63,33 @@ def approval_request_open(
     return approval
 
 
-def _notify(approval_id) -> None:
+def _notify(approval_id, *, reminder: bool = False) -> None:
+    """Queue the approvers' notification. Runs after commit; a broker outage is logged
+    and never fails the run or the sweep that opened or reminded the request."""
     from governance.tasks import notify_approval
 
-    notify_approval.delay(str(approval_id))
+    try:
+        notify_approval.delay(str(approval_id), reminder=reminder)
+    except Exception:  # noqa: BLE001 - notifications are best effort by contract
+        logger.exception("could not queue the %s for approval %s",
+                         "reminder" if reminder else "notification", approval_id)
+
+
+def _resolver_roles(*, user, workspace) -> set[str]:
+    """The user's roles in the workspace if they hold ``approval:resolve`` there, else none."""
+    if APPROVAL_RESOLVE not in workspace_permissions(user=user, workspace=workspace):
+        return set()
+    return set(workspace_roles(user=user, workspace=workspace))
+
+
+def _role_allows(roles: set[str], approval: ApprovalRequest) -> bool:
+    return ORG_ADMIN_ROLE in roles or bool(roles & set(approval.approver_roles or []))
 
 
 def may_resolve(*, user, approval: ApprovalRequest) -> bool:
-    workspace = approval.workspace
-    roles = set(workspace_roles(user=user, workspace=workspace))
-    if APPROVAL_RESOLVE not in workspace_permissions(user=user, workspace=workspace):
-        return False
-    return ORG_ADMIN_ROLE in roles or bool(roles & set(approval.approver_roles or []))
+    """Workspace members holding approval:resolve whose role is one of the request's
+    approver roles; organization admins always."""
+    return _role_allows(_resolver_roles(user=user, workspace=approval.workspace), approval)
 
 
 def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool = False) -> QuerySet:
@@ -79,7 +97,13 @@ def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool
     if status:
         qs = qs.filter(status=status)
     if resolvable_only:
-        allowed = [a.pk for a in qs if may_resolve(user=user, approval=a)]
+        roles_by_workspace: dict[int, set[str]] = {}
+        allowed = []
+        for approval in qs:
+            if approval.workspace_id not in roles_by_workspace:
+                roles_by_workspace[approval.workspace_id] = _resolver_roles(user=user, workspace=approval.workspace)
+            if _role_allows(roles_by_workspace[approval.workspace_id], approval):
+                allowed.append(approval.pk)
         qs = qs.filter(pk__in=allowed)
     return qs.order_by("-created_at")
 
@@ -187,10 +211,30 @@ def approvals_overdue() -> list:
 
 
 def approvals_needing_reminder(*, before_minutes: int) -> list:
-    soon = timezone.now() + timedelta(minutes=before_minutes)
-    return list(
-        ApprovalRequest.objects.filter(
-            status=ApprovalRequest.Status.PENDING, reminder_sent_at__isnull=True, expires_at__lte=soon,
-            expires_at__gt=timezone.now(),
-        ).values_list("pk", flat=True)[:500]
-    )
+    """Pending requests within ``before_minutes`` of expiry and past half their life.
+
+    The second condition keeps a short-lived request (timeout shorter than twice the
+    window) from being "reminded" right after its first notification."""
+    now = timezone.now()
+    soon = now + timedelta(minutes=before_minutes)
+    rows = ApprovalRequest.objects.filter(
+        status=ApprovalRequest.Status.PENDING, reminder_sent_at__isnull=True, expires_at__lte=soon,
+        expires_at__gt=now,
+    ).values_list("pk", "created_at", "expires_at")[:500]
+    return [pk for pk, created, expires in rows if expires - now <= (expires - created) / 2]
+
+
+def approval_remind(*, approval_id) -> bool:
+    """Claim the single reminder of a pending request and notify its approvers after
+    commit. Compare-and-set, so two overlapping sweeps send it once."""
+    claimed = ApprovalRequest.objects.filter(
+        pk=approval_id, status=ApprovalRequest.Status.PENDING, reminder_sent_at__isnull=True
+    ).update(reminder_sent_at=timezone.now())
+    if claimed != 1:
+        return False
+    transaction.on_commit(lambda: _notify(approval_id, reminder=True))
+    return True
+
+
+def approvals_remind_due(*, before_minutes: int) -> int:
+    return sum(1 for pk in approvals_needing_reminder(before_minutes=before_minutes) if approval_remind(approval_id=pk))

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from tests.executions import engine_support as support
 from tenancy.models import AccessToken
 from tenancy.services import token_issue
+from tests.executions import engine_support as support
 
 
 @pytest.fixture(autouse=True)

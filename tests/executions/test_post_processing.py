@@ -1,0 +1,168 @@
+"""Post-execution processing (spec 000 step 9): once per run; memory write-back in
+its own task whose failure never changes the run; health over consecutive runs,
+audited on change; outcome notifications per the agent's notification config."""
+
+from __future__ import annotations
+
+import logging
+from unittest import mock
+
+import pytest
+
+from agents.models import Agent, AgentMemory
+from executions import services, tasks
+from executions.engine.llm import LLMError, LLMErrorKind
+from executions.models import Execution
+from governance.models import AuditLogEntry, Notification
+from tests.factories import ScriptedLLM, make_agent, text_reply
+
+pytestmark = pytest.mark.django_db
+
+
+def finish(agent, user, *, fail: bool = False) -> Execution:
+    """Drive one real run to its end: the model answers, or its provider is down."""
+    reply = LLMError(LLMErrorKind.PROVIDER_UNAVAILABLE, "provider down") if fail else text_reply("All good.")
+    execution = services.execution_start(agent=agent, user=user, input_prompt="Check the queue")
+    services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([reply]))
+    execution.refresh_from_db()
+    assert execution.status == (Execution.Status.FAILED if fail else Execution.Status.COMPLETED)
+    return execution
+
+
+@pytest.fixture
+def agent(workspace, owner):
+    return make_agent(workspace=workspace, owner=owner, name="Queue watcher")
+
+
+def test_a_finished_segment_queues_post_processing_after_commit(agent, owner, django_capture_on_commit_callbacks):
+    execution = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+
+    with mock.patch.object(tasks.post_process, "delay") as delay, django_capture_on_commit_callbacks(execute=True):
+        services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("Done.")]))
+
+    delay.assert_called_once_with(execution.pk)
+
+
+def test_post_processing_runs_exactly_once(agent, owner, django_capture_on_commit_callbacks):
+    execution = finish(agent, owner)
+
+    with mock.patch.object(tasks.write_memory, "delay") as write_memory, \
+            django_capture_on_commit_callbacks(execute=True):
+        assert tasks.post_process(execution.pk) is True
+        execution.refresh_from_db()
+        first_stamp = execution.post_processed_at
+        assert tasks.post_process(execution.pk) is False
+
+    write_memory.assert_called_once_with(execution.pk)
+    execution.refresh_from_db()
+    assert first_stamp is not None and execution.post_processed_at == first_stamp
+
+
+def test_a_paused_run_is_not_post_processed(agent, owner):
+    execution = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+
+    assert services.execution_post_process(execution_id=execution.pk) is False
+    execution.refresh_from_db()
+    assert execution.post_processed_at is None
+
+
+def test_memory_write_back_stores_a_summary(agent, owner):
+    execution = finish(agent, owner)
+
+    assert tasks.write_memory(execution.pk) is True
+
+    memory = AgentMemory.objects.get(execution_id=execution.pk)
+    assert memory.agent_id == agent.pk and memory.summary == "All good."
+
+
+def test_memory_write_back_failure_leaves_the_run_completed_and_is_logged(
+    agent, owner, caplog, django_capture_on_commit_callbacks
+):
+    execution = finish(agent, owner)
+    caplog.set_level(logging.ERROR, logger="river.executions")
+
+    # The whole chain: post_process queues write_memory, which runs here and fails.
+    with mock.patch("executions.services.memory_write", side_effect=RuntimeError("memory store unavailable")), \
+            mock.patch.object(tasks.write_memory, "delay", side_effect=tasks.write_memory) as write_memory, \
+            django_capture_on_commit_callbacks(execute=True):
+        assert tasks.post_process(execution.pk) is True
+
+    assert write_memory.call_count == 1
+    execution.refresh_from_db()
+    assert execution.status == Execution.Status.COMPLETED
+    assert execution.post_processed_at is not None
+    assert not AgentMemory.objects.filter(execution_id=execution.pk).exists()
+    assert any("memory write-back failed" in r.getMessage() and str(execution.pk) in r.getMessage()
+               for r in caplog.records)
+
+
+def test_health_degrades_after_three_failures_goes_critical_at_five_and_one_success_resets(agent, owner):
+    seen = []
+    for _ in range(5):
+        services.execution_post_process(execution_id=finish(agent, owner, fail=True).pk)
+        agent.refresh_from_db()
+        seen.append((agent.health, agent.consecutive_failures))
+
+    assert seen == [
+        (Agent.Health.HEALTHY, 1), (Agent.Health.HEALTHY, 2), (Agent.Health.DEGRADED, 3),
+        (Agent.Health.DEGRADED, 4), (Agent.Health.CRITICAL, 5),
+    ]
+
+    services.execution_post_process(execution_id=finish(agent, owner).pk)
+    agent.refresh_from_db()
+    assert (agent.health, agent.consecutive_failures) == (Agent.Health.HEALTHY, 0)
+
+    changes = AuditLogEntry.objects.filter(event_type="agent_health_changed", agent_id=agent.pk).order_by("seq")
+    assert [(e.details["from"], e.details["to"]) for e in changes] == [
+        ("healthy", "degraded"), ("degraded", "critical"), ("critical", "healthy"),
+    ]
+    assert all(e.execution_id for e in changes)
+
+
+def test_cancelled_runs_do_not_count_towards_health(agent, owner):
+    for _ in range(2):
+        services.execution_post_process(execution_id=finish(agent, owner, fail=True).pk)
+    cancelled = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+    services.execution_cancel(execution=cancelled, user=owner)
+
+    assert services.execution_post_process(execution_id=cancelled.pk) is True
+    agent.refresh_from_db()
+    assert (agent.health, agent.consecutive_failures) == (Agent.Health.HEALTHY, 2)
+    services.execution_post_process(execution_id=finish(agent, owner, fail=True).pk)
+    agent.refresh_from_db()
+    assert agent.health == Agent.Health.DEGRADED
+
+
+def test_outcome_notification_follows_the_agents_notification_config(
+    workspace, owner, django_capture_on_commit_callbacks
+):
+    agent = make_agent(workspace=workspace, owner=owner, name="Noisy",
+                       notification_config={"channels": ["in_app"], "notify_on": ["failed"]})
+    failed = finish(agent, owner, fail=True)
+    completed = finish(agent, owner)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.execution_post_process(execution_id=failed.pk)
+        services.execution_post_process(execution_id=completed.pk)
+
+    notes = Notification.objects.filter(user=owner)
+    assert [n.url for n in notes] == [f"/runs/{failed.pk}/"]
+    assert "failed" in notes[0].title
+
+
+def test_a_failing_outcome_notification_never_breaks_post_processing(
+    workspace, owner, caplog, django_capture_on_commit_callbacks
+):
+    agent = make_agent(workspace=workspace, owner=owner, notification_config={"channels": ["in_app"]})
+    failed = finish(agent, owner, fail=True)
+    caplog.set_level(logging.ERROR, logger="river.executions")
+
+    with mock.patch("governance.notifications.notify_run_outcome", side_effect=RuntimeError("smtp down")), \
+            django_capture_on_commit_callbacks(execute=True):
+        assert services.execution_post_process(execution_id=failed.pk) is True
+
+    failed.refresh_from_db()
+    assert failed.status == Execution.Status.FAILED
+    agent.refresh_from_db()
+    assert agent.consecutive_failures == 1
+    assert any("outcome notification" in r.getMessage() for r in caplog.records)
