@@ -10,12 +10,12 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from telemetry.events import event_publish
 
 from executions.engine.contracts import Step
 from executions.engine.runner import RunInterrupted
 from executions.engine.state import RunState
 from executions.models import Execution, ExecutionEvent, ExecutionStep
+from telemetry.events import events_publish
 
 
 def step_row(execution_id: int, step: Step) -> ExecutionStep:
@@ -65,12 +65,11 @@ def step_from_row(row: ExecutionStep) -> Step:
 
 def event_rows_publish(execution: Execution, rows: list[ExecutionEvent]) -> None:
     """Call inside the transaction that inserts ``rows``: they go out after commit."""
-    for row in rows:
-        event_publish(
-            workspace_id=execution.workspace_id,
-            execution_id=execution.pk,
-            event={"type": row.event_type, "seq": row.seq, "execution_id": execution.pk, **row.payload},
-        )
+    events_publish(
+        workspace_id=execution.workspace_id,
+        execution_id=execution.pk,
+        events=[{"type": row.event_type, "seq": row.seq, "execution_id": execution.pk, **row.payload} for row in rows],
+    )
 
 
 def next_event_seq(execution_id: int) -> int:

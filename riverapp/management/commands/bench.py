@@ -1,0 +1,374 @@
+"""``manage.py bench``: what a durable turn costs River, on PostgreSQL.
+
+Runs durable executions of 15 turns through ``execution_run_segment`` with a
+zero-latency in-process model (a cheap tool call on turns 1-14, a final answer on
+turn 15) and a trivial reasoning tool, and measures in the same process:
+
+- per-turn orchestration overhead: the wall time of a turn minus the time spent
+  inside the model and inside the tool handler (so it holds the step bookkeeping,
+  the thread hop to the tool, the journal flush and its COMMIT, event publishing
+  and prompt assembly), against one raw ``INSERT ... COMMIT`` of a step-sized row
+  made with psycopg on a scratch table in the same database;
+- SQL statements per turn, counted on the segment's connection with
+  ``connection.execute_wrapper`` (BEGIN is implicit in psycopg and COMMIT is a
+  protocol call, so neither passes the wrapper: commits are counted separately);
+- bytes written per turn: the WAL generated between the first statement of a
+  turn's transaction and its COMMIT (``pg_current_wal_insert_lsn()`` read on a
+  second connection), plus the on-disk size of the step rows of that turn.
+
+Timing runs and WAL runs are separate, so the LSN probes never inflate the times.
+The bench creates its database if needed (the one DATABASE_URL names), migrates
+it, keeps its own organization and agent, and deletes its runs when done.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from contextlib import ExitStack, contextmanager
+from unittest import mock
+
+import psycopg
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.test.utils import override_settings
+from pydantic import BaseModel, ConfigDict
+
+from agents.models import Agent, AgentVersion
+from executions import tasks
+from executions.engine.llm import LLMReply, LLMToolCall
+from executions.engine.tools import Tool, ToolCategory, get_tool, register
+from executions.models import Execution, ExecutionStep
+from executions.services import execution_run_segment, execution_start
+from tenancy.models import Membership, Organization, Workspace
+from tenancy.permissions import Role
+
+TURNS = 15
+TOOL_NAME = "bench_note"
+SLUG = "river-bench"
+TARGET_OVERHEAD_RATIO = 3.0
+TARGET_STATEMENTS = 5
+TARGET_GROWTH = 1.2
+
+
+class NoteInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    note: str
+
+
+class NoteOutput(BaseModel):
+    note: str
+
+
+TOOL_SPANS: list[tuple[float, float]] = []
+
+
+def _note(ctx, args: NoteInput) -> NoteOutput:
+    started = time.perf_counter()
+    out = NoteOutput(note=args.note)
+    TOOL_SPANS.append((started, time.perf_counter()))
+    return out
+
+
+def _tool() -> Tool:
+    return get_tool(TOOL_NAME) or register(Tool(
+        name=TOOL_NAME, description="Benchmark tool: echoes a note (no I/O).", category=ToolCategory.REASONING,
+        input_model=NoteInput, output_model=NoteOutput, handler=_note, permission=None,
+    ))
+
+
+class StubModel:
+    """Zero-latency LLMClient: one tool call per turn, a final answer on the last."""
+
+    def __init__(self, turns: int):
+        self.turns = turns
+        self.spans: list[tuple[float, float]] = []
+
+    def complete(self, *, messages, tools, tier, timeout_seconds) -> LLMReply:
+        started = time.perf_counter()
+        turn = len(self.spans) + 1
+        if turn < self.turns:
+            reply = LLMReply(tool_calls=[LLMToolCall(id=f"call_{turn}", name=TOOL_NAME,
+                                                     arguments={"note": f"turn {turn}"})],
+                             model="bench-stub", provider="bench", tier=tier, input_tokens=60, output_tokens=12,
+                             cost_usd=0.0)
+        else:
+            reply = LLMReply(content="Finished after the planned turns.", model="bench-stub", provider="bench",
+                             tier=tier, input_tokens=60, output_tokens=12, cost_usd=0.0)
+        self.spans.append((started, time.perf_counter()))
+        return reply
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _lsn(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+class Probe:
+    """Watches the segment's connection: statements (and, with ``wal``, the WAL
+    bytes of each transaction) with their times, and every COMMIT."""
+
+    def __init__(self, side: psycopg.Connection | None):
+        self.side = side
+        self.statements: list[tuple[float, str]] = []
+        self.commits: list[float] = []
+        self.transactions: list[tuple[float, int]] = []  # (commit time, WAL bytes)
+        self._lsn_before: int | None = None
+
+    def _wal_now(self) -> int:
+        return _lsn(self.side.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0])
+
+    def __call__(self, execute, sql, params, many, context):
+        if self.side is not None and self._lsn_before is None and not connection.get_autocommit():
+            self._lsn_before = self._wal_now()
+        self.statements.append((time.perf_counter(), sql))
+        return execute(sql, params, many, context)
+
+    @contextmanager
+    def watching(self):
+        real_commit = connection.commit
+
+        def commit():
+            real_commit()
+            now = time.perf_counter()
+            self.commits.append(now)
+            if self.side is not None and self._lsn_before is not None:
+                self.transactions.append((now, self._wal_now() - self._lsn_before))
+            self._lsn_before = None
+
+        connection.commit = commit
+        try:
+            with connection.execute_wrapper(self):
+                yield self
+        finally:
+            del connection.commit
+
+
+def _verb(sql: str) -> str:
+    """``INSERT executions_executionstep`` for a statement, for the report."""
+    words = [w.strip('"') for w in sql.split()]
+    upper = [w.upper() for w in words]
+    verb = upper[0] if upper else "?"
+    for keyword in {"INSERT": "INTO", "SELECT": "FROM", "DELETE": "FROM"}.get(verb, ""), "UPDATE":
+        if keyword and keyword in upper[: len(upper) - 1]:
+            return f"{verb} {words[upper.index(keyword) + 1]}"
+    return verb
+
+
+class Command(BaseCommand):
+    help = "Benchmark durable 15-turn runs on PostgreSQL: per-turn overhead, SQL statements, WAL bytes."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser):
+        parser.add_argument("--runs", type=int, default=40, help="timed runs (after 3 warm-up runs)")
+        parser.add_argument("--wal-runs", type=int, default=15, help="runs that measure WAL bytes")
+        parser.add_argument("--raw-commits", type=int, default=600,
+                            help="raw INSERT ... COMMIT samples, taken between the timed runs")
+
+    def handle(self, *args, runs, wal_runs, raw_commits, **options):
+        if connection.vendor != "postgresql":
+            raise CommandError("The benchmark needs PostgreSQL: set DATABASE_URL to a postgres:// URL.")
+        self._ensure_database()
+        call_command("migrate", verbosity=0, interactive=False)
+        agent, user = self._fixtures()
+        with ExitStack() as stack:
+            # This process drives the segments itself; nothing is handed to workers.
+            for task in (tasks.run_segment, tasks.post_process, tasks.write_memory):
+                stack.enter_context(mock.patch.object(task, "delay", lambda *a, **k: None))
+            stack.enter_context(override_settings(DEBUG=False))  # no query log in the timings
+            try:
+                self._report(agent, user, runs=runs, wal_runs=wal_runs, raw_commits=raw_commits)
+            finally:
+                Execution.objects.filter(agent=agent).delete()
+
+    # --- setup -------------------------------------------------------------------
+    def _params(self, dbname: str | None = None) -> dict:
+        db = connection.settings_dict
+        params = {"host": db["HOST"] or "127.0.0.1", "port": db["PORT"] or 5432, "user": db["USER"],
+                  "dbname": dbname or db["NAME"]}
+        if db.get("PASSWORD"):
+            params["password"] = db["PASSWORD"]
+        return params
+
+    def _ensure_database(self) -> None:
+        name = connection.settings_dict["NAME"]
+        with psycopg.connect(**self._params("postgres"), autocommit=True) as admin:
+            exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+            if not exists:
+                admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+                self.stdout.write(f"created database {name}")
+
+    def _fixtures(self) -> tuple[Agent, object]:
+        _tool()
+        org, _ = Organization.objects.get_or_create(slug=SLUG, defaults={"name": "River benchmark"})
+        workspace, _ = Workspace.objects.get_or_create(organization=org, slug=SLUG, defaults={"name": "Benchmark"})
+        user, _ = get_user_model().objects.get_or_create(username="river-bench")
+        Membership.objects.get_or_create(workspace=workspace, user=user, defaults={"role": Role.ADMIN})
+        agent = Agent.objects.filter(workspace=workspace, name="Benchmark agent").first()
+        if agent is None:
+            agent = Agent.objects.create(workspace=workspace, name="Benchmark agent", business_function="operations",
+                                         domain="Benchmark", owner=user, status=Agent.Status.ACTIVE)
+            version = AgentVersion.objects.create(
+                agent=agent, version=1, goal="Take notes.", instructions="Note each step, then finish.",
+                action_level="automated", model_config={"max_turns": TURNS}, tools=[TOOL_NAME],
+                approval_rules={"require_approval_for": [], "approver_roles": ["admin"],
+                                "auto_approve_conditions": [], "escalation_timeout_minutes": 60},
+            )
+            agent.current_version = version
+            agent.save(update_fields=["current_version"])
+        return agent, user
+
+    # --- one run ---------------------------------------------------------------------
+    def _one_run(self, agent, user, side: psycopg.Connection | None) -> dict:
+        execution = execution_start(agent=agent, user=user, input_prompt="Take fifteen notes.")
+        model = StubModel(TURNS)
+        TOOL_SPANS.clear()
+        probe = Probe(side)
+        with probe.watching():
+            started = time.perf_counter()
+            status = execution_run_segment(execution_id=execution.pk, llm=model)
+            ended = time.perf_counter()
+        if status != "success" or len(model.spans) != TURNS or len(TOOL_SPANS) != TURNS - 1:
+            raise CommandError(f"benchmark run {execution.pk} ended {status!r} after {len(model.spans)} turns")
+        starts = [s for s, _ in model.spans]
+        bounds = [*starts, ended]
+        turns = []
+        for index in range(TURNS):
+            low, high = bounds[index], bounds[index + 1]
+            model_time = model.spans[index][1] - model.spans[index][0]
+            tool_time = TOOL_SPANS[index][1] - TOOL_SPANS[index][0] if index < TURNS - 1 else 0.0
+            statements = [sql for at, sql in probe.statements if low <= at < high]
+            commits = [at for at in probe.commits if low <= at < high]
+            wal = [size for at, size in probe.transactions if low <= at < high]
+            if index == TURNS - 1:  # the last window also holds the segment's end: keep the turn's own flush
+                first_commit = commits[0] if commits else high
+                statements = [sql for at, sql in probe.statements if low <= at <= first_commit]
+                commits, wal = commits[:1], wal[:1]
+            turns.append({
+                "overhead": (high - low) - model_time - tool_time, "statements": statements,
+                "commits": len(commits), "wal": sum(wal),
+            })
+        last_commit = [at for at in probe.commits if at >= starts[-1]]
+        tail = ended - last_commit[0] if last_commit else 0.0
+        turns[-1]["overhead"] -= tail  # the segment-end bookkeeping is reported on its own
+        row_bytes = self._row_bytes(execution.pk)
+        return {"turns": turns, "start": starts[0] - started, "end": tail, "row_bytes": row_bytes}
+
+    @staticmethod
+    def _row_bytes(execution_id: int) -> dict[int, int]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT turn, sum(pg_column_size(s.*)) FROM executions_executionstep s "
+                "WHERE execution_id = %s GROUP BY turn", [execution_id],
+            )
+            return {turn: int(size) for turn, size in cursor.fetchall()}
+
+    # --- raw commit ------------------------------------------------------------------
+    @contextmanager
+    def _raw_committer(self, payload: str):
+        """``sample(n)`` times n raw INSERT ... COMMITs of a step-sized row on a
+        scratch table shaped like the step table (primary key + unique pair)."""
+        with psycopg.connect(**self._params()) as raw:
+            raw.execute(
+                "CREATE TABLE IF NOT EXISTS bench_raw_commit (id bigserial PRIMARY KEY, execution_id bigint NOT NULL,"
+                " step_number integer NOT NULL, step_type varchar(30) NOT NULL, payload jsonb,"
+                " created_at timestamptz NOT NULL DEFAULT now(), UNIQUE (execution_id, step_number))"
+            )
+            raw.execute("TRUNCATE bench_raw_commit")
+            raw.commit()
+            numbers = iter(range(1, 10**9))
+
+            def sample(count: int) -> list[float]:
+                times = []
+                for _ in range(count):
+                    started = time.perf_counter()
+                    raw.execute(
+                        "INSERT INTO bench_raw_commit (execution_id, step_number, step_type, payload)"
+                        " VALUES (%s, %s, %s, %s)", [1, next(numbers), "observation", payload],
+                    )
+                    raw.commit()
+                    times.append(time.perf_counter() - started)
+                return times
+
+            try:
+                yield sample
+            finally:
+                raw.rollback()
+                raw.execute("DROP TABLE IF EXISTS bench_raw_commit")
+                raw.commit()
+
+    # --- report ----------------------------------------------------------------------
+    def _report(self, agent, user, *, runs: int, wal_runs: int, raw_commits: int) -> None:
+        for _ in range(3):
+            self._one_run(agent, user, None)
+        sample = ExecutionStep.objects.filter(execution__agent=agent, step_type="observation").first()
+        step_payload = json.dumps({"input": sample.input, "output": sample.output, "messages": sample.messages})
+        per_run = max(1, raw_commits // max(runs, 1))
+        timed, raw = [], []
+        with self._raw_committer(step_payload) as committer:
+            committer(20)  # warm-up
+            for _ in range(runs):  # interleaved, so both see the same load on the server
+                timed.append(self._one_run(agent, user, None))
+                raw += committer(per_run)
+        with psycopg.connect(**self._params(), autocommit=True) as side:
+            walled = [self._one_run(agent, user, side) for _ in range(wal_runs)]
+
+        tool_turns = [t["overhead"] for run in timed for t in run["turns"][:-1]]
+        all_turns = [t["overhead"] for run in timed for t in run["turns"]]
+        raw_p50, raw_p99 = _pct(raw, 50), _pct(raw, 99)
+        over_p50, over_p99 = _pct(all_turns, 50), _pct(all_turns, 99)
+        statements = [len(t["statements"]) for run in timed for t in run["turns"]]
+        commits = [t["commits"] for run in timed for t in run["turns"]]
+        shapes = sorted({" + ".join(_verb(s) for s in t["statements"]) for run in timed for t in run["turns"]})
+        wal_by_turn = {n: statistics.median(run["turns"][n - 1]["wal"] for run in walled) for n in (1, 2, 14, 15)}
+        wal_min = {n: min(run["turns"][n - 1]["wal"] for run in walled) for n in (1, 14, 15)}
+        rows_by_turn = {n: statistics.median(run["row_bytes"].get(n, 0) for run in walled) for n in (1, 14, 15)}
+
+        ms = 1000.0
+        out = self.stdout.write
+        out(f"River durable-run benchmark: {runs} timed runs x {TURNS} turns, {wal_runs} WAL runs, "
+            f"PostgreSQL {connection.pg_version // 10000} database {connection.settings_dict['NAME']!r}")
+        out("")
+        out("Per-turn orchestration overhead (turn wall time minus model and tool time):")
+        out(f"  all turns      p50 {over_p50 * ms:7.3f} ms   p99 {over_p99 * ms:7.3f} ms")
+        out(f"  tool turns     p50 {_pct(tool_turns, 50) * ms:7.3f} ms   p99 {_pct(tool_turns, 99) * ms:7.3f} ms")
+        out(f"  turn 1         p50 {_pct([r['turns'][0]['overhead'] for r in timed], 50) * ms:7.3f} ms   "
+            f"turn 15 p50 {_pct([r['turns'][-1]['overhead'] for r in timed], 50) * ms:7.3f} ms")
+        out(f"  segment start (claim + replay) p50 {_pct([r['start'] for r in timed], 50) * ms:.3f} ms; "
+            f"segment end (final status) p50 {_pct([r['end'] for r in timed], 50) * ms:.3f} ms (once per segment)")
+        out(f"Raw INSERT ... COMMIT of a step-sized row ({len(step_payload)} bytes of JSON), psycopg:")
+        out(f"                 p50 {raw_p50 * ms:7.3f} ms   p99 {raw_p99 * ms:7.3f} ms")
+        out(f"  ratio          p50 {over_p50 / raw_p50:5.2f}x      p99 {over_p99 / raw_p99:5.2f}x")
+        out("SQL statements per turn on the run's connection (BEGIN/COMMIT not included):")
+        out(f"  max {max(statements)}, median {statistics.median(statements):g}; COMMITs per turn: max {max(commits)}")
+        for shape in shapes:
+            out(f"  - {shape or '(none)'}")
+        out("Bytes written per turn (median over WAL runs; min in brackets):")
+        for n in (1, 14, 15):
+            out(f"  turn {n:2d}: WAL {wal_by_turn[n]:8.0f} B [{wal_min[n]:.0f}]   step rows {rows_by_turn[n]:6.0f} B")
+        out("")
+        growth = wal_by_turn[15] / wal_by_turn[1] if wal_by_turn[1] else float("inf")
+        growth_tool = wal_by_turn[14] / wal_by_turn[1] if wal_by_turn[1] else float("inf")
+        checks = [
+            (f"overhead p50 <= {TARGET_OVERHEAD_RATIO:g}x raw commit", over_p50 / raw_p50 <= TARGET_OVERHEAD_RATIO,
+             f"{over_p50 / raw_p50:.2f}x"),
+            (f"statements per turn <= {TARGET_STATEMENTS}", max(statements) <= TARGET_STATEMENTS,
+             f"{max(statements)} (+{max(commits)} COMMIT)"),
+            (f"turn-15 bytes <= {TARGET_GROWTH:g}x turn-1 bytes", growth <= TARGET_GROWTH,
+             f"{growth:.2f}x (turn 14, same shape as turn 1: {growth_tool:.2f}x)"),
+        ]
+        out("Targets:")
+        for label, ok, figure in checks:
+            out(f"  {'PASS' if ok else 'FAIL'}  {label}: {figure}")

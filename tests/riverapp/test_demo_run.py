@@ -1,0 +1,70 @@
+"""The demo, end to end: the seeded agents on the seeded support data, driven by the
+offline planner through litellm, the engine, the tools and the approval gate."""
+
+import sqlite3
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from agents.models import Agent
+from executions.models import Execution
+from executions.services import execution_approval_resolve, execution_run_segment, execution_start
+from governance.models import ApprovalRequest
+from riverapp.demo import demo_database_path, demo_seed
+
+QUESTION = "How many open high-priority tickets were created in the last 24 hours?"
+
+pytestmark = pytest.mark.django_db(transaction=True)  # tools run in worker threads
+
+
+@pytest.fixture
+def demo(settings, tmp_path):
+    settings.RIVER_SQLITE_DATA_DIR = tmp_path / "datasources"
+    settings.RIVER_ADMIN_PASSWORD = "demo-password-for-tests"
+    demo_seed()
+    return get_user_model().objects.get(username="admin")
+
+
+def _expected_count() -> int:
+    with sqlite3.connect(demo_database_path()) as db:
+        return db.execute(
+            "SELECT COUNT(*) FROM tickets WHERE priority = 'high' AND status = 'open' "
+            "AND datetime(created_at) >= datetime('now', '-24 hours')"
+        ).fetchone()[0]
+
+
+def test_analyst_answers_the_question_with_a_real_query(demo):
+    expected = _expected_count()
+    assert expected > 0
+    agent = Agent.objects.get(name="Support Analyst")
+    execution = execution_start(agent=agent, user=demo, input_prompt=QUESTION)
+    assert execution_run_segment(execution_id=execution.pk) == "success"
+    execution.refresh_from_db()
+    tools = list(execution.steps.filter(step_type="tool_call").values_list("tool_name", flat=True))
+    assert tools == ["classify_intent", "search_catalog", "generate_query", "execute_query", "explain_results"]
+    query_step = execution.steps.get(step_type="observation", tool_name="execute_query")
+    assert query_step.output["result"]["rows"] == [[expected]]
+    assert f"Answer: {expected}" in execution.result["summary"]
+    assert "offline planner" in execution.result["summary"]
+    assert execution.steps.filter(model_used__icontains="offline").exists()
+
+
+def test_support_agent_write_back_meets_the_approval_gate_and_runs_once_approved(demo):
+    expected = _expected_count()
+    agent = Agent.objects.get(name="L1 Support Specialist")
+    execution = execution_start(
+        agent=agent, user=demo, input_prompt="Close the open high-priority tickets created in the last 24 hours"
+    )
+    assert execution_run_segment(execution_id=execution.pk) == "awaiting_approval"
+    approval = ApprovalRequest.objects.get(execution_id=execution.pk)
+    assert approval.tool_name == "write_back"
+    assert approval.proposed_payload["operation"] == "update"
+    assert _expected_count() == expected  # nothing written before approval
+
+    execution_approval_resolve(user=demo, approval_id=approval.pk, status="approved", comment="go ahead")
+    execution.refresh_from_db()
+    assert execution.status == Execution.Status.QUEUED
+    assert execution_run_segment(execution_id=execution.pk) == "success"
+    write = execution.steps.get(step_type="observation", tool_name="write_back")
+    assert write.output["result"]["rows_affected"] == expected
+    assert _expected_count() == 0
