@@ -15,6 +15,7 @@ from executions.engine.contracts import Step
 from executions.engine.runner import RunInterrupted
 from executions.engine.state import RunState
 from executions.models import Execution, ExecutionEvent, ExecutionStep
+from governance.audit import audit_record
 from telemetry.events import events_publish
 
 
@@ -72,6 +73,30 @@ def event_rows_publish(execution: Execution, rows: list[ExecutionEvent]) -> None
     )
 
 
+def governance_decisions_audit(
+    *, organization_id: int, workspace_id: int, execution_id: int, agent_id, steps: list[Step]
+) -> int:
+    """One audit entry per governance decision step (the approver's resolutions are
+    audited where they are made)."""
+    written = 0
+    for step in steps:
+        if step.step_type != "governance_check" or not step.governance_decision:
+            continue
+        output = step.output if isinstance(step.output, dict) else {}
+        if "resolution" in output and not output["resolution"].get("auto_approved"):
+            continue
+        audit_record(
+            organization_id=organization_id, workspace_id=workspace_id, event_type="governance_decision",
+            execution_id=execution_id, agent_id=agent_id, policy_id=output.get("policy_id"),
+            details={"tool_name": step.tool_name, "decision": step.governance_decision.value,
+                     "reason": output.get("reason", ""), "policy": output.get("policy_matched"),
+                     "enforcement": output.get("enforcement"), "point": output.get("point", "before_tool"),
+                     "step_number": step.step_number, "arguments": step.input},
+        )
+        written += 1
+    return written
+
+
 def next_event_seq(execution_id: int) -> int:
     last = ExecutionEvent.objects.filter(execution_id=execution_id).order_by("-seq").values_list("seq", flat=True)
     return (last.first() or 0) + 1
@@ -127,4 +152,8 @@ class DbJournal:
             )
             if updated != 1:
                 raise RunInterrupted("lease lost")
+            governance_decisions_audit(
+                organization_id=self.execution.workspace.organization_id, workspace_id=self.execution.workspace_id,
+                execution_id=self.execution.pk, agent_id=self.execution.agent_id, steps=self.steps,
+            )
             event_rows_publish(self.execution, event_rows)

@@ -24,6 +24,7 @@ from executions.engine.contracts import (
 )
 from executions.engine.runner import Engine, MemoryJournal, new_state, response_build
 from executions.engine.state import RunState
+from executions.journal import governance_decisions_audit
 from tenancy.models import AccessToken, Workspace
 from tenancy.selectors import is_org_admin, workspace_permissions
 
@@ -79,7 +80,13 @@ def _unsign(token: str) -> RunState:
 
 
 def _run(state: RunState, llm) -> ExecutionResponse:
+    already = len(state.steps)
     outcome = Engine(llm=llm, journal=MemoryJournal()).run(state)
+    ctx = state.request.user_context
+    governance_decisions_audit(
+        organization_id=ctx.org_id, workspace_id=ctx.workspace_id, execution_id=state.request.execution_id,
+        agent_id=state.request.agent_config.agent_id, steps=state.steps[already:],
+    )
     response = response_build(state, outcome)
     if outcome.status in (ResponseStatus.AWAITING_APPROVAL, ResponseStatus.AWAITING_INTERACTION):
         response.serialized_state = _sign(state)

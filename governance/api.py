@@ -1,3 +1,243 @@
-"""REST endpoints of this app (mounted under /api/v1/ by riverapp.urls)."""
+"""REST endpoints of this app (mounted under /api/v1/ by riverapp.urls).
 
-urlpatterns: list = []
+Policies: ``/policies/`` (list, create) and ``/policies/<id>/`` (read, update,
+delete). Audit trail: ``/audit/`` (filtered list) and ``/audit/verify``.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.urls import path
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.generics import ListAPIView
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from common.errors import InvalidInput, NotFound, PermissionDenied
+from governance import services
+from governance.audit import audit_verify
+from governance.models import AuditLogEntry, Policy
+from governance.selectors import audit_entries_for_user, policies_for_user, policy_get_for_user
+from governance.types import PolicyScope
+from tenancy.selectors import organizations_administered, workspaces_for_user
+
+# --- policies ----------------------------------------------------------------------
+
+
+class PolicySerializer(serializers.ModelSerializer):
+    organization_id = serializers.IntegerField(read_only=True)
+    workspace_id = serializers.IntegerField(read_only=True, allow_null=True)
+    created_by_id = serializers.IntegerField(read_only=True, allow_null=True)
+    expression = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Policy
+        fields = [
+            "id", "organization_id", "workspace_id", "scope", "name", "description", "policy_type",
+            "conditions", "expression", "enforcement", "enabled", "created_by_id", "created_at", "updated_at",
+        ]
+
+    def get_expression(self, policy: Policy) -> str:
+        return (policy.conditions or {}).get("expression", "")
+
+
+def _model_choices(field: str):
+    return Policy._meta.get_field(field).choices
+
+
+class PolicyWriteSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    scope = serializers.ChoiceField(choices=_model_choices("scope"))
+    workspace_id = serializers.IntegerField(required=False, allow_null=True)
+    organization_id = serializers.IntegerField(required=False, allow_null=True)
+    policy_type = serializers.ChoiceField(choices=_model_choices("policy_type"), required=False, allow_null=True)
+    conditions = serializers.JSONField(help_text='{"expression": "..."} or the keyed form')
+    enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"))
+    enabled = serializers.BooleanField(required=False, default=True)
+
+
+class PolicyUpdateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    policy_type = serializers.ChoiceField(choices=_model_choices("policy_type"), required=False, allow_null=True)
+    conditions = serializers.JSONField(required=False)
+    enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"), required=False)
+    enabled = serializers.BooleanField(required=False)
+
+    def validate(self, attrs):
+        fixed = sorted({"scope", "workspace_id", "organization_id"} & set(self.initial_data))
+        if fixed:
+            raise serializers.ValidationError({f: ["cannot be changed; create a new policy"] for f in fixed})
+        return attrs
+
+
+class PolicyListCreate(ListAPIView):
+    serializer_class = PolicySerializer
+
+    def get_queryset(self):
+        queryset = policies_for_user(user=self.request.user)
+        params = self.request.query_params
+        if params.get("workspace_id"):
+            try:
+                workspace_id = int(params["workspace_id"])
+            except ValueError:
+                raise InvalidInput("Invalid filter.", details={"workspace_id": ["must be an integer"]}) from None
+            workspace = workspaces_for_user(user=self.request.user).filter(pk=workspace_id).first()
+            if workspace is None:
+                raise NotFound("Workspace not found.")
+            queryset = queryset.filter(workspace_id=workspace_id) | queryset.filter(
+                scope=PolicyScope.ORGANIZATION, organization_id=workspace.organization_id
+            )
+        if params.get("scope"):
+            queryset = queryset.filter(scope=params["scope"])
+        if params.get("policy_type"):
+            queryset = queryset.filter(policy_type=params["policy_type"])
+        return queryset.order_by("name", "pk")
+
+    @extend_schema(request=PolicyWriteSerializer, responses={201: PolicySerializer})
+    def post(self, request):
+        data = PolicyWriteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        policy = services.policy_create(actor=request.user, **data.validated_data)
+        return Response(PolicySerializer(policy).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema_view(get=extend_schema(exclude=True), post=extend_schema(exclude=True))
+class PolicyListCreateNoSlash(PolicyListCreate):
+    """The spec's apply_governance_policy names POST /api/v1/policies (no slash)."""
+
+
+class PolicyDetail(APIView):
+    serializer_class = PolicySerializer
+
+    @extend_schema(responses=PolicySerializer)
+    def get(self, request, policy_id: UUID):
+        return Response(PolicySerializer(policy_get_for_user(user=request.user, policy_id=policy_id)).data)
+
+    @extend_schema(request=PolicyUpdateSerializer, responses=PolicySerializer)
+    def patch(self, request, policy_id: UUID):
+        data = PolicyUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        policy = services.policy_update(actor=request.user, policy_id=policy_id, **data.validated_data)
+        return Response(PolicySerializer(policy).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, policy_id: UUID):
+        services.policy_delete(actor=request.user, policy_id=policy_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- audit trail -------------------------------------------------------------------
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    organization_id = serializers.IntegerField(read_only=True)
+    workspace_id = serializers.IntegerField(read_only=True, allow_null=True)
+    actor_id = serializers.IntegerField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = AuditLogEntry
+        fields = [
+            "id", "organization_id", "workspace_id", "seq", "event_type", "actor_id", "actor_label",
+            "execution_id", "agent_id", "policy_id", "approval_id", "details", "created_at", "prev_hash",
+            "entry_hash",
+        ]
+
+
+def _int_param(params, name: str) -> int | None:
+    if not params.get(name):
+        return None
+    try:
+        return int(params[name])
+    except ValueError:
+        raise InvalidInput("Invalid filter.", details={name: ["must be an integer"]}) from None
+
+
+def _uuid_param(params, name: str) -> UUID | None:
+    if not params.get(name):
+        return None
+    try:
+        return UUID(params[name])
+    except ValueError:
+        raise InvalidInput("Invalid filter.", details={name: ["must be a UUID"]}) from None
+
+
+def _datetime_param(params, name: str):
+    if not params.get(name):
+        return None
+    try:
+        value = parse_datetime(params[name])
+    except ValueError:
+        value = None
+    if value is None:
+        raise InvalidInput("Invalid filter.", details={name: ["must be an ISO 8601 date-time"]})
+    return value
+
+
+_AUDIT_FILTERS = [
+    OpenApiParameter(name, type=kind, required=False)
+    for name, kind in [
+        ("event_type", str), ("execution_id", int), ("agent_id", UUID), ("policy_id", UUID),
+        ("approval_id", UUID), ("organization_id", int), ("workspace_id", int), ("since", str), ("until", str),
+    ]
+]
+
+
+@extend_schema(parameters=_AUDIT_FILTERS)
+class AuditList(ListAPIView):
+    serializer_class = AuditEntrySerializer
+
+    def get_queryset(self):
+        params = self.request.query_params
+        queryset = audit_entries_for_user(user=self.request.user)
+        if params.get("event_type"):
+            queryset = queryset.filter(event_type=params["event_type"])
+        for name in ("execution_id", "organization_id", "workspace_id"):
+            value = _int_param(params, name)
+            if value is not None:
+                queryset = queryset.filter(**{name: value})
+        for name in ("agent_id", "policy_id", "approval_id"):
+            value = _uuid_param(params, name)
+            if value is not None:
+                queryset = queryset.filter(**{name: value})
+        since, until = _datetime_param(params, "since"), _datetime_param(params, "until")
+        if since:
+            queryset = queryset.filter(created_at__gte=since)
+        if until:
+            queryset = queryset.filter(created_at__lt=until)
+        return queryset.select_related(None).order_by("-created_at", "-id")
+
+
+class AuditVerify(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("organization_id", type=int, required=False)],
+        responses=inline_serializer(
+            "AuditVerification",
+            {"ok": serializers.BooleanField(), "organizations": serializers.ListField(child=serializers.DictField())},
+        ),
+    )
+    def get(self, request):
+        administered = list(organizations_administered(user=request.user).values_list("pk", flat=True))
+        organization_id = _int_param(request.query_params, "organization_id")
+        if organization_id is not None:
+            if organization_id not in administered:
+                if workspaces_for_user(user=request.user).filter(organization_id=organization_id).exists():
+                    raise PermissionDenied("Only organization admins can verify the audit trail.")
+                raise NotFound("Organization not found.")
+            administered = [organization_id]
+        elif not administered:
+            raise PermissionDenied("Only organization admins can verify the audit trail.")
+        return Response(audit_verify(organization_ids=administered).as_dict())
+
+
+urlpatterns = [
+    path("policies/", PolicyListCreate.as_view(), name="policy-list"),
+    path("policies", PolicyListCreateNoSlash.as_view()),
+    path("policies/<uuid:policy_id>/", PolicyDetail.as_view(), name="policy-detail"),
+    path("audit/", AuditList.as_view(), name="audit-list"),
+    path("audit/verify", AuditVerify.as_view(), name="audit-verify"),
+]

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from governance.models import WorkspaceSettings
-from governance.types import ApprovalNotificationConfig
+from uuid import UUID
+
+from django.db.models import Q, QuerySet
+
+from common.errors import NotFound
+from governance.models import AuditLogEntry, Policy, WorkspaceSettings
+from governance.types import ApprovalNotificationConfig, GovernancePolicySpec, PolicyScope
+from tenancy.selectors import organizations_administered, workspaces_for_user
 
 
 def approval_notification_config(*, workspace_id: int) -> ApprovalNotificationConfig:
@@ -16,21 +22,52 @@ def approval_channels_active(*, workspace_id: int) -> bool:
     return approval_notification_config(workspace_id=workspace_id).any_active()
 
 
-def active_policies(*, org_id: int, workspace_id: int) -> list:
-    """Enabled policies that bind a run in this workspace: organization-wide ones and
-    the workspace's own."""
-    from django.db.models import Q
+# --- policies ----------------------------------------------------------------------
 
-    from governance.models import Policy
-    from governance.types import GovernancePolicySpec
 
-    rows = Policy.objects.filter(enabled=True, organization_id=org_id).filter(
-        Q(scope="organization") | Q(scope="workspace", workspace_id=workspace_id)
-    ).order_by("created_at")
-    return [
-        GovernancePolicySpec(
-            policy_id=str(p.pk), name=p.name, scope=p.scope, policy_type=p.policy_type,
-            conditions=p.conditions, enforcement=p.enforcement,
-        )
-        for p in rows
-    ]
+def policies_for_user(*, user) -> QuerySet[Policy]:
+    """Workspace policies of the workspaces the user sees, plus their organizations' policies."""
+    workspaces = workspaces_for_user(user=user)
+    return Policy.objects.filter(
+        Q(workspace__in=workspaces)
+        | Q(scope=PolicyScope.ORGANIZATION, organization_id__in=workspaces.values("organization_id"))
+        | Q(scope=PolicyScope.ORGANIZATION, organization__in=organizations_administered(user=user))
+    ).distinct()
+
+
+def policy_get_for_user(*, user, policy_id) -> Policy:
+    try:
+        return policies_for_user(user=user).select_related("workspace").get(pk=UUID(str(policy_id)))
+    except (Policy.DoesNotExist, ValueError, TypeError):
+        raise NotFound("Policy not found.") from None
+
+
+def policy_spec(policy: Policy) -> GovernancePolicySpec:
+    return GovernancePolicySpec(
+        policy_id=str(policy.pk),
+        name=policy.name,
+        scope=policy.scope,
+        policy_type=policy.policy_type,
+        conditions=policy.conditions,
+        enforcement=policy.enforcement,
+    )
+
+
+def active_policies(*, org_id: int, workspace_id: int | None) -> list[GovernancePolicySpec]:
+    """Enabled policies binding a workspace: its organization's and its own."""
+    scope = Q(scope=PolicyScope.ORGANIZATION, organization_id=org_id)
+    if workspace_id is not None:
+        scope |= Q(scope=PolicyScope.WORKSPACE, workspace_id=workspace_id, organization_id=org_id)
+    rows = Policy.objects.filter(scope, enabled=True).order_by("scope", "created_at", "pk")
+    return [policy_spec(policy) for policy in rows]
+
+
+# --- audit trail -------------------------------------------------------------------
+
+
+def audit_entries_for_user(*, user) -> QuerySet[AuditLogEntry]:
+    """Org admins see their organizations' entries; members their workspaces' entries."""
+    return AuditLogEntry.objects.filter(
+        Q(organization__in=organizations_administered(user=user))
+        | Q(workspace__in=workspaces_for_user(user=user))
+    )

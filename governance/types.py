@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Decision(StrEnum):
@@ -60,6 +60,13 @@ class EmailChannel(ChannelToggle):
 class SlackChannel(ChannelToggle):
     webhook_url: str | None = None
 
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("https://", "http://")):
+            raise ValueError("must be an http(s) URL")
+        return value or None
+
 
 class ApprovalNotificationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -96,11 +103,24 @@ class CallFacts(BaseModel):
     confidence_score: float | None = None
 
 
+class PolicyMatch(BaseModel):
+    """One policy whose condition held at an evaluation point."""
+
+    policy_id: str | None = None
+    name: str
+    policy_type: PolicyType
+    enforcement: Enforcement
+    expression: str
+    error: str | None = None  # set when the condition could not be evaluated (counts as matched)
+
+
 class GovernanceResult(BaseModel):
     decision: Decision
     reason: str
+    # The strictest matched policy (block > require_approval > warn > log_only).
     policy_matched: str | None = None
     policy_id: str | None = None
     policy_type: str | None = None
     enforcement: str | None = None
     warnings: list[str] = Field(default_factory=list)
+    matched: list[PolicyMatch] = Field(default_factory=list)

@@ -217,6 +217,7 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "executions-watchdog": {"task": "executions.watchdog", "schedule": timedelta(seconds=30)},
     "executions-expire-approvals": {"task": "executions.expire_approvals", "schedule": timedelta(seconds=60)},
+    "governance-prune-counters": {"task": "governance.prune_counters", "schedule": timedelta(hours=24)},
 }
 
 # River's own knobs.

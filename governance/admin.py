@@ -1,0 +1,126 @@
+from django import forms
+from django.contrib import admin
+
+from common.errors import InvalidInput
+from governance.models import ApprovalRequest, AuditLogEntry, Notification, Policy, PolicyCounter, WorkspaceSettings
+from governance.services import policy_admin_delete, policy_admin_saved, policy_validate
+from governance.types import PolicyScope
+
+
+class PolicyAdminForm(forms.ModelForm):
+    """The API's validation, in the admin: conditions are normalised to
+    ``{"expression": ...}`` and refused with the position and reason."""
+
+    policy_type = forms.ChoiceField(
+        choices=[("", "Infer from the condition")] + Policy._meta.get_field("policy_type").choices, required=False
+    )
+
+    class Meta:
+        model = Policy
+        fields = ["organization", "workspace", "scope", "name", "description", "policy_type", "conditions",
+                  "enforcement", "enabled"]
+
+    def clean(self):
+        cleaned = super().clean()
+        scope, organization, workspace = cleaned.get("scope"), cleaned.get("organization"), cleaned.get("workspace")
+        if scope == PolicyScope.ORGANIZATION and workspace is not None:
+            self.add_error("workspace", "Leave empty for an organization-wide policy.")
+        if scope == PolicyScope.WORKSPACE:
+            if workspace is None:
+                self.add_error("workspace", "A workspace policy needs a workspace.")
+            elif organization is not None and workspace.organization_id != organization.pk:
+                self.add_error("workspace", "The workspace belongs to another organization.")
+        if "conditions" in cleaned:
+            try:
+                shape = policy_validate(
+                    conditions=cleaned["conditions"], policy_type=cleaned.get("policy_type") or None
+                )
+            except InvalidInput as exc:
+                for field, messages in exc.details.items():
+                    if field in ("conditions", "policy_type"):
+                        for message in messages:
+                            self.add_error(field, message)
+            else:
+                cleaned["conditions"] = shape.conditions
+                cleaned["policy_type"] = shape.policy_type.value
+        return cleaned
+
+
+@admin.register(Policy)
+class PolicyAdmin(admin.ModelAdmin):
+    form = PolicyAdminForm
+    list_display = ["name", "scope", "organization", "workspace", "policy_type", "enforcement", "enabled"]
+    list_filter = ["scope", "policy_type", "enforcement", "enabled"]
+    search_fields = ["name", "description"]
+    readonly_fields = ["created_by", "created_at", "updated_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Scope and tenancy are fixed once created, as in the API.
+        fixed = ["organization", "workspace", "scope"] if obj else []
+        return [*self.readonly_fields, *fixed]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.created_by = request.user
+        changed = (
+            {name: {"from": form.initial.get(name), "to": form.cleaned_data.get(name)} for name in form.changed_data}
+            if change
+            else None
+        )
+        super().save_model(request, obj, form, change)
+        policy_admin_saved(policy=obj, actor=request.user, created=not change, changed=changed)
+
+    def delete_model(self, request, obj):
+        policy_admin_delete(policy=obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for policy in queryset:
+            policy_admin_delete(policy=policy, actor=request.user)
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(_ReadOnlyAdmin):
+    """Approvals are resolved through the approvals API and pages, never edited here."""
+
+    list_display = ["tool_name", "workspace", "execution_id", "status", "expires_at", "created_at"]
+    list_filter = ["status"]
+    search_fields = ["tool_name"]
+
+
+@admin.register(AuditLogEntry)
+class AuditLogEntryAdmin(_ReadOnlyAdmin):
+    """Append-only: no add, change or delete, even for superusers."""
+
+    list_display = ["organization", "seq", "event_type", "actor_label", "execution_id", "created_at"]
+    list_filter = ["event_type", "organization"]
+    search_fields = ["event_type", "actor_label"]
+
+
+@admin.register(PolicyCounter)
+class PolicyCounterAdmin(_ReadOnlyAdmin):
+    list_display = ["key", "window_start", "value"]
+    search_fields = ["key"]
+
+
+@admin.register(WorkspaceSettings)
+class WorkspaceSettingsAdmin(admin.ModelAdmin):
+    # approval_notification_config is validated by its pydantic schema on clean.
+    list_display = ["workspace", "updated_at"]
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    list_display = ["title", "user", "workspace", "kind", "read_at", "created_at"]
+    list_filter = ["kind"]
+    search_fields = ["title", "user__username"]

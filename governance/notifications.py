@@ -1,0 +1,224 @@
+"""Notifications: approval requests (per workspace channel settings) and run outcomes.
+
+Channels: in-app (``Notification`` rows), email (Django's mail backend) and Slack
+(an incoming-webhook URL). Delivery runs in Celery tasks after commit; a failure is
+logged and retried and never blocks a run. The webhook URL is a secret: it is never
+logged and never part of an error message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Q
+
+from governance.models import ApprovalRequest, Notification
+from governance.selectors import approval_notification_config
+from tenancy.models import Membership, OrganizationMember, Workspace
+
+logger = logging.getLogger(__name__)
+
+IN_APP = "in_app"
+EMAIL = "email"
+SLACK = "slack"
+APPROVAL_REQUESTED = "approval_requested"
+APPROVAL_REMINDER = "approval_reminder"
+RUN_OUTCOME = "run_outcome"
+SLACK_TIMEOUT_SECONDS = 5
+
+
+class NotificationError(Exception):
+    """A delivery failed in a way worth retrying. Messages never contain secrets."""
+
+
+def approval_url(approval_id) -> str:
+    return f"/approvals/{approval_id}/"
+
+
+def _absolute(url: str) -> str:
+    base = getattr(settings, "RIVER_PUBLIC_URL", "") or ""
+    return base.rstrip("/") + url if base else url
+
+
+# --- recipients --------------------------------------------------------------------
+
+
+def approvers_for(*, workspace: Workspace, roles: list[str]):
+    """Workspace members holding one of ``roles``, plus the organization's admins."""
+    users = get_user_model().objects.filter(is_active=True)
+    member_ids = Membership.objects.filter(workspace=workspace, role__in=roles).values("user_id")
+    admin_ids = OrganizationMember.objects.filter(
+        organization_id=workspace.organization_id, role=OrganizationMember.OrgRole.ADMIN
+    ).values("user_id")
+    return users.filter(Q(pk__in=member_ids) | Q(pk__in=admin_ids)).order_by("pk")
+
+
+# --- channels ----------------------------------------------------------------------
+
+
+def _in_app(*, workspace_id: int, users, kind: str, title: str, body: str, url: str) -> int:
+    """One row per user; idempotent per (user, kind, url) so a retried task adds none."""
+    already = set(Notification.objects.filter(kind=kind, url=url).values_list("user_id", flat=True))
+    rows = [
+        Notification(workspace_id=workspace_id, user=user, kind=kind, title=title[:200], body=body, url=url)
+        for user in users
+        if user.pk not in already
+    ]
+    Notification.objects.bulk_create(rows)
+    return len(rows)
+
+
+def _email(*, recipients: list[str], subject: str, body: str) -> None:
+    try:
+        send_mail(subject[:200], body, settings.DEFAULT_FROM_EMAIL, recipients, fail_silently=False)
+    except Exception as exc:  # noqa: BLE001 - any backend failure is retried by the task
+        raise NotificationError(f"email delivery failed: {type(exc).__name__}") from None
+
+
+def slack_post(*, webhook_url: str, text: str) -> None:
+    """POST one message to a Slack incoming webhook; NotificationError on any failure."""
+    if not webhook_url.startswith(("https://", "http://")):
+        raise NotificationError("slack webhook URL is not http(s)")
+    request = urllib.request.Request(  # noqa: S310 - scheme checked above
+        webhook_url,
+        data=json.dumps({"text": text}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=SLACK_TIMEOUT_SECONDS) as response:  # noqa: S310
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        raise NotificationError(f"slack webhook unreachable: {type(exc).__name__}") from None
+    if not 200 <= status < 300:
+        raise NotificationError(f"slack webhook answered HTTP {status}")
+
+
+# --- approval requests -------------------------------------------------------------
+
+
+def _approval_text(approval: ApprovalRequest, *, reminder: bool = False) -> tuple[str, str]:
+    title = f"Approval needed: {approval.tool_name} (run {approval.execution_id})"
+    if reminder:
+        title = f"Reminder, expires soon: {approval.tool_name} (run {approval.execution_id})"
+    lines = [
+        f"An agent wants to call {approval.tool_name} and needs approval.",
+        f"Reasoning: {approval.reasoning_summary}" if approval.reasoning_summary else "",
+        f"Risk: {approval.risk_context}" if approval.risk_context else "",
+        f"Confidence: {approval.confidence_score:.2f}" if approval.confidence_score is not None else "",
+        f"Expires: {approval.expires_at.isoformat()}",
+        f"Review: {_absolute(approval_url(approval.pk))}",
+    ]
+    return title, "\n".join(line for line in lines if line)
+
+
+def approval_notify(*, approval_id: UUID | str, reminder: bool = False) -> None:
+    """Queue the notifications for an approval request once the transaction commits.
+    The approval gate calls this; it never raises for delivery problems."""
+    from governance.tasks import notify_approval
+
+    transaction.on_commit(lambda: notify_approval.delay(str(approval_id), reminder=reminder))
+
+
+def approval_notifications_send(*, approval_id: UUID | str, reminder: bool = False) -> list[str]:
+    """Create the in-app notifications and return the external channels to deliver.
+
+    Returns [] when the request is gone or no longer pending."""
+    approval = ApprovalRequest.objects.select_related("workspace").filter(pk=approval_id).first()
+    if approval is None or approval.status != ApprovalRequest.Status.PENDING:
+        return []
+    config = approval_notification_config(workspace_id=approval.workspace_id)
+    if config.in_app.enabled:
+        title, body = _approval_text(approval, reminder=reminder)
+        users = approvers_for(workspace=approval.workspace, roles=list(approval.approver_roles or []))
+        kind = APPROVAL_REMINDER if reminder else APPROVAL_REQUESTED
+        _in_app(workspace_id=approval.workspace_id, users=users, kind=kind, title=title, body=body,
+                url=approval_url(approval.pk))
+    channels = []
+    if config.email.enabled and config.email.recipients:
+        channels.append(EMAIL)
+    if config.slack.enabled and config.slack.webhook_url:
+        channels.append(SLACK)
+    return channels
+
+
+def approval_channel_deliver(*, approval_id: UUID | str, channel: str, reminder: bool = False) -> bool:
+    """Deliver one external channel for an approval; NotificationError to retry.
+    Returns False when there is nothing (left) to send."""
+    approval = ApprovalRequest.objects.filter(pk=approval_id).first()
+    if approval is None or approval.status != ApprovalRequest.Status.PENDING:
+        return False
+    config = approval_notification_config(workspace_id=approval.workspace_id)
+    title, body = _approval_text(approval, reminder=reminder)
+    if channel == EMAIL and config.email.enabled and config.email.recipients:
+        _email(recipients=config.email.recipients, subject=title, body=body)
+        return True
+    if channel == SLACK and config.slack.enabled and config.slack.webhook_url:
+        slack_post(webhook_url=config.slack.webhook_url, text=f"*{title}*\n{body}")
+        return True
+    return False
+
+
+# --- run outcomes ------------------------------------------------------------------
+
+
+def notify_run_outcome(
+    *,
+    workspace_id: int,
+    execution_id: int,
+    agent_name: str,
+    status: str,
+    channels: list[str],
+    recipients: list[str] | None = None,
+    notify_on: list[str] | None = None,
+    summary: str = "",
+    user_ids: list[int] | None = None,
+) -> dict[str, bool]:
+    """Tell people how a run ended, per an agent version's notification_config.
+
+    In-app goes to ``user_ids`` (e.g. whoever started the run) plus the workspace's
+    admins and editors; email to ``recipients``; Slack to the workspace's configured
+    webhook. Each channel's failure is logged and reported as False, never raised.
+    """
+    if notify_on is not None and status not in notify_on:
+        return {}
+    title = f"{agent_name}: run {execution_id} {status}"
+    body = summary or f"Run {execution_id} of {agent_name} ended with status {status}."
+    url = f"/runs/{execution_id}/"
+    outcome: dict[str, bool] = {}
+    for channel in channels:
+        try:
+            if channel == IN_APP:
+                users = get_user_model().objects.filter(
+                    pk__in=Membership.objects.filter(workspace_id=workspace_id, role__in=["admin", "editor"]).values(
+                        "user_id"
+                    )
+                ) | get_user_model().objects.filter(pk__in=list(user_ids or []))
+                _in_app(workspace_id=workspace_id, users=users.distinct(), kind=RUN_OUTCOME, title=title, body=body,
+                        url=url)
+            elif channel == EMAIL:
+                if not recipients:
+                    raise NotificationError("no email recipients configured")
+                _email(recipients=list(recipients), subject=title, body=body + f"\n{_absolute(url)}")
+            elif channel == SLACK:
+                webhook = approval_notification_config(workspace_id=workspace_id).slack.webhook_url
+                if not webhook:
+                    raise NotificationError("the workspace has no Slack webhook configured")
+                slack_post(webhook_url=webhook, text=f"*{title}*\n{body}")
+            else:
+                raise NotificationError(f"unknown channel {channel!r}")
+            outcome[channel] = True
+        except NotificationError as exc:
+            logger.warning("run %s outcome notification via %s failed: %s", execution_id, channel, exc)
+            outcome[channel] = False
+    return outcome

@@ -1,0 +1,231 @@
+"""Writes for governance: policies (every change audited).
+
+The same validation serves the API, the ``apply_governance_policy`` tool and the
+Django admin: ``policy_validate`` normalises conditions to ``{"expression": ...}``
+and refuses anything the expression language cannot parse, with the position and
+the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from common.errors import InvalidInput, NotFound, PermissionDenied
+from governance import expressions
+from governance.audit import audit_record
+from governance.checker import QUERY_NAMES, conditions_expression, infer_policy_type
+from governance.models import Policy
+from governance.selectors import policy_get_for_user
+from governance.types import Enforcement, PolicyScope, PolicyType
+from tenancy.models import Workspace
+from tenancy.permissions import POLICY_CREATE
+from tenancy.selectors import is_org_admin, require_permission, workspace_get_for_user, workspaces_for_user
+
+POLICY_CREATED = "policy_created"
+POLICY_UPDATED = "policy_updated"
+POLICY_DELETED = "policy_deleted"
+
+
+@dataclass(frozen=True)
+class ValidPolicyShape:
+    conditions: dict  # {"expression": "..."}
+    policy_type: PolicyType
+
+
+def _choice(value, enum, field: str):
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum)
+        raise InvalidInput(f"Invalid {field}.", details={field: [f"must be one of: {allowed}"]}) from None
+
+
+def policy_validate(*, conditions, policy_type: str | None = None) -> ValidPolicyShape:
+    """Normalise and check conditions; infer the policy type when not given."""
+    try:
+        source = conditions_expression(conditions)
+    except ValueError as exc:
+        raise InvalidInput("Invalid policy conditions.", details={"conditions": [str(exc)]}) from None
+    try:
+        tree = expressions.expression_validate(source, known_names=True)
+    except expressions.ExpressionError as exc:
+        raise InvalidInput(
+            f"Invalid policy condition at position {exc.position}: {exc.reason}",
+            details={"conditions": [str(exc)], "position": exc.position, "reason": exc.reason},
+        ) from None
+    kind = _choice(policy_type, PolicyType, "policy_type") if policy_type else infer_policy_type(tree)
+    if kind != PolicyType.DATA_EXPORT_LIMIT:
+        for name in expressions.names_in(tree):
+            if name.path.split(".")[0] in QUERY_NAMES:
+                reason = f"{name.path!r} is only known after a query; use policy_type data_export_limit"
+                raise InvalidInput(
+                    f"Invalid policy condition at position {name.pos}: {reason}",
+                    details={"conditions": [f"position {name.pos}: {reason}"], "position": name.pos, "reason": reason},
+                )
+    return ValidPolicyShape(conditions={"expression": source}, policy_type=kind)
+
+
+def _authorize(*, actor, scope: PolicyScope, organization_id: int, workspace: Workspace | None) -> None:
+    if scope == PolicyScope.WORKSPACE:
+        require_permission(user=actor, workspace=workspace, permission=POLICY_CREATE)
+        return
+    if is_org_admin(user=actor, organization_id=organization_id):
+        return
+    if workspaces_for_user(user=actor).filter(organization_id=organization_id).exists():
+        raise PermissionDenied("Only organization admins manage organization-wide policies.")
+    raise NotFound("Organization not found.")
+
+
+def _snapshot(policy: Policy) -> dict:
+    return {
+        "name": policy.name,
+        "description": policy.description,
+        "scope": policy.scope,
+        "policy_type": policy.policy_type,
+        "conditions": policy.conditions,
+        "enforcement": policy.enforcement,
+        "enabled": policy.enabled,
+    }
+
+
+def _audit(*, policy: Policy, actor, event_type: str, details: dict) -> None:
+    audit_record(
+        organization_id=policy.organization_id,
+        workspace_id=policy.workspace_id,
+        event_type=event_type,
+        actor=actor,
+        policy_id=policy.pk,
+        details=details,
+    )
+
+
+def _clean_name(name) -> str:
+    name = (name or "").strip() if isinstance(name, str) else ""
+    if not name:
+        raise InvalidInput("A policy needs a name.", details={"name": ["This field may not be blank."]})
+    if len(name) > 200:
+        raise InvalidInput("Name too long.", details={"name": ["Ensure this field has no more than 200 characters."]})
+    return name
+
+
+def policy_create(
+    *,
+    actor,
+    scope: str,
+    name: str,
+    conditions: dict | str,
+    enforcement: str,
+    description: str = "",
+    policy_type: str | None = None,
+    workspace_id: int | None = None,
+    organization_id: int | None = None,
+    enabled: bool = True,
+) -> Policy:
+    """Create a policy. Workspace scope needs ``policy:create`` there; organization
+    scope needs an organization admin. A workspace id alone identifies the
+    organization for an organization-scoped policy."""
+    scope = _choice(scope, PolicyScope, "scope")
+    workspace = None
+    if scope == PolicyScope.WORKSPACE:
+        if workspace_id is None:
+            raise InvalidInput("Workspace policies need a workspace.", details={"workspace_id": ["required"]})
+        workspace = workspace_get_for_user(user=actor, workspace_id=workspace_id)
+        organization_id = workspace.organization_id
+    elif organization_id is None:
+        if workspace_id is None:
+            raise InvalidInput(
+                "Organization policies need an organization.", details={"organization_id": ["required"]}
+            )
+        organization_id = workspace_get_for_user(user=actor, workspace_id=workspace_id).organization_id
+    _authorize(actor=actor, scope=scope, organization_id=organization_id, workspace=workspace)
+    name = _clean_name(name)
+    enforcement = _choice(enforcement, Enforcement, "enforcement")
+    shape = policy_validate(conditions=conditions, policy_type=policy_type)
+    with transaction.atomic():
+        policy = Policy.objects.create(
+            organization_id=organization_id,
+            workspace=workspace,
+            scope=scope,
+            name=name,
+            description=description or "",
+            policy_type=shape.policy_type,
+            conditions=shape.conditions,
+            enforcement=enforcement,
+            enabled=bool(enabled),
+            created_by=actor if getattr(actor, "pk", None) else None,
+        )
+        _audit(policy=policy, actor=actor, event_type=POLICY_CREATED, details=_snapshot(policy))
+    return policy
+
+
+_UNSET = object()
+
+
+def policy_update(
+    *,
+    actor,
+    policy_id,
+    name=_UNSET,
+    description=_UNSET,
+    conditions=_UNSET,
+    enforcement=_UNSET,
+    policy_type=_UNSET,
+    enabled=_UNSET,
+) -> Policy:
+    """Change a policy's fields; scope and workspace are fixed at creation.
+    New conditions without a policy type re-infer the type from the expression."""
+    found = policy_get_for_user(user=actor, policy_id=policy_id)
+    _authorize(actor=actor, scope=PolicyScope(found.scope), organization_id=found.organization_id,
+               workspace=found.workspace)
+    updates: dict = {}
+    if name is not _UNSET:
+        updates["name"] = _clean_name(name)
+    if description is not _UNSET:
+        updates["description"] = description or ""
+    if enforcement is not _UNSET:
+        updates["enforcement"] = _choice(enforcement, Enforcement, "enforcement").value
+    if enabled is not _UNSET:
+        updates["enabled"] = bool(enabled)
+    if conditions is not _UNSET or policy_type is not _UNSET:
+        shape = policy_validate(
+            conditions=found.conditions if conditions is _UNSET else conditions,
+            policy_type=None if policy_type is _UNSET else policy_type,
+        )
+        updates["conditions"] = shape.conditions
+        updates["policy_type"] = shape.policy_type.value
+    with transaction.atomic():
+        policy = Policy.objects.select_for_update().get(pk=found.pk)
+        changes = {}
+        for field, value in updates.items():
+            if getattr(policy, field) != value:
+                changes[field] = {"from": getattr(policy, field), "to": value}
+                setattr(policy, field, value)
+        if changes:
+            policy.save(update_fields=[*changes, "updated_at"])
+            _audit(policy=policy, actor=actor, event_type=POLICY_UPDATED, details={"changes": changes})
+    return policy
+
+
+def policy_delete(*, actor, policy_id) -> None:
+    found = policy_get_for_user(user=actor, policy_id=policy_id)
+    _authorize(actor=actor, scope=PolicyScope(found.scope), organization_id=found.organization_id,
+               workspace=found.workspace)
+    with transaction.atomic():
+        _audit(policy=found, actor=actor, event_type=POLICY_DELETED, details=_snapshot(found))
+        found.delete()
+
+
+def policy_admin_saved(*, policy: Policy, actor, created: bool, changed: dict | None = None) -> None:
+    """Audit a save made through the Django admin (which already validated it)."""
+    if created:
+        _audit(policy=policy, actor=actor, event_type=POLICY_CREATED, details={**_snapshot(policy), "via": "admin"})
+    elif changed:
+        _audit(policy=policy, actor=actor, event_type=POLICY_UPDATED, details={"changes": changed, "via": "admin"})
+
+
+def policy_admin_delete(*, policy: Policy, actor) -> None:
+    with transaction.atomic():
+        _audit(policy=policy, actor=actor, event_type=POLICY_DELETED, details={**_snapshot(policy), "via": "admin"})
+        policy.delete()

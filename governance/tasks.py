@@ -1,0 +1,54 @@
+"""Celery entry points for governance. Tasks take ids and call one service each."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from governance.notifications import NotificationError
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="governance.notify_approval")
+def notify_approval(approval_id: str, reminder: bool = False) -> list[str]:
+    """In-app notifications for an approval request (or its expiry reminder), then one
+    retried task per external channel (so a Slack outage never re-sends the email)."""
+    from governance.notifications import approval_notifications_send
+
+    channels = approval_notifications_send(approval_id=approval_id, reminder=reminder)
+    for channel in channels:
+        deliver_approval_notification.delay(approval_id, channel, reminder=reminder)
+    return channels
+
+
+@shared_task(
+    bind=True,
+    name="governance.deliver_approval_notification",
+    autoretry_for=(NotificationError,),
+    retry_backoff=True,
+    retry_backoff_max=600,
+    retry_jitter=True,
+    max_retries=5,
+)
+def deliver_approval_notification(self, approval_id: str, channel: str, reminder: bool = False) -> bool:
+    from governance.notifications import approval_channel_deliver
+
+    try:
+        return approval_channel_deliver(approval_id=approval_id, channel=channel, reminder=reminder)
+    except NotificationError as exc:
+        # The message never carries the webhook URL or other secrets.
+        logger.warning(
+            "approval %s: %s notification failed (attempt %d of %d): %s",
+            approval_id, channel, self.request.retries + 1, self.max_retries + 1, exc,
+        )
+        raise
+
+
+@shared_task(name="governance.prune_counters")
+def prune_counters() -> int:
+    """Drop policy counter windows older than two days (schedule it daily)."""
+    from governance.counters import counter_prune
+
+    return counter_prune()

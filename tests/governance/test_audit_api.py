@@ -1,0 +1,92 @@
+"""GET /api/v1/audit/ (filtered, tenant-scoped) and GET /api/v1/audit/verify."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from governance.audit import audit_record
+from governance.models import AuditLogEntry
+
+
+@pytest.fixture
+def entries(org, workspace, other_org, other_workspace):
+    policy_id, agent_id = uuid.uuid4(), uuid.uuid4()
+    return {
+        "ws": audit_record(organization_id=org.pk, workspace_id=workspace.pk, event_type="policy_created",
+                           policy_id=policy_id),
+        "run": audit_record(organization_id=org.pk, workspace_id=workspace.pk, event_type="governance_decision",
+                            execution_id=42, agent_id=agent_id),
+        "org": audit_record(organization_id=org.pk, event_type="policy_created"),
+        "theirs": audit_record(organization_id=other_org.pk, workspace_id=other_workspace.pk,
+                               event_type="policy_created"),
+        "policy_id": policy_id,
+        "agent_id": agent_id,
+    }
+
+
+def _ids(response):
+    assert response.status_code == 200, response.content
+    return {row["id"] for row in response.json()["results"]}
+
+
+def test_member_sees_their_workspace_entries_only(api_client_for, member, entries):
+    assert _ids(api_client_for(member).get("/api/v1/audit/")) == {entries["ws"].pk, entries["run"].pk}
+
+
+def test_org_admin_sees_the_organization(api_client_for, org_admin, entries):
+    assert _ids(api_client_for(org_admin).get("/api/v1/audit/")) == {
+        entries["ws"].pk, entries["run"].pk, entries["org"].pk
+    }
+
+
+def test_outsider_sees_none_of_ours(api_client_for, outsider, entries):
+    assert _ids(api_client_for(outsider).get("/api/v1/audit/")) == {entries["theirs"].pk}
+
+
+def test_filters(api_client_for, org_admin, entries):
+    client = api_client_for(org_admin)
+    assert _ids(client.get("/api/v1/audit/", {"event_type": "governance_decision"})) == {entries["run"].pk}
+    assert _ids(client.get("/api/v1/audit/", {"execution_id": 42})) == {entries["run"].pk}
+    assert _ids(client.get("/api/v1/audit/", {"agent_id": str(entries["agent_id"])})) == {entries["run"].pk}
+    assert _ids(client.get("/api/v1/audit/", {"policy_id": str(entries["policy_id"])})) == {entries["ws"].pk}
+    future = (timezone.now() + timedelta(hours=1)).isoformat()
+    past = (timezone.now() - timedelta(hours=1)).isoformat()
+    assert _ids(client.get("/api/v1/audit/", {"since": future})) == set()
+    assert len(_ids(client.get("/api/v1/audit/", {"since": past, "until": future}))) == 3
+
+
+@pytest.mark.parametrize(
+    ("param", "value"), [("since", "yesterday"), ("execution_id", "x"), ("agent_id", "not-a-uuid")]
+)
+def test_bad_filters_are_400(api_client_for, org_admin, entries, param, value):
+    response = api_client_for(org_admin).get("/api/v1/audit/", {param: value})
+    assert response.status_code == 400
+    assert param in response.json()["error"]["details"]
+
+
+def test_verify_for_org_admins(api_client_for, org_admin, org, entries):
+    client = api_client_for(org_admin)
+    data = client.get("/api/v1/audit/verify").json()
+    assert data["ok"] is True
+    assert data["organizations"] == [
+        {"organization_id": org.pk, "ok": True, "entries_checked": 3, "first_broken": None}
+    ]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL session_replication_role = replica")
+        AuditLogEntry.objects.filter(pk=entries["run"].pk).update(execution_id=43)
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL session_replication_role = origin")
+    data = client.get("/api/v1/audit/verify", {"organization_id": org.pk}).json()
+    assert data["ok"] is False
+    assert data["organizations"][0]["first_broken"]["seq"] == 2
+    assert data["organizations"][0]["first_broken"]["reason"] == "hash mismatch"
+
+
+def test_verify_refuses_non_admins(api_client_for, member, outsider, org, entries):
+    assert api_client_for(member).get("/api/v1/audit/verify").status_code == 403
+    assert api_client_for(member).get("/api/v1/audit/verify", {"organization_id": org.pk}).status_code == 403
+    assert api_client_for(outsider).get("/api/v1/audit/verify", {"organization_id": org.pk}).status_code == 404
