@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 class ConnectionConfig(BaseModel):
     """Where the source lives. Secrets never go here: they go in credentials."""
 
-    model_config = ConfigDict(extra="forbid")
+    # populate_by_name: the stored JSON is dumped by field name (schema_name), the
+    # API and tools send the alias (schema); both must validate.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     host: str | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
@@ -38,3 +40,24 @@ class TableInfo(BaseModel):
 
 class SchemaCache(BaseModel):
     tables: list[TableInfo] = Field(default_factory=list)
+
+
+class ConnectionTestResult(BaseModel):
+    success: bool
+    latency_ms: int = 0
+    message: str = ""
+
+
+class QueryResult(BaseModel):
+    columns: list[str]
+    rows: list[list]
+    total_rows: int
+    execution_time_ms: int
+    truncated: bool = False
+    tables: list[str] = Field(default_factory=list)
+
+
+class WriteResult(BaseModel):
+    success: bool
+    rows_affected: int = 0
+    message: str = ""

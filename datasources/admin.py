@@ -1,0 +1,181 @@
+import json
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+
+from common.errors import RiverError
+from datasources import services
+from datasources.models import DataSource
+
+
+class DataSourceForm(forms.ModelForm):
+    """Credentials are a write-only field: never rendered, blank keeps what is stored."""
+
+    credentials = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password", "size": 80}),
+        help_text='JSON, e.g. {"user": "reporting", "password": "..."}. Leave blank to keep the stored credentials.',
+    )
+
+    class Meta:
+        model = DataSource
+        fields = ["workspace", "name", "description", "type", "connection_config", "access_level", "classifications"]
+
+    def clean_credentials(self):
+        raw = self.cleaned_data.get("credentials") or ""
+        if not raw.strip():
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise forms.ValidationError("Credentials must be a JSON object.") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Credentials must be a JSON object.")
+        return value
+
+    def clean(self):
+        cleaned = super().clean()
+        kind = cleaned.get("type") or (self.instance.type if self.instance.pk else None)
+        if not kind:
+            return cleaned
+        try:
+            if "connection_config" in cleaned:
+                services.connection_config_validate(type=kind, connection_config=cleaned["connection_config"])
+            credentials = cleaned.get("credentials")
+            if credentials is not None or not self.instance.pk:
+                services.credentials_validate(type=kind, credentials=credentials or {})
+        except RiverError as exc:
+            for key, problems in (exc.details or {}).items():
+                field = key.split(".", 1)[0]
+                target = field if field in self.fields else None
+                self.add_error(target, f"{key}: {'; '.join(problems)}")
+            if not exc.details:
+                self.add_error(None, exc.message)
+        return cleaned
+
+
+@admin.register(DataSource)
+class DataSourceAdmin(admin.ModelAdmin):
+    """Writes go through the services: credentials are encrypted, connection changes
+    drop the cached schema. "Refresh schema" rediscovers it from the database."""
+
+    form = DataSourceForm
+    list_display = ["name", "workspace", "type", "access_level", "status", "has_credentials", "schema_discovered_at"]
+    list_filter = ["type", "access_level", "status", "workspace__organization", "workspace"]
+    search_fields = ["name", "description", "workspace__name"]
+    readonly_fields = ["status", "status_message", "has_credentials", "schema_discovered_at", "schema_summary"]
+    actions = ["refresh_schema", "test_connection"]
+    change_form_template = "admin/datasources/datasource/change_form.html"
+
+    def get_fieldsets(self, request, obj=None):
+        main = [
+            "workspace",
+            "name",
+            "description",
+            "type",
+            "connection_config",
+            "credentials",
+            "access_level",
+            "classifications",
+        ]
+        if obj is None:
+            return [(None, {"fields": main})]
+        return [
+            (None, {"fields": main}),
+            ("State", {"fields": ["status", "status_message", "has_credentials", "schema_discovered_at"]}),
+            ("Cached schema", {"fields": ["schema_summary"]}),
+        ]
+
+    @admin.display(boolean=True, description="Credentials")
+    def has_credentials(self, obj):
+        return obj.has_credentials
+
+    @admin.display(description="Tables")
+    def schema_summary(self, obj):
+        tables = obj.schema_cache or []
+        if not tables:
+            return "Not discovered yet."
+        rows = format_html_join(
+            "",
+            "<li><b>{}</b> ({} columns, ~{} rows)</li>",
+            (
+                (
+                    t.get("table_name"),
+                    len(t.get("columns") or []),
+                    "?" if t.get("row_estimate") is None else t["row_estimate"],
+                )
+                for t in tables
+            ),
+        )
+        return format_html("<ul>{}</ul>", rows)
+
+    def save_model(self, request, obj, form, change):
+        data = form.cleaned_data
+        if not change:
+            created = services.data_source_create(
+                workspace=data["workspace"],
+                name=data["name"],
+                type=data["type"],
+                connection_config=data["connection_config"],
+                credentials=data.get("credentials") or {},
+                description=data.get("description") or "",
+                access_level=data["access_level"],
+                classifications=data.get("classifications") or {},
+            )
+            obj.pk = created.pk
+            obj.credentials_encrypted = created.credentials_encrypted
+            return
+        current = DataSource.objects.get(pk=obj.pk)
+        changes = {}
+        for field in ("name", "description", "type", "access_level", "classifications"):
+            if field in form.changed_data:
+                changes[field] = data[field]
+        if "connection_config" in form.changed_data:
+            new_config = data["connection_config"] or {}
+            removed = {key: None for key in (current.connection_config or {}) if key not in new_config}
+            changes["connection_config"] = {**removed, **new_config}
+        if data.get("credentials") is not None:
+            changes["credentials"] = data["credentials"]
+        services.data_source_update(data_source=current, **changes)
+
+    # --- schema refresh and connection test ------------------------------------------------
+    def _refresh(self, request, source: DataSource) -> None:
+        try:
+            tables = services.data_source_discover(data_source=source)
+        except RiverError as exc:
+            self.message_user(request, f"{source}: {exc.message}", messages.ERROR)
+        else:
+            self.message_user(request, f"{source}: discovered {len(tables)} tables.", messages.SUCCESS)
+
+    @admin.action(description="Refresh schema")
+    def refresh_schema(self, request, queryset):
+        for source in queryset:
+            self._refresh(request, source)
+
+    @admin.action(description="Test connection")
+    def test_connection(self, request, queryset):
+        for source in queryset:
+            result = services.data_source_test(data_source=source)
+            level = messages.SUCCESS if result.success else messages.ERROR
+            self.message_user(request, f"{source}: {result.message} ({result.latency_ms} ms)", level)
+
+    def get_urls(self):
+        custom = [
+            path(
+                "<int:object_id>/refresh-schema/",
+                self.admin_site.admin_view(self.refresh_schema_view),
+                name="datasources_datasource_refresh_schema",
+            )
+        ]
+        return custom + super().get_urls()
+
+    def refresh_schema_view(self, request, object_id):
+        source = get_object_or_404(DataSource, pk=object_id)
+        if request.method != "POST" or not self.has_change_permission(request, source):
+            return HttpResponseRedirect(reverse("admin:datasources_datasource_change", args=[object_id]))
+        self._refresh(request, source)
+        return HttpResponseRedirect(reverse("admin:datasources_datasource_change", args=[object_id]))

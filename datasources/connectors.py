@@ -1,0 +1,580 @@
+"""Database connectors: the only code that opens connections to customer databases.
+
+Two engines are supported, PostgreSQL (psycopg 3) and SQLite (the stdlib module).
+Each connector offers the same four operations: ``test_connection``, ``discover``,
+``run_read_query`` and ``run_write``. They take plain values (no Django models) so
+they can be exercised directly in tests and never touch River's own database.
+
+Safety rules that hold here even when the SQL guard is bypassed:
+
+- reads run in a read-only transaction (PostgreSQL: ``default_transaction_read_only``
+  for the session, ``SET TRANSACTION READ ONLY`` and ``SET LOCAL statement_timeout``;
+  SQLite: a ``mode=ro`` connection, ``PRAGMA query_only`` and an authorizer that
+  denies everything but reading) with a deadline;
+- PostgreSQL reads are sent as prepared statements, which the server refuses to
+  hold more than one command, so ``SELECT 1; COMMIT; DROP ...`` cannot escape the
+  transaction; SQLite's driver refuses more than one statement per call;
+- parameters are always bound by the driver, never formatted into the text;
+- error messages are scrubbed of the password before they leave this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import decimal
+import json
+import math
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.types.json import Jsonb
+
+from datasources.types import ColumnInfo, ConnectionConfig, ConnectionTestResult, TableInfo
+
+CONNECT_TIMEOUT_SECONDS = 10
+DEFAULT_PG_PORT = 5432
+
+
+class ConnectorError(Exception):
+    """A failure whose message is safe to show to users, models and logs."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class ConnectionFailed(ConnectorError):
+    """The database could not be reached or refused the login (worth retrying later)."""
+
+
+class QueryTimeout(ConnectorError):
+    """The statement ran past its deadline and was cancelled."""
+
+
+class QueryRejected(ConnectorError):
+    """The database refused the statement as not allowed (read-only, authorizer, multi-statement)."""
+
+
+class QueryFailed(ConnectorError):
+    """The statement is wrong (syntax, unknown column, type mismatch, constraint)."""
+
+
+@dataclass(frozen=True)
+class ConnectionSpec:
+    """Everything needed to connect; ``credentials`` holds decrypted secrets and must
+    never be logged or rendered (the dataclass repr hides it)."""
+
+    type: str
+    config: ConnectionConfig
+    credentials: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class RawResult:
+    columns: list[str]
+    rows: list[list]
+    truncated: bool
+    execution_time_ms: int
+
+
+class Connector(Protocol):
+    def test_connection(self) -> ConnectionTestResult: ...
+
+    def discover(self) -> list[TableInfo]: ...
+
+    def run_read_query(
+        self, *, sql: str, parameters: Any = None, max_rows: int = 1000, timeout_ms: int | None = None
+    ) -> RawResult: ...
+
+    def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int: ...
+
+
+def connector_for(spec: ConnectionSpec) -> Connector:
+    if spec.type == "postgresql":
+        return PostgresConnector(spec)
+    if spec.type == "sqlite":
+        return SQLiteConnector(spec)
+    raise ConnectorError(f"Unsupported data source type {spec.type!r}.")
+
+
+def jsonable(value: Any) -> Any:
+    """A result cell as a JSON value (results are stored in the run's trace)."""
+    if value is None or isinstance(value, bool | int | str) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return str(value)
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+def _elapsed_ms(started: float) -> int:
+    return max(0, int(round((time.monotonic() - started) * 1000)))
+
+
+def _conditions_sql(conditions: dict, quote, placeholder) -> tuple[list[str], list]:
+    """``column = value``, ``column IS NULL`` or ``column IN (...)`` joined by AND."""
+    parts: list[str] = []
+    params: list = []
+    for column, value in conditions.items():
+        if value is None:
+            parts.append(f"{quote(column)} IS NULL")
+        elif isinstance(value, list | tuple):
+            marks = []
+            for item in value:
+                params.append(item)
+                marks.append(placeholder(len(params)))
+            parts.append(f"{quote(column)} IN ({', '.join(marks)})")
+        else:
+            params.append(value)
+            parts.append(f"{quote(column)} = {placeholder(len(params))}")
+    return parts, params
+
+
+def build_write_statements(
+    *, table: str, operation: str, rows: list[dict], conditions: dict | None, quote, placeholder
+) -> list[tuple[str, list]]:
+    """Parameterized INSERT / UPDATE / DELETE text. Identifiers are quoted by the
+    caller's dialect function and have already been checked against the schema."""
+    statements: list[tuple[str, list]] = []
+    if operation == "insert":
+        for row in rows:
+            columns = list(row)
+            marks = ", ".join(placeholder(i + 1) for i in range(len(columns)))
+            text = f"INSERT INTO {quote(table)} ({', '.join(quote(c) for c in columns)}) VALUES ({marks})"
+            statements.append((text, [row[c] for c in columns]))
+        return statements
+    if not conditions:
+        raise ConnectorError(f"{operation} needs at least one condition.")
+    if operation == "update":
+        values = rows[0]
+        params = list(values.values())
+        sets = ", ".join(f"{quote(c)} = {placeholder(i + 1)}" for i, c in enumerate(values))
+        offset = len(params)
+        where, where_params = _conditions_sql(conditions, quote, lambda n: placeholder(n + offset))
+        statements.append((f"UPDATE {quote(table)} SET {sets} WHERE {' AND '.join(where)}", params + where_params))
+        return statements
+    if operation == "delete":
+        where, where_params = _conditions_sql(conditions, quote, placeholder)
+        statements.append((f"DELETE FROM {quote(table)} WHERE {' AND '.join(where)}", where_params))
+        return statements
+    raise ConnectorError(f"Unknown write operation {operation!r}.")
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------
+
+_PG_TABLES = """
+SELECT c.oid, c.relname, c.relkind, c.reltuples::bigint, coalesce(obj_description(c.oid, 'pg_class'), '')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+ORDER BY c.relname
+"""
+
+_PG_COLUMNS = """
+SELECT a.attrelid, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       coalesce(col_description(a.attrelid, a.attnum), '')
+FROM pg_attribute a
+WHERE a.attrelid = ANY($1) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attrelid, a.attnum
+"""
+
+_PG_KEYS = """
+SELECT con.conrelid, con.contype, src.attname, ref_class.relname, ref.attname
+FROM pg_constraint con
+CROSS JOIN LATERAL unnest(con.conkey, coalesce(con.confkey, con.conkey)) AS k(src_att, ref_att)
+JOIN pg_attribute src ON src.attrelid = con.conrelid AND src.attnum = k.src_att
+LEFT JOIN pg_class ref_class ON ref_class.oid = con.confrelid
+LEFT JOIN pg_attribute ref ON ref.attrelid = con.confrelid AND ref.attnum = k.ref_att
+WHERE con.conrelid = ANY($1) AND con.contype IN ('p', 'f')
+"""
+
+
+class PostgresConnector:
+    def __init__(self, spec: ConnectionSpec):
+        self.config = spec.config
+        self.credentials = spec.credentials or {}
+        self.schema = spec.config.schema_name or "public"
+
+    # -- plumbing
+    def _scrub(self, message: str) -> str:
+        password = str(self.credentials.get("password") or "")
+        if password:
+            message = message.replace(password, "***")
+        return message.strip().splitlines()[0] if message.strip() else "database error"
+
+    def _connect(self, *, read_only: bool, timeout_ms: int) -> psycopg.Connection:
+        options = f"-c statement_timeout={int(timeout_ms)}"
+        if read_only:
+            options += " -c default_transaction_read_only=on"
+        kwargs: dict[str, Any] = {
+            "host": self.config.host,
+            "port": self.config.port or DEFAULT_PG_PORT,
+            "dbname": self.config.database,
+            "user": self.credentials.get("user") or self.credentials.get("username"),
+            "password": self.credentials.get("password"),
+            "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+            "application_name": "river",
+            "options": options,
+            "cursor_factory": psycopg.RawCursor,
+        }
+        if self.config.sslmode:
+            kwargs["sslmode"] = self.config.sslmode
+        try:
+            return psycopg.connect(**{k: v for k, v in kwargs.items() if v is not None})
+        except psycopg.Error as exc:
+            raise ConnectionFailed(f"Could not connect to PostgreSQL: {self._scrub(str(exc))}") from None
+
+    def _begin_read_only(self, cur, timeout_ms: int) -> None:
+        cur.execute("SET TRANSACTION READ ONLY")
+        cur.execute("SELECT set_config('statement_timeout', $1, true)", [str(int(timeout_ms))])
+        cur.execute("SELECT set_config('search_path', $1, true)", [self.schema])
+
+    def _translate(self, exc: psycopg.Error) -> ConnectorError:
+        message = self._scrub(str(exc))
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            return QueryTimeout(f"The query was cancelled by the statement timeout: {message}")
+        if isinstance(
+            exc,
+            psycopg.errors.ReadOnlySqlTransaction
+            | psycopg.errors.InsufficientPrivilege
+            | psycopg.errors.ActiveSqlTransaction,
+        ):
+            return QueryRejected(f"The database refused the statement: {message}")
+        if isinstance(exc, psycopg.OperationalError):
+            return ConnectionFailed(f"Lost the connection to PostgreSQL: {message}")
+        if isinstance(exc, psycopg.errors.SyntaxError) and "multiple commands" in message:
+            return QueryRejected(f"The database refused the statement: {message}")
+        return QueryFailed(f"The database reported an error: {message}")
+
+    # -- operations
+    def test_connection(self) -> ConnectionTestResult:
+        started = time.monotonic()
+        try:
+            with self._connect(read_only=True, timeout_ms=self.config.statement_timeout_ms) as conn:
+                conn.execute("SELECT 1").fetchone()
+                version = conn.info.server_version
+                superuser = conn.info.parameter_status("is_superuser") == "on"
+        except ConnectionFailed as exc:
+            return ConnectionTestResult(success=False, latency_ms=_elapsed_ms(started), message=exc.message)
+        except psycopg.Error as exc:
+            return ConnectionTestResult(
+                success=False, latency_ms=_elapsed_ms(started), message=self._translate(exc).message
+            )
+        major, minor = divmod(version, 10000)
+        message = f"Connected to PostgreSQL {major}.{minor}."
+        if superuser:
+            # A read-only transaction does not stop superuser-only functions; the SQL
+            # guard does, but a least-privileged role is the second line of defence.
+            message += " Warning: this login is a superuser; use a role limited to the tables agents need."
+        return ConnectionTestResult(success=True, latency_ms=_elapsed_ms(started), message=message)
+
+    def discover(self) -> list[TableInfo]:
+        # Catalog queries may need longer than an agent's query, but must still end
+        # well inside the 30 s tool timeout (connecting may take up to 10 s).
+        timeout_ms = min(max(self.config.statement_timeout_ms, 15_000), 20_000)
+        try:
+            with self._connect(read_only=True, timeout_ms=timeout_ms) as conn:
+                cur = conn.cursor()
+                self._begin_read_only(cur, timeout_ms)
+                tables = cur.execute(_PG_TABLES, [self.schema]).fetchall()
+                oids = [row[0] for row in tables]
+                columns = cur.execute(_PG_COLUMNS, [oids]).fetchall() if oids else []
+                keys = cur.execute(_PG_KEYS, [oids]).fetchall() if oids else []
+                conn.rollback()
+        except psycopg.Error as exc:
+            raise self._translate(exc) from None
+
+        primary: set[tuple[int, str]] = set()
+        foreign: dict[tuple[int, str], str] = {}
+        for relid, kind, column, ref_table, ref_column in keys:
+            if kind == "p":
+                primary.add((relid, column))
+            elif ref_table and ref_column:
+                foreign[(relid, column)] = f"{ref_table}.{ref_column}"
+        by_table: dict[int, list[ColumnInfo]] = {}
+        for relid, name, data_type, not_null, description in columns:
+            by_table.setdefault(relid, []).append(
+                ColumnInfo(
+                    column_name=name,
+                    data_type=data_type,
+                    is_nullable=not not_null,
+                    is_primary_key=(relid, name) in primary,
+                    foreign_key=foreign.get((relid, name)),
+                    description=description,
+                )
+            )
+        result = []
+        for oid, name, relkind, reltuples, description in tables:
+            # reltuples is -1 (PG 14+) for a table never vacuumed or analyzed: unknown.
+            known = relkind in ("r", "p", "m") and reltuples is not None and reltuples >= 0
+            result.append(
+                TableInfo(
+                    table_name=name,
+                    columns=by_table.get(oid, []),
+                    row_estimate=int(reltuples) if known else None,
+                    description=description,
+                )
+            )
+        return result
+
+    def run_read_query(
+        self, *, sql: str, parameters: Any = None, max_rows: int = 1000, timeout_ms: int | None = None
+    ) -> RawResult:
+        """Run one statement with ``$n`` placeholders and positional ``parameters``."""
+        timeout_ms = int(timeout_ms or self.config.statement_timeout_ms)
+        params = list(parameters or [])
+        with self._connect(read_only=True, timeout_ms=timeout_ms) as conn:
+            try:
+                cur = conn.cursor()
+                self._begin_read_only(cur, timeout_ms)
+                started = time.monotonic()
+                cur.execute(sql, params, prepare=True)
+                columns = [col.name for col in (cur.description or [])]
+                fetched = cur.fetchmany(max_rows + 1) if cur.description else []
+                elapsed = _elapsed_ms(started)
+            except psycopg.Error as exc:
+                raise self._translate(exc) from None
+            finally:
+                if not conn.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.rollback()
+        return RawResult(
+            columns=columns,
+            rows=[[jsonable(v) for v in row] for row in fetched[:max_rows]],
+            truncated=len(fetched) > max_rows,
+            execution_time_ms=elapsed,
+        )
+
+    def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int:
+        timeout_ms = self.config.statement_timeout_ms
+        with self._connect(read_only=False, timeout_ms=timeout_ms) as conn:
+
+            def quote(name: str) -> str:
+                return pgsql.Identifier(name).as_string(conn)
+
+            statements = build_write_statements(
+                table=table,
+                operation=operation,
+                rows=rows,
+                conditions=conditions,
+                quote=quote,
+                placeholder=lambda n: f"${n}",
+            )
+            affected = 0
+            try:
+                with conn.transaction():
+                    cur = conn.cursor()
+                    cur.execute("SELECT set_config('statement_timeout', $1, true)", [str(int(timeout_ms))])
+                    cur.execute("SELECT set_config('search_path', $1, true)", [self.schema])
+                    for text, params in statements:
+                        cur.execute(text, [_pg_param(p) for p in params])
+                        affected += max(cur.rowcount, 0)
+            except psycopg.Error as exc:
+                raise self._translate(exc) from None
+        return affected
+
+
+def _pg_param(value: Any) -> Any:
+    # JSON objects/arrays written to a column go in as JSON text; PostgreSQL casts
+    # text to json/jsonb on assignment.
+    if isinstance(value, dict):
+        return Jsonb(value)
+    return value
+
+
+# --- SQLite --------------------------------------------------------------------------------
+
+_SQLITE_READ_ACTIONS = {
+    sqlite3.SQLITE_SELECT,
+    sqlite3.SQLITE_READ,
+    sqlite3.SQLITE_FUNCTION,
+    getattr(sqlite3, "SQLITE_RECURSIVE", 33),
+}
+_SQLITE_DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "zipfile"}
+_SQLITE_REFUSALS = ("readonly", "read-only", "not authorized", "authorization denied", "query_only", "prohibited")
+_PROGRESS_EVERY = 1000  # VM instructions between deadline checks
+
+
+def _sqlite_quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _read_only_authorizer(action, arg1, arg2, db_name, trigger):
+    if action not in _SQLITE_READ_ACTIONS:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _SQLITE_DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+class SQLiteConnector:
+    def __init__(self, spec: ConnectionSpec):
+        if not spec.config.path:
+            raise ConnectorError("A SQLite data source needs connection_config.path.")
+        self.path = Path(spec.config.path)
+        self.config = spec.config
+
+    def _connect(self, *, read_only: bool) -> sqlite3.Connection:
+        if not self.path.is_file():
+            raise ConnectionFailed(f"SQLite database file not found: {self.path.name}")
+        mode = "ro" if read_only else "rw"
+        try:
+            conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=5, isolation_level=None
+            )
+            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            if read_only:
+                conn.execute("PRAGMA query_only = ON")
+            else:
+                conn.execute("PRAGMA foreign_keys = ON")
+            return conn
+        except sqlite3.Error as exc:
+            raise ConnectionFailed(f"Could not open the SQLite database {self.path.name}: {exc}") from None
+
+    @staticmethod
+    def _translate(exc: sqlite3.Error) -> ConnectorError:
+        message = str(exc)
+        lowered = message.lower()
+        if "interrupted" in lowered:
+            return QueryTimeout("The query was cancelled by the statement timeout.")
+        if isinstance(exc, sqlite3.ProgrammingError) and "one statement" in lowered:
+            return QueryRejected(f"The database refused the statement: {message}")
+        if any(word in lowered for word in _SQLITE_REFUSALS):
+            return QueryRejected(f"The database refused the statement: {message}")
+        if isinstance(exc, sqlite3.OperationalError) and ("unable to open" in lowered or "locked" in lowered):
+            return ConnectionFailed(f"SQLite error: {message}")
+        return QueryFailed(f"The database reported an error: {message}")
+
+    def test_connection(self) -> ConnectionTestResult:
+        started = time.monotonic()
+        try:
+            conn = self._connect(read_only=True)
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                conn.close()
+        except ConnectionFailed as exc:
+            return ConnectionTestResult(success=False, latency_ms=_elapsed_ms(started), message=exc.message)
+        except sqlite3.Error as exc:
+            return ConnectionTestResult(
+                success=False, latency_ms=_elapsed_ms(started), message=self._translate(exc).message
+            )
+        return ConnectionTestResult(
+            success=True, latency_ms=_elapsed_ms(started), message=f"Opened SQLite {sqlite3.sqlite_version} database."
+        )
+
+    def discover(self) -> list[TableInfo]:
+        conn = self._connect(read_only=True)
+        try:
+            names = conn.execute(
+                "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            ).fetchall()
+            tables = []
+            for name, kind in names:
+                quoted = _sqlite_quote(name)
+                foreign = {
+                    row[3]: f"{row[2]}.{row[4]}" if row[4] else f"{row[2]}"
+                    for row in conn.execute(f"PRAGMA foreign_key_list({quoted})").fetchall()
+                }
+                columns = [
+                    ColumnInfo(
+                        column_name=col_name,
+                        data_type=(col_type or "").lower() or "any",
+                        is_nullable=not notnull and not pk,
+                        is_primary_key=bool(pk),
+                        foreign_key=foreign.get(col_name),
+                    )
+                    for _cid, col_name, col_type, notnull, _default, pk in conn.execute(
+                        f"PRAGMA table_info({quoted})"
+                    ).fetchall()
+                ]
+                estimate = conn.execute(f"SELECT count(*) FROM {quoted}").fetchone()[0] if kind == "table" else None
+                tables.append(TableInfo(table_name=name, columns=columns, row_estimate=estimate))
+            return tables
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
+        finally:
+            conn.close()
+
+    def run_read_query(
+        self, *, sql: str, parameters: Any = None, max_rows: int = 1000, timeout_ms: int | None = None
+    ) -> RawResult:
+        """Run one statement with ``:name`` placeholders and a ``parameters`` dict."""
+        timeout_ms = int(timeout_ms or self.config.statement_timeout_ms)
+        conn = self._connect(read_only=True)
+        deadline = time.monotonic() + timeout_ms / 1000
+        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_EVERY)
+        conn.set_authorizer(_read_only_authorizer)
+        try:
+            started = time.monotonic()
+            cur = conn.execute(sql, parameters if parameters is not None else {})
+            columns = [col[0] for col in (cur.description or [])]
+            fetched = cur.fetchmany(max_rows + 1) if cur.description else []
+            elapsed = _elapsed_ms(started)
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
+        finally:
+            conn.close()
+        return RawResult(
+            columns=columns,
+            rows=[[jsonable(v) for v in row] for row in fetched[:max_rows]],
+            truncated=len(fetched) > max_rows,
+            execution_time_ms=elapsed,
+        )
+
+    def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int:
+        statements = build_write_statements(
+            table=table,
+            operation=operation,
+            rows=rows,
+            conditions=conditions,
+            quote=_sqlite_quote,
+            placeholder=lambda n: f"?{n}",
+        )
+        conn = self._connect(read_only=False)
+        deadline = time.monotonic() + self.config.statement_timeout_ms / 1000
+        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_EVERY)
+        affected = 0
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for text, params in statements:
+                    cur = conn.execute(text, [_sqlite_param(p) for p in params])
+                    affected += max(cur.rowcount, 0)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
+        finally:
+            conn.close()
+        return affected
+
+
+def _sqlite_param(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return value

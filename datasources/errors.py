@@ -1,0 +1,31 @@
+"""Errors of the data source services, on top of the shared taxonomy in common.errors."""
+
+from __future__ import annotations
+
+from common.errors import InvalidInput, RiverError
+
+
+class DataSourceUnavailable(RiverError):
+    """The database could not be reached or refused the login. Worth retrying later."""
+
+    status_code = 503
+    code = "data_source_unavailable"
+
+
+class QueryRefused(InvalidInput):
+    """The SQL guard (or the database's read-only transaction) refused the statement."""
+
+    code = "query_refused"
+
+
+class QueryFailed(InvalidInput):
+    """The statement reached the database and failed there (syntax, unknown column...)."""
+
+    code = "query_failed"
+
+
+class QueryTimedOut(RiverError):
+    """The statement ran past the source's statement timeout and was cancelled."""
+
+    status_code = 504
+    code = "query_timeout"

@@ -1,0 +1,495 @@
+"""Writes and remote operations on data sources.
+
+Credentials are encrypted at rest (common.crypto) and only decrypted here, to build
+the connection for one operation. They are never returned, logged, put into an
+exception message or into a prompt. Connections to customer databases are opened
+outside River's own database transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pydantic
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from common.crypto import decrypt_json, encrypt_json
+from common.errors import Conflict, InvalidInput, PermissionDenied, pydantic_details
+from datasources import connectors
+from datasources.errors import DataSourceUnavailable, QueryFailed, QueryRefused, QueryTimedOut
+from datasources.models import DataSource
+from datasources.selectors import sqlite_path_resolve
+from datasources.sqlguard import query_check
+from datasources.types import ConnectionConfig, ConnectionTestResult, QueryResult, TableInfo, WriteResult
+
+logger = logging.getLogger(__name__)
+
+MAX_ROWS_LIMIT = 10_000
+MAX_WRITE_ROWS = 1_000
+WRITE_OPERATIONS = ("insert", "update", "delete")
+_CONNECTION_FIELDS = {"type", "connection_config", "credentials"}
+_UPDATABLE = {"name", "description", "access_level", "classifications"} | _CONNECTION_FIELDS
+
+
+class PostgresCredentials(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    user: str = pydantic.Field(min_length=1)
+    password: str = ""
+
+
+# --- validation ----------------------------------------------------------------------------
+
+
+def _choice(value: Any, choices, field: str) -> str:
+    allowed = [c.value for c in choices]
+    if value not in allowed:
+        raise InvalidInput(
+            f"{field} must be one of {', '.join(allowed)}.", details={field: [f"must be one of {allowed}"]}
+        )
+    return value
+
+
+def connection_config_validate(*, type: str, connection_config: Any) -> dict:
+    if not isinstance(connection_config, dict):
+        raise InvalidInput("connection_config must be an object.", details={"connection_config": ["must be an object"]})
+    try:
+        config = ConnectionConfig.model_validate(connection_config)
+    except pydantic.ValidationError as exc:
+        details = {f"connection_config.{k}": v for k, v in pydantic_details(exc).items()}
+        raise InvalidInput("connection_config is invalid.", details=details) from None
+    problems: dict[str, list[str]] = {}
+    if type == DataSource.Type.POSTGRESQL:
+        if not config.host:
+            problems["connection_config.host"] = ["required for postgresql"]
+        if not config.database:
+            problems["connection_config.database"] = ["required for postgresql"]
+        if config.path:
+            problems["connection_config.path"] = ["only for sqlite"]
+        if config.sslmode and config.sslmode not in {
+            "disable",
+            "allow",
+            "prefer",
+            "require",
+            "verify-ca",
+            "verify-full",
+        }:
+            problems["connection_config.sslmode"] = ["not a libpq sslmode"]
+    elif type == DataSource.Type.SQLITE:
+        if not config.path:
+            problems["connection_config.path"] = ["required for sqlite"]
+        else:
+            sqlite_path_resolve(path=config.path)
+    if problems:
+        raise InvalidInput("connection_config is invalid.", details=problems)
+    return config.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+def credentials_validate(*, type: str, credentials: Any) -> dict:
+    if credentials is None:
+        credentials = {}
+    if not isinstance(credentials, dict):
+        raise InvalidInput("credentials must be an object.", details={"credentials": ["must be an object"]})
+    if type == DataSource.Type.SQLITE:
+        if credentials:
+            raise InvalidInput(
+                "SQLite sources take no credentials.", details={"credentials": ["must be empty for sqlite"]}
+            )
+        return {}
+    try:
+        return PostgresCredentials.model_validate(credentials).model_dump()
+    except pydantic.ValidationError as exc:
+        # Only field names and messages: never echo the submitted values.
+        details = {f"credentials.{k}": v for k, v in pydantic_details(exc).items()}
+        raise InvalidInput("credentials are invalid: expected user and password.", details=details) from None
+
+
+def _classifications_validate(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InvalidInput(
+            "classifications must map table names to labels.", details={"classifications": ["must be {table: label}"]}
+        )
+    return value
+
+
+def _merge(current: dict, changes: dict) -> dict:
+    """Shallow merge where a null value removes the key."""
+    merged = dict(current)
+    for key, value in changes.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
+
+
+# --- connections -------------------------------------------------------------------------
+
+
+def _spec(data_source: DataSource) -> connectors.ConnectionSpec:
+    config = ConnectionConfig.model_validate(data_source.connection_config or {})
+    if data_source.type == DataSource.Type.SQLITE and config.path:
+        config = config.model_copy(update={"path": str(sqlite_path_resolve(path=config.path))})
+    return connectors.ConnectionSpec(
+        type=data_source.type, config=config, credentials=decrypt_json(data_source.credentials_encrypted)
+    )
+
+
+def _connector(data_source: DataSource) -> connectors.Connector:
+    try:
+        return connectors.connector_for(_spec(data_source))
+    except connectors.ConnectorError as exc:
+        raise InvalidInput(exc.message, details={"connection_config": [exc.message]}) from None
+
+
+def _raise_for(exc: connectors.ConnectorError) -> None:
+    if isinstance(exc, connectors.ConnectionFailed):
+        raise DataSourceUnavailable(exc.message) from None
+    if isinstance(exc, connectors.QueryTimeout):
+        raise QueryTimedOut(exc.message) from None
+    if isinstance(exc, connectors.QueryRejected):
+        raise QueryRefused(exc.message, details={"query": [exc.message]}) from None
+    raise QueryFailed(exc.message, details={"query": [exc.message]}) from None
+
+
+def _set_status(data_source: DataSource, *, status: str, message: str) -> None:
+    message = message[:500]
+    DataSource.objects.filter(pk=data_source.pk).update(
+        status=status, status_message=message, updated_at=timezone.now()
+    )
+    data_source.status = status
+    data_source.status_message = message
+
+
+# --- create / update / delete ----------------------------------------------------------------
+
+
+def data_source_create(
+    *,
+    workspace,
+    name: str,
+    type: str,
+    connection_config: dict,
+    credentials: dict | None,
+    description: str = "",
+    access_level: str = DataSource.AccessLevel.READ_ONLY,
+    classifications: dict[str, str] | None = None,
+) -> DataSource:
+    name = (name or "").strip()
+    if not name:
+        raise InvalidInput("name is required.", details={"name": ["required"]})
+    if len(name) > 200:
+        raise InvalidInput("name is too long.", details={"name": ["at most 200 characters"]})
+    _choice(type, DataSource.Type, "type")
+    _choice(access_level, DataSource.AccessLevel, "access_level")
+    config = connection_config_validate(type=type, connection_config=connection_config)
+    secrets = credentials_validate(type=type, credentials=credentials)
+    if DataSource.objects.filter(workspace=workspace, name=name).exists():
+        raise Conflict("A data source with this name already exists.", details={"name": ["already exists"]})
+    try:
+        with transaction.atomic():
+            data_source = DataSource.objects.create(
+                workspace=workspace,
+                name=name,
+                description=description or "",
+                type=type,
+                connection_config=config,
+                credentials_encrypted=encrypt_json(secrets),
+                access_level=access_level,
+                classifications=_classifications_validate(classifications),
+            )
+    except IntegrityError:
+        raise Conflict("A data source with this name already exists.", details={"name": ["already exists"]}) from None
+    logger.info("data source %s created in workspace %s (%s)", data_source.pk, workspace.pk, type)
+    return data_source
+
+
+def data_source_update(*, data_source: DataSource, **changes) -> DataSource:
+    """Apply ``changes``. ``connection_config`` and ``credentials`` are merged into the
+    current values (a null value removes a key). Changing where or how River connects
+    drops the cached schema: it must be rediscovered before queries run again."""
+    unknown = sorted(set(changes) - _UPDATABLE)
+    if unknown:
+        raise InvalidInput(
+            f"Unknown or read-only fields: {', '.join(unknown)}.", details={k: ["cannot be updated"] for k in unknown}
+        )
+    if not changes:
+        return data_source
+    fields: set[str] = set()
+    new_type = changes.get("type", data_source.type)
+    if "type" in changes:
+        _choice(new_type, DataSource.Type, "type")
+    if "name" in changes:
+        name = (changes["name"] or "").strip()
+        if not name:
+            raise InvalidInput("name is required.", details={"name": ["required"]})
+        if (
+            DataSource.objects.filter(workspace_id=data_source.workspace_id, name=name)
+            .exclude(pk=data_source.pk)
+            .exists()
+        ):
+            raise Conflict("A data source with this name already exists.", details={"name": ["already exists"]})
+        data_source.name = name
+        fields.add("name")
+    if "description" in changes:
+        data_source.description = changes["description"] or ""
+        fields.add("description")
+    if "access_level" in changes:
+        data_source.access_level = _choice(changes["access_level"], DataSource.AccessLevel, "access_level")
+        fields.add("access_level")
+    if "classifications" in changes:
+        data_source.classifications = _classifications_validate(changes["classifications"])
+        fields.add("classifications")
+
+    if _CONNECTION_FIELDS & set(changes):
+        config_changes = changes.get("connection_config") or {}
+        if not isinstance(config_changes, dict):
+            raise InvalidInput(
+                "connection_config must be an object.", details={"connection_config": ["must be an object"]}
+            )
+        current_config = ConnectionConfig.model_validate(data_source.connection_config or {}).model_dump(
+            mode="json", exclude_none=True, by_alias=True
+        )
+        if new_type != data_source.type and "connection_config" in changes:
+            current_config = {}  # a new engine starts from the given settings only
+        config = connection_config_validate(type=new_type, connection_config=_merge(current_config, config_changes))
+        if "credentials" in changes:
+            credential_changes = changes["credentials"]
+            if credential_changes is not None and not isinstance(credential_changes, dict):
+                raise InvalidInput("credentials must be an object.", details={"credentials": ["must be an object"]})
+            base = {} if new_type != data_source.type else decrypt_json(data_source.credentials_encrypted)
+            secrets = credentials_validate(type=new_type, credentials=_merge(base, credential_changes or {}))
+        else:
+            secrets = credentials_validate(type=new_type, credentials=decrypt_json(data_source.credentials_encrypted))
+        unchanged = (
+            new_type == data_source.type
+            and config == current_config
+            and secrets == decrypt_json(data_source.credentials_encrypted)
+        )
+        if not unchanged:  # re-saving the same settings keeps the cache
+            data_source.type = new_type
+            data_source.connection_config = config
+            data_source.credentials_encrypted = encrypt_json(secrets)
+            data_source.schema_cache = []
+            data_source.schema_discovered_at = None
+            data_source.status = DataSource.Status.UNTESTED
+            data_source.status_message = ""
+            fields |= {
+                "type",
+                "connection_config",
+                "credentials_encrypted",
+                "schema_cache",
+                "schema_discovered_at",
+                "status",
+                "status_message",
+            }
+    fields.add("updated_at")
+    try:
+        with transaction.atomic():
+            data_source.save(update_fields=sorted(fields))
+    except IntegrityError:
+        raise Conflict("A data source with this name already exists.", details={"name": ["already exists"]}) from None
+    logger.info("data source %s updated (%s)", data_source.pk, ", ".join(sorted(changes)))
+    return data_source
+
+
+def data_source_delete(*, data_source: DataSource) -> None:
+    pk = data_source.pk
+    data_source.delete()
+    logger.info("data source %s deleted", pk)
+
+
+# --- remote operations ---------------------------------------------------------------------
+
+
+def data_source_test(*, data_source: DataSource) -> ConnectionTestResult:
+    """Open a connection, run a trivial query and record the outcome as the status."""
+    try:
+        result = _connector(data_source).test_connection()
+    except InvalidInput as exc:
+        result = ConnectionTestResult(success=False, latency_ms=0, message=exc.message)
+    _set_status(
+        data_source,
+        status=DataSource.Status.CONNECTED if result.success else DataSource.Status.ERROR,
+        message=result.message,
+    )
+    return result
+
+
+def data_source_discover(*, data_source: DataSource) -> list[TableInfo]:
+    """Read tables, columns, keys and row estimates and store them as the cached schema."""
+    try:
+        tables = _connector(data_source).discover()
+    except connectors.ConnectorError as exc:
+        if isinstance(exc, connectors.ConnectionFailed):
+            _set_status(data_source, status=DataSource.Status.ERROR, message=exc.message)
+        _raise_for(exc)
+    classifications = data_source.classifications or {}
+    for table in tables:
+        table.classification = classifications.get(table.table_name)
+    now = timezone.now()
+    cache = [table.model_dump(mode="json") for table in tables]
+    DataSource.objects.filter(pk=data_source.pk).update(
+        schema_cache=cache,
+        schema_discovered_at=now,
+        status=DataSource.Status.CONNECTED,
+        status_message=f"Discovered {len(tables)} tables.",
+        updated_at=now,
+    )
+    data_source.schema_cache = cache
+    data_source.schema_discovered_at = now
+    data_source.status = DataSource.Status.CONNECTED
+    data_source.status_message = f"Discovered {len(tables)} tables."
+    logger.info("data source %s: discovered %d tables", data_source.pk, len(tables))
+    return tables
+
+
+def _cached_tables(data_source: DataSource) -> list[TableInfo]:
+    if data_source.schema_discovered_at is None:
+        raise QueryRefused(
+            "The schema of this data source has not been discovered yet; run discover_schema first.",
+            details={"data_source_id": ["schema not discovered"]},
+        )
+    return [TableInfo.model_validate(t) for t in data_source.schema_cache or []]
+
+
+def _scalar_ok(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def query_execute(
+    *, data_source: DataSource, query: str, max_rows: int = 1000, parameters: dict | None = None
+) -> QueryResult:
+    """Run one guarded read-only statement against the source (see datasources.sqlguard)."""
+    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or not 1 <= max_rows <= MAX_ROWS_LIMIT:
+        raise InvalidInput(
+            f"max_rows must be between 1 and {MAX_ROWS_LIMIT}.", details={"max_rows": [f"1..{MAX_ROWS_LIMIT}"]}
+        )
+    if parameters is not None and not isinstance(parameters, dict):
+        raise InvalidInput(
+            "parameters must be an object of named values.", details={"parameters": ["must be {name: value}"]}
+        )
+    parameters = parameters or {}
+    tables = _cached_tables(data_source)
+    config = ConnectionConfig.model_validate(data_source.connection_config or {})
+    verdict = query_check(
+        sql=query,
+        dialect=data_source.type,
+        allowed_tables=[t.table_name for t in tables],
+        schema_name=config.schema_name,
+    )
+    if not verdict.allowed:
+        logger.info("data source %s: query refused by the guard: %s", data_source.pk, verdict.reason)
+        raise QueryRefused(verdict.reason, details={"query": [verdict.reason]})
+    missing = [name for name in verdict.parameter_names if name not in parameters]
+    extra = sorted(set(parameters) - set(verdict.parameter_names))
+    if missing or extra:
+        details = {f"parameters.{n}": ["missing"] for n in missing} | {f"parameters.{n}": ["not used"] for n in extra}
+        raise InvalidInput("parameters do not match the query's placeholders.", details=details)
+    bad = [n for n, v in parameters.items() if not (_scalar_ok(v) or (isinstance(v, list) and all(map(_scalar_ok, v))))]
+    if bad:
+        raise InvalidInput(
+            "parameter values must be scalars or lists of scalars.",
+            details={f"parameters.{n}": ["bad type"] for n in bad},
+        )
+    if data_source.type == DataSource.Type.POSTGRESQL:
+        bound: Any = [parameters[name] for name in verdict.parameter_names]
+    else:
+        bound = {name: parameters[name] for name in verdict.parameter_names}
+    try:
+        raw = _connector(data_source).run_read_query(
+            sql=verdict.sql, parameters=bound, max_rows=max_rows, timeout_ms=config.statement_timeout_ms
+        )
+    except connectors.ConnectorError as exc:
+        _raise_for(exc)
+    return QueryResult(
+        columns=raw.columns,
+        rows=raw.rows,
+        total_rows=len(raw.rows),
+        execution_time_ms=raw.execution_time_ms,
+        truncated=raw.truncated,
+        tables=verdict.tables,
+    )
+
+
+def write_back_execute(
+    *, data_source: DataSource, table_name: str, operation: str, data: Any, conditions: dict | None = None
+) -> WriteResult:
+    """Insert, update or delete rows with a parameterized statement in its own transaction.
+
+    The table and every column must exist in the cached schema; update and delete need
+    at least one condition (``{column: value}``, a list value means IN, null means IS
+    NULL), so a mass change of a whole table is impossible through this path."""
+    if data_source.access_level != DataSource.AccessLevel.READ_WRITE:
+        raise PermissionDenied("This data source is read only; write-back is not allowed.")
+    if operation not in WRITE_OPERATIONS:
+        raise InvalidInput(
+            f"operation must be one of {', '.join(WRITE_OPERATIONS)}.", details={"operation": ["invalid choice"]}
+        )
+    tables = {t.table_name.lower(): t for t in _cached_tables(data_source)}
+    table = tables.get(str(table_name or "").lower())
+    if table is None:
+        raise InvalidInput(
+            f"Table {table_name!r} is not in the discovered schema.", details={"table_name": ["unknown table"]}
+        )
+    columns = {c.column_name.lower(): c.column_name for c in table.columns}
+
+    def canonical(row: dict, field: str) -> dict:
+        if not isinstance(row, dict):
+            raise InvalidInput(f"{field} must be an object of column values.", details={field: ["must be an object"]})
+        unknown = [k for k in row if str(k).lower() not in columns]
+        if unknown:
+            raise InvalidInput(
+                f"Unknown columns for {table.table_name}: {', '.join(map(str, unknown))}.",
+                details={f"{field}.{k}": ["unknown column"] for k in unknown},
+            )
+        return {columns[str(k).lower()]: v for k, v in row.items()}
+
+    if operation == "insert":
+        raw_rows = data if isinstance(data, list) else [data]
+        if not raw_rows or len(raw_rows) > MAX_WRITE_ROWS:
+            raise InvalidInput(
+                f"insert needs 1 to {MAX_WRITE_ROWS} rows.", details={"data": [f"1..{MAX_WRITE_ROWS} rows"]}
+            )
+        rows = [canonical(row, "data") for row in raw_rows]
+        if any(not row for row in rows):
+            raise InvalidInput("Each inserted row needs at least one column.", details={"data": ["empty row"]})
+        where = None
+    else:
+        if not conditions or not isinstance(conditions, dict):
+            raise InvalidInput(
+                f"{operation} requires conditions; unconditioned changes to a whole table are refused.",
+                details={"conditions": ["required for update and delete"]},
+            )
+        where = canonical(conditions, "conditions")
+        for column, value in where.items():
+            if isinstance(value, list) and not value:
+                raise InvalidInput(
+                    "An IN condition needs at least one value.", details={f"conditions.{column}": ["empty"]}
+                )
+            if isinstance(value, dict):
+                raise InvalidInput(
+                    "Conditions compare columns to values.", details={f"conditions.{column}": ["bad type"]}
+                )
+        if operation == "update":
+            values = canonical(data, "data")
+            if not values:
+                raise InvalidInput("update needs at least one column to set.", details={"data": ["empty"]})
+            rows = [values]
+        else:
+            rows = []
+    try:
+        affected = _connector(data_source).run_write(
+            table=table.table_name, operation=operation, rows=rows, conditions=where
+        )
+    except connectors.ConnectorError as exc:
+        _raise_for(exc)
+    logger.info(
+        "data source %s: write_back %s on %s affected %d rows", data_source.pk, operation, table.table_name, affected
+    )
+    verb = {"insert": "Inserted", "update": "Updated", "delete": "Deleted"}[operation]
+    return WriteResult(success=True, rows_affected=affected, message=f"{verb} {affected} row(s) in {table.table_name}.")

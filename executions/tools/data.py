@@ -1,0 +1,482 @@
+"""Data tools: data source management, schema discovery, guarded queries, write-back,
+workspace and storage information, and the deterministic catalog search.
+
+Every handler resolves ids through tenant-scoped selectors using the run's
+``ctx.user.workspace_id`` (another workspace's id is ``not_found``) and calls the
+datasources services; errors become ToolErrors of the spec's taxonomy. Field names of
+inputs and outputs are the spec's (001, Tool Registry); ``truncated`` and ``tables``
+on execute_query are River additions (the row cap and the governance export check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import Func, IntegerField, Sum, Value
+from django.db.models.functions import Coalesce
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.errors import Conflict, InvalidInput, NotFound, PermissionDenied, RiverError
+from datasources import services as ds_services
+from datasources.catalog import CatalogMatch, catalog_search
+from datasources.errors import DataSourceUnavailable, QueryTimedOut
+from datasources.selectors import data_source_files_usage, data_source_get_in_workspace, data_sources_in_workspace
+from datasources.types import TableInfo
+from executions.engine.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
+from executions.models import Execution, ExecutionStep
+from governance.selectors import approval_notification_config
+from tenancy import permissions as perms
+from tenancy.selectors import require_permission, workspace_get_for_user
+
+T = TypeVar("T")
+TIMEOUT_SECONDS = 30.0
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- error mapping ---------------------------------------------------------------------------
+
+
+def _call(fn: Callable[[], T]) -> T:
+    """Run a service call and translate River errors into the tool error taxonomy."""
+    try:
+        return fn()
+    except NotFound as exc:
+        raise ToolError(ToolErrorKind.NOT_FOUND, exc.message, exc.details) from None
+    except PermissionDenied as exc:
+        raise ToolError(ToolErrorKind.FORBIDDEN, exc.message, exc.details) from None
+    except DataSourceUnavailable as exc:
+        raise ToolError(ToolErrorKind.TRANSIENT, exc.message, exc.details) from None
+    except QueryTimedOut as exc:
+        # Not retried: the same query would hit the same statement timeout again.
+        raise ToolError(ToolErrorKind.FAILED, exc.message, {"code": exc.code}) from None
+    except (InvalidInput, Conflict) as exc:
+        raise ToolError(ToolErrorKind.VALIDATION, exc.message, exc.details) from None
+    except RiverError as exc:
+        raise ToolError(ToolErrorKind.FAILED, exc.message, exc.details) from None
+
+
+def _user(ctx: ToolContext):
+    user = get_user_model().objects.filter(pk=ctx.user.user_id, is_active=True).first()
+    if user is None:
+        raise ToolError(ToolErrorKind.FORBIDDEN, "The run's user no longer exists or is inactive.")
+    return user
+
+
+def _workspace(ctx: ToolContext):
+    return _call(lambda: workspace_get_for_user(user=_user(ctx), workspace_id=ctx.user.workspace_id))
+
+
+def _data_source(ctx: ToolContext, data_source_id: int):
+    return _call(
+        lambda: data_source_get_in_workspace(workspace_id=ctx.user.workspace_id, data_source_id=data_source_id)
+    )
+
+
+def _require_bound(ctx: ToolContext, data_source_id: int) -> None:
+    if data_source_id not in {source.data_source_id for source in ctx.data_sources}:
+        raise ToolError(
+            ToolErrorKind.FORBIDDEN,
+            f"Data source {data_source_id} is not bound to this agent; it may only use its own data sources.",
+        )
+
+
+# --- create / update / delete ----------------------------------------------------------------
+
+
+class CreateDataSourceInput(_Input):
+    name: str = Field(min_length=1, max_length=200, description="Data source display name.")
+    type: str = Field(description='Connector type: "postgresql" or "sqlite".')
+    connection_config: dict[str, Any] = Field(
+        description="Connection parameters: host, port, database, sslmode, schema (postgresql) or path (sqlite)."
+    )
+    credentials: dict[str, Any] = Field(description="Authentication credentials: user and password ({} for sqlite).")
+    description: str = Field(default="", description="Human-readable description.")
+
+
+class CreateDataSourceOutput(BaseModel):
+    success: bool
+    data_source_id: int
+    message: str
+
+
+def create_data_source(ctx: ToolContext, args: CreateDataSourceInput) -> CreateDataSourceOutput:
+    workspace = _workspace(ctx)
+    source = _call(
+        lambda: ds_services.data_source_create(
+            workspace=workspace,
+            name=args.name,
+            type=args.type,
+            connection_config=args.connection_config,
+            credentials=args.credentials,
+            description=args.description,
+        )
+    )
+    return CreateDataSourceOutput(
+        success=True, data_source_id=source.pk, message=f"Created data source {source.name!r} (id {source.pk})."
+    )
+
+
+class UpdateDataSourceInput(_Input):
+    data_source_id: int = Field(description="ID of the data source to update.")
+    updates: dict[str, Any] = Field(
+        description=(
+            "Fields to update: name, description, access_level, classifications, type, connection_config, "
+            "credentials. connection_config and credentials are merged into the current values."
+        )
+    )
+
+
+class SuccessOutput(BaseModel):
+    success: bool
+    message: str
+
+
+def update_data_source(ctx: ToolContext, args: UpdateDataSourceInput) -> SuccessOutput:
+    source = _data_source(ctx, args.data_source_id)
+    _call(lambda: ds_services.data_source_update(data_source=source, **args.updates))
+    reconnects = {"type", "connection_config", "credentials"} & set(args.updates)
+    dropped = " The cached schema was cleared; run discover_schema again." if reconnects else ""
+    return SuccessOutput(success=True, message=f"Updated data source {source.name!r}.{dropped}")
+
+
+class DataSourceIdInput(_Input):
+    data_source_id: int = Field(description="ID of the data source.")
+
+
+def delete_data_source(ctx: ToolContext, args: DataSourceIdInput) -> SuccessOutput:
+    source = _data_source(ctx, args.data_source_id)
+    name = source.name
+    _call(lambda: ds_services.data_source_delete(data_source=source))
+    return SuccessOutput(success=True, message=f"Deleted data source {name!r}.")
+
+
+# --- test / discover -------------------------------------------------------------------------
+
+
+class TestConnectionOutput(BaseModel):
+    success: bool
+    latency_ms: int
+    message: str
+
+
+def test_connection(ctx: ToolContext, args: DataSourceIdInput) -> TestConnectionOutput:
+    source = _data_source(ctx, args.data_source_id)
+    result = _call(lambda: ds_services.data_source_test(data_source=source))
+    return TestConnectionOutput(success=result.success, latency_ms=result.latency_ms, message=result.message)
+
+
+class DiscoverSchemaOutput(BaseModel):
+    success: bool
+    tables: list[TableInfo]
+    total_tables: int
+
+
+def discover_schema(ctx: ToolContext, args: DataSourceIdInput) -> DiscoverSchemaOutput:
+    source = _data_source(ctx, args.data_source_id)
+    tables = _call(lambda: ds_services.data_source_discover(data_source=source))
+    return DiscoverSchemaOutput(success=True, tables=tables, total_tables=len(tables))
+
+
+# --- query / write-back ----------------------------------------------------------------------
+
+
+class ExecuteQueryInput(_Input):
+    data_source_id: int = Field(description="Target data source (one bound to this agent).")
+    query: str = Field(min_length=1, description="One read-only SQL SELECT; use :name placeholders for values.")
+    max_rows: int = Field(default=1000, ge=1, le=ds_services.MAX_ROWS_LIMIT, description="Maximum rows to return.")
+    parameters: dict[str, Any] | None = Field(
+        default=None, description="Values for the query's :name placeholders, bound by the driver."
+    )
+
+
+class ExecuteQueryOutput(BaseModel):
+    columns: list[str]
+    rows: list[list]
+    total_rows: int
+    execution_time_ms: int
+    truncated: bool = False
+    tables: list[str] = Field(default_factory=list)
+
+
+def execute_query(ctx: ToolContext, args: ExecuteQueryInput) -> ExecuteQueryOutput:
+    _require_bound(ctx, args.data_source_id)
+    source = _data_source(ctx, args.data_source_id)
+    result = _call(
+        lambda: ds_services.query_execute(
+            data_source=source, query=args.query, max_rows=args.max_rows, parameters=args.parameters
+        )
+    )
+    return ExecuteQueryOutput.model_validate(result.model_dump())
+
+
+class WriteBackInput(_Input):
+    data_source_id: int = Field(description="Target data source (bound to this agent, read_write access).")
+    table_name: str = Field(min_length=1, description="Target table, as in the discovered schema.")
+    operation: Literal["insert", "update", "delete"] = Field(description='"insert", "update" or "delete".')
+    data: dict[str, Any] | list[dict[str, Any]] = Field(
+        description="Column values: a row (or list of rows) to insert, or the columns to set for update; {} for delete."
+    )
+    conditions: dict[str, Any] | None = Field(
+        default=None,
+        description="WHERE conditions for update/delete (required there): {column: value}; a list means IN.",
+    )
+
+
+class WriteBackOutput(BaseModel):
+    success: bool
+    rows_affected: int
+    message: str
+
+
+def write_back(ctx: ToolContext, args: WriteBackInput) -> WriteBackOutput:
+    _require_bound(ctx, args.data_source_id)
+    source = _data_source(ctx, args.data_source_id)
+    result = _call(
+        lambda: ds_services.write_back_execute(
+            data_source=source,
+            table_name=args.table_name,
+            operation=args.operation,
+            data=args.data,
+            conditions=args.conditions,
+        )
+    )
+    return WriteBackOutput(success=result.success, rows_affected=result.rows_affected, message=result.message)
+
+
+# --- workspace / storage -----------------------------------------------------------------------
+
+
+class GetWorkspaceInfoInput(_Input):
+    workspace_id: int | None = Field(default=None, description="Workspace ID (defaults to the current workspace).")
+
+
+class GetWorkspaceInfoOutput(BaseModel):
+    name: str
+    description: str
+    status: str
+    total_members: int
+    settings: dict[str, Any]
+
+
+def get_workspace_info(ctx: ToolContext, args: GetWorkspaceInfoInput) -> GetWorkspaceInfoOutput:
+    if args.workspace_id is None or args.workspace_id == ctx.user.workspace_id:
+        workspace = _workspace(ctx)
+    else:
+        user = _user(ctx)
+        workspace = _call(lambda: workspace_get_for_user(user=user, workspace_id=args.workspace_id))
+        _call(lambda: require_permission(user=user, workspace=workspace, permission=perms.WORKSPACE_VIEW))
+    notification = approval_notification_config(workspace_id=workspace.pk)
+    return GetWorkspaceInfoOutput(
+        name=workspace.name,
+        description=workspace.description,
+        status=workspace.status,
+        total_members=workspace.memberships.count(),
+        settings={
+            "slug": workspace.slug,
+            "time_zone": workspace.time_zone,
+            "organization_id": workspace.organization_id,
+            "approval_notification_config": notification.model_dump(mode="json"),
+        },
+    )
+
+
+class GetStorageInfoInput(_Input):
+    pass
+
+
+class GetStorageInfoOutput(BaseModel):
+    total_size_bytes: int
+    quota_bytes: int
+    usage_percentage: float
+    file_count: int
+    remaining_bytes: int
+
+
+class _JsonBytes(Func):
+    """Bytes of a JSON column as stored text (octet_length on PostgreSQL)."""
+
+    output_field = IntegerField()
+    template = "LENGTH(CAST(%(expressions)s AS TEXT))"
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="octet_length(%(expressions)s::text)", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="LENGTH(CAST(%(expressions)s AS BLOB))", **extra)
+
+
+def storage_usage(*, workspace_id: int) -> GetStorageInfoOutput:
+    """What the workspace stores: run results (Execution.result) and step outputs
+    (ExecutionStep.output), measured as stored JSON bytes, plus the SQLite files of its
+    data sources. ``file_count`` is the number of runs with a stored result plus those
+    SQLite files."""
+    runs = Execution.objects.filter(workspace_id=workspace_id).exclude(result={})
+    results = runs.aggregate(size=Coalesce(Sum(_JsonBytes("result")), Value(0)))["size"]
+    run_count = runs.count()
+    outputs = ExecutionStep.objects.filter(execution__workspace_id=workspace_id, output__isnull=False).aggregate(
+        size=Coalesce(Sum(_JsonBytes("output")), Value(0))
+    )["size"]
+    file_count, file_bytes = data_source_files_usage(workspace_id=workspace_id)
+    total = int(results) + int(outputs) + file_bytes
+    quota = int(settings.RIVER_STORAGE_QUOTA_BYTES)
+    percentage = round(total / quota * 100, 4) if quota else (100.0 if total else 0.0)
+    return GetStorageInfoOutput(
+        total_size_bytes=total,
+        quota_bytes=quota,
+        usage_percentage=percentage,
+        file_count=run_count + file_count,
+        remaining_bytes=max(quota - total, 0),
+    )
+
+
+def get_storage_info(ctx: ToolContext, args: GetStorageInfoInput) -> GetStorageInfoOutput:
+    return storage_usage(workspace_id=ctx.user.workspace_id)
+
+
+# --- search_catalog (reasoning, deterministic) -----------------------------------------------------
+
+
+class SearchCatalogInput(_Input):
+    query: str = Field(min_length=1, description="Natural language search query.")
+    data_source_ids: list[int] | None = Field(default=None, description="Limit search to these data sources.")
+    top_k: int = Field(default=10, ge=1, le=100, description="Number of results to return.")
+
+
+class SearchCatalogOutput(BaseModel):
+    matches: list[CatalogMatch]
+    total_results: int
+
+
+def search_catalog(ctx: ToolContext, args: SearchCatalogInput) -> SearchCatalogOutput:
+    """Searches the cached schemas the caller may see: every source of the workspace when
+    the user holds data_source:view there, otherwise only the sources bound to the agent."""
+    sources = data_sources_in_workspace(workspace_id=ctx.user.workspace_id)
+    if perms.DATA_SOURCE_VIEW not in ctx.user.permissions:
+        sources = sources.filter(pk__in=[s.data_source_id for s in ctx.data_sources])
+    if args.data_source_ids is not None:
+        wanted = set(args.data_source_ids)
+        sources = sources.filter(pk__in=wanted)
+        missing = wanted - set(sources.values_list("pk", flat=True))
+        if missing:
+            raise ToolError(
+                ToolErrorKind.NOT_FOUND, f"Data source(s) not found: {', '.join(map(str, sorted(missing)))}."
+            )
+    result = catalog_search(data_sources=sources.order_by("pk"), query=args.query, top_k=args.top_k)
+    return SearchCatalogOutput(matches=result.matches, total_results=result.total_results)
+
+
+# --- registration ------------------------------------------------------------------------------
+
+
+def _execution_tool(name, description, input_model, output_model, handler, permission, *, writes=False):
+    return register(
+        Tool(
+            name=name,
+            description=description,
+            category=ToolCategory.EXECUTION,
+            input_model=input_model,
+            output_model=output_model,
+            handler=handler,
+            permission=permission,
+            timeout_seconds=TIMEOUT_SECONDS,
+            writes=writes,
+            idempotent=not writes,
+        )
+    )
+
+
+CREATE_DATA_SOURCE = _execution_tool(
+    "create_data_source",
+    "Register a new PostgreSQL or SQLite data source in this workspace.",
+    CreateDataSourceInput,
+    CreateDataSourceOutput,
+    create_data_source,
+    perms.DATA_SOURCE_CREATE,
+    writes=True,
+)
+UPDATE_DATA_SOURCE = _execution_tool(
+    "update_data_source",
+    "Change a data source's settings; connection changes clear its cached schema.",
+    UpdateDataSourceInput,
+    SuccessOutput,
+    update_data_source,
+    perms.DATA_SOURCE_UPDATE,
+    writes=True,
+)
+DELETE_DATA_SOURCE = _execution_tool(
+    "delete_data_source",
+    "Delete a data source from this workspace.",
+    DataSourceIdInput,
+    SuccessOutput,
+    delete_data_source,
+    perms.DATA_SOURCE_DELETE,
+    writes=True,
+)
+TEST_CONNECTION = _execution_tool(
+    "test_connection",
+    "Check that River can connect to a data source; reports latency in ms.",
+    DataSourceIdInput,
+    TestConnectionOutput,
+    test_connection,
+    perms.DATA_SOURCE_VIEW,
+)
+DISCOVER_SCHEMA = _execution_tool(
+    "discover_schema",
+    "Read a data source's tables, columns, keys and row estimates and refresh its cached schema.",
+    DataSourceIdInput,
+    DiscoverSchemaOutput,
+    discover_schema,
+    perms.DATA_SOURCE_VIEW,
+)
+EXECUTE_QUERY = _execution_tool(
+    "execute_query",
+    "Run one read-only SQL SELECT against a bound data source (read-only transaction, timeout, row cap).",
+    ExecuteQueryInput,
+    ExecuteQueryOutput,
+    execute_query,
+    perms.DATA_SOURCE_QUERY,
+)
+WRITE_BACK = _execution_tool(
+    "write_back",
+    "Insert, update or delete rows in a bound read_write data source; update and delete need conditions.",
+    WriteBackInput,
+    WriteBackOutput,
+    write_back,
+    perms.DATA_SOURCE_UPDATE,
+    writes=True,
+)
+GET_WORKSPACE_INFO = _execution_tool(
+    "get_workspace_info",
+    "Name, description, status, member count and settings of the workspace.",
+    GetWorkspaceInfoInput,
+    GetWorkspaceInfoOutput,
+    get_workspace_info,
+    perms.WORKSPACE_VIEW,
+)
+GET_STORAGE_INFO = _execution_tool(
+    "get_storage_info",
+    "Storage used by this workspace's stored results and files, against its quota.",
+    GetStorageInfoInput,
+    GetStorageInfoOutput,
+    get_storage_info,
+    perms.STORAGE_VIEW,
+)
+SEARCH_CATALOG = register(
+    Tool(
+        name="search_catalog",
+        description="Find the tables and columns most relevant to a question in the cached data source schemas.",
+        category=ToolCategory.REASONING,
+        input_model=SearchCatalogInput,
+        output_model=SearchCatalogOutput,
+        handler=search_catalog,
+        permission=None,
+        timeout_seconds=TIMEOUT_SECONDS,
+        idempotent=True,
+    )
+)
