@@ -38,7 +38,7 @@ lint: install-dev
 	DEBUG=true $(PY) manage.py makemigrations --check --dry-run
 
 bench: install-dev
-	$(PY) scripts/test.py --no-header -q -p no:randomly tests/bench_placeholder.py
+	DEBUG=$${DEBUG:-true} DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/river_bench} $(PY) manage.py bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -21,6 +21,7 @@ from django.utils import timezone
 from agents.models import Agent, AgentMemory, AgentVersion
 from agents.types import MemoryEntry
 from common.errors import Conflict, InvalidInput, PermissionDenied
+from datasources.selectors import data_source_prompt_metadata
 from executions.engine.contracts import (
     AgentConfig,
     DataSourceMetadata,
@@ -88,20 +89,11 @@ def user_context_build(*, user, workspace) -> UserContext:
 
 
 def data_source_metadata_build(*, version: AgentVersion) -> list[DataSourceMetadata]:
-    out = []
-    for source in version.data_sources.all().order_by("pk"):
-        tables = []
-        for table in source.schema_cache or []:
-            table = dict(table)
-            table.setdefault("classification", (source.classifications or {}).get(table.get("table_name")))
-            tables.append(table)
-        out.append(
-            DataSourceMetadata(
-                data_source_id=source.pk, name=source.name, type=source.type, status=source.status,
-                access_level=source.access_level, schemas=tables,
-            )
-        )
-    return out
+    """Bound sources with their cached schemas (never fetched live, never credentials)."""
+    return [
+        DataSourceMetadata.model_validate(data_source_prompt_metadata(data_source=source))
+        for source in version.data_sources.all().order_by("pk")
+    ]
 
 
 def memory_build(*, agent: Agent, limit: int = 10) -> list[MemoryEntry]:

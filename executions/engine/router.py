@@ -86,7 +86,7 @@ def model_cost(*, model: str, input_tokens: int, output_tokens: int) -> float | 
             prompt_cost, completion_cost = litellm.cost_per_token(
                 prompt_tokens=input_tokens, completion_tokens=output_tokens, **kwargs
             )
-        except Exception:  # noqa: BLE001 - litellm raises plain Exception for unmapped models
+        except Exception:  # noqa: BLE001, S112 - litellm raises plain Exception for unmapped models
             continue
         return float(prompt_cost) + float(completion_cost)
     return None
