@@ -474,10 +474,18 @@ class Engine:
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args)
         self.journal.emit("tool_called", {"turn": state.turn, "tool_name": call.name, "args_summary": _summarise(args)})
+        sub_usage: list[dict] = []  # model calls made by the tool itself (sub-requests)
+
+        def count_usage(reply: LLMReply) -> None:
+            sub_usage.append({"model": reply.model, "provider": reply.provider, "tier": reply.tier.value,
+                              "input": reply.input_tokens, "output": reply.output_tokens,
+                              "cost_usd": reply.cost_usd})
+
+        extras = {**(self.hooks.tool_context_extras() if self.hooks else {}), "llm_usage": count_usage}
         ctx = ToolContext(
             execution_id=request.execution_id, user=request.user_context, agent=request.agent_config,
             data_sources=request.data_source_metadata, input_prompt=request.input_prompt, llm=self.llm,
-            extras=self.hooks.tool_context_extras() if self.hooks else {},
+            extras=extras,
         )
         timeout = float(request.agent_config.model_settings.timeout_seconds or tool.timeout_seconds)
         started = time.monotonic()
@@ -507,14 +515,15 @@ class Engine:
                     "status": "timeout" if error.kind == ToolErrorKind.TIMEOUT else "error", "attempts": attempts + 1}
             self._add(state, StepType.OBSERVATION, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args, status=status, duration_ms=duration, error=error.message,
-                      output={**body, "_dispatched": True, "summary": error.message},
+                      output={**body, "_dispatched": True, "summary": error.message, "llm_usage": sub_usage},
                       messages=[_tool_message(call.id, call.name, body, ok=False)])
         else:
             result = output.model_dump(mode="json") if isinstance(output, pydantic.BaseModel) else output
             result = tool.output_model.model_validate(result).model_dump(mode="json")
             withheld = self._export_check(state, call, tool, args, result)
             shown = withheld or result
-            observed = {"result": shown, "_dispatched": True, "summary": _summarise(shown, 300)}
+            observed = {"result": shown, "_dispatched": True, "summary": _summarise(shown, 300),
+                        "llm_usage": sub_usage}
             if call.name == "execute_query" and not withheld:
                 observed["artifact"] = {"type": "query_result", "tool_name": call.name, "call_id": call.id,
                                         "columns": result.get("columns"), "total_rows": result.get("total_rows")}

@@ -114,22 +114,15 @@ class RunState(BaseModel):
         self._close_turn()
         self.turn = step.turn
         tokens = step.tokens
-        if tokens:
+        if step.model_used:
+            self._count_model(
+                model=step.model_used, provider=step.provider or "", tier=step.model_tier or "",
+                input_tokens=tokens.input if tokens else 0, output_tokens=tokens.output if tokens else 0,
+                cost=output.get("cost_usd"), turn=True,
+            )
+        elif tokens:
             self.tokens_input += tokens.input
             self.tokens_output += tokens.output
-        if step.model_used:
-            usage = self.models_used.setdefault(
-                step.model_used, ModelUsage(provider=step.provider or "", tier=step.model_tier or "")
-            )
-            usage.turns += 1
-            usage.input_tokens += tokens.input if tokens else 0
-            usage.output_tokens += tokens.output if tokens else 0
-            cost = output.get("cost_usd")
-            if cost is None:
-                usage.cost_known = False
-                usage.estimated_cost = None
-            elif usage.estimated_cost is not None:
-                usage.estimated_cost += float(cost)
         if output.get("summary_request"):
             return
         self.last_turn_failed = False
@@ -141,6 +134,20 @@ class RunState(BaseModel):
             if call.name != "finalize":
                 key = call_hash(call.name, call.arguments)
                 self.call_counts[key] = self.call_counts.get(key, 0) + 1
+
+    def _count_model(self, *, model: str, provider: str, tier: str, input_tokens: int, output_tokens: int,
+                     cost, turn: bool) -> None:
+        self.tokens_input += input_tokens
+        self.tokens_output += output_tokens
+        usage = self.models_used.setdefault(model, ModelUsage(provider=provider, tier=tier))
+        usage.turns += 1 if turn else 0
+        usage.input_tokens += input_tokens
+        usage.output_tokens += output_tokens
+        if cost is None:
+            usage.cost_known = False
+            usage.estimated_cost = None
+        elif usage.estimated_cost is not None:
+            usage.estimated_cost += float(cost)
 
     def _close_turn(self) -> None:
         """A turn whose calls were all refused before dispatch is a stall."""
@@ -160,6 +167,10 @@ class RunState(BaseModel):
             self.intents_recorded.discard(step.call_id)
             self.governance_pending.pop(step.call_id, None)
         output = step.output if isinstance(step.output, dict) else {}
+        for used in output.get("llm_usage") or []:  # the tool's own model calls count too
+            self._count_model(model=used["model"], provider=used["provider"], tier=used["tier"],
+                              input_tokens=used["input"], output_tokens=used["output"], cost=used["cost_usd"],
+                              turn=False)
         dispatched = bool(output.get("_dispatched"))
         if dispatched:
             self._dispatched_this_turn = True
@@ -217,9 +228,10 @@ class RunState(BaseModel):
 
     def _apply_error(self, step: Step) -> None:
         output = step.output if isinstance(step.output, dict) else {}
-        if step.tokens:  # an empty reply still consumed tokens
-            self.tokens_input += step.tokens.input
-            self.tokens_output += step.tokens.output
+        if step.tokens and step.model_used:  # an empty reply still consumed tokens
+            self._count_model(model=step.model_used, provider=step.provider or "", tier=step.model_tier or "",
+                              input_tokens=step.tokens.input, output_tokens=step.tokens.output,
+                              cost=output.get("cost_usd"), turn=False)
         if output.get("llm_error"):
             self.last_turn_failed = True
             self.consecutive_llm_errors += 1

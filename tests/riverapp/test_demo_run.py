@@ -47,6 +47,12 @@ def test_analyst_answers_the_question_with_a_real_query(demo):
     assert f"Answer: {expected}" in execution.result["summary"]
     assert "offline planner" in execution.result["summary"]
     assert execution.steps.filter(model_used__icontains="offline").exists()
+    # The model-backed tools' own calls are counted in the run's usage too.
+    turn_tokens = sum(s.tokens["input"] for s in execution.steps.filter(step_type="reasoning") if s.tokens)
+    tool_tokens = sum(u["input"] for s in execution.steps.filter(step_type="observation")
+                      for u in (s.output or {}).get("llm_usage", []))
+    assert tool_tokens > 0
+    assert execution.tokens_input == turn_tokens + tool_tokens
 
 
 def test_support_agent_write_back_meets_the_approval_gate_and_runs_once_approved(demo):
