@@ -13,7 +13,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -278,6 +278,42 @@ def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
     if token is None:
         return None
     execution = Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
+    if execution.attempts > settings.RIVER_MAX_SEGMENT_ATTEMPTS:
+        _segment_fail(execution, token, f"gave up after {execution.attempts - 1} segment attempts "
+                                        "(workers kept dying or the run kept crashing)")
+        return ResponseStatus.FAILED.value
+    try:
+        return _segment_run(execution, token, llm)
+    except (RunInterrupted, DatabaseError):
+        raise  # handled by the caller's lease and the watchdog
+    except Exception as exc:  # noqa: BLE001 - a bug must end the run, not leave it running forever
+        logger.exception("segment of execution %s crashed", execution_id)
+        _segment_fail(execution, token, f"internal error: {exc.__class__.__name__}")
+        return ResponseStatus.FAILED.value
+
+
+def _segment_fail(execution: Execution, token: str, message: str) -> None:
+    """End a run that cannot go on (caller held its lease)."""
+    with transaction.atomic():
+        row = Execution.objects.select_for_update().get(pk=execution.pk)
+        if row.lease_token != token or row.status != Execution.Status.RUNNING:
+            return
+        row.status = Execution.Status.FAILED
+        row.finished_at = timezone.now()
+        row.lease_token = ""
+        row.lease_expires_at = None
+        row.error = {"code": "AGENT_ERROR", "message": message, "recoverable": False, "details": {}}
+        row.save(update_fields=["status", "finished_at", "lease_token", "lease_expires_at", "error"])
+        event = ExecutionEvent.objects.create(
+            execution=row, seq=next_event_seq(row.pk), event_type="run_completed",
+            payload={"status": row.status, "turns_used": row.turn_count, "final_output_summary": message},
+        )
+        event_rows_publish(row, [event])
+        _post_process_on_commit(row.pk)
+
+
+def _segment_run(execution: Execution, token: str, llm) -> str | None:
+    execution_id = execution.pk
     state = state_load(execution)
     journal = DbJournal(execution, token)
     if not state.steps:
@@ -375,7 +411,8 @@ def _append_and_requeue(*, execution: Execution, expected_status: str, new_steps
         raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
     ExecutionStep.objects.bulk_create([step_row(execution.pk, s) for s in new_steps])
     execution.status = Execution.Status.QUEUED
-    execution.save(update_fields=["status"])
+    execution.queued_at = timezone.now()  # the watchdog's lost-message rule counts from here
+    execution.save(update_fields=["status", "queued_at"])
     _queue_segment_on_commit(execution.pk)
 
 
