@@ -70,7 +70,7 @@ def test_response_status_enum_matches_spec():
 
 
 def test_generate_agent_spec_example_validates():
-    GenerateAgentRequest.model_validate({
+    request = GenerateAgentRequest.model_validate({
         "prompt": "Create an agent that monitors Zendesk tickets and drafts responses for high-priority issues",
         "user_context": {"user_id": 4421, "org_id": 12, "workspace_id": 37, "roles": ["org_editor"],
                          "permissions": ["agent:create", "data_source:view"]},
@@ -79,6 +79,10 @@ def test_generate_agent_spec_example_validates():
         "available_tools": ["classify_intent", "execute_query", "write_back", "ask_user"],
         "workspace_templates": [],
     })
+    assert request.available_data_sources[0].data_source_id == 14
+    assert request.user_context.permissions == ["agent:create", "data_source:view"]
+    with pytest.raises(pydantic.ValidationError):
+        GenerateAgentRequest.model_validate({**request.model_dump(), "prompt": ""})
 
 
 def test_registry_holds_exactly_the_seventeen_spec_tools():
