@@ -4,11 +4,13 @@ and the execution row is updated with fixed-size counters only."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from executions.engine.contracts import Step
@@ -135,21 +137,19 @@ class DbJournal:
         self.events.clear()
 
     def _commit(self, state: RunState, event_rows: list[ExecutionEvent], cost: float) -> None:
+        counters = {
+            "turn_count": state.turn,
+            "tokens_input": state.tokens_input,
+            "tokens_output": state.tokens_output,
+            "cost_usd": Decimal(str(round(cost, 6))),
+            "cost_unknown": any(not m.cost_known for m in state.models_used.values()),
+            "lease_expires_at": timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
+        }
         with transaction.atomic():
-            if self.steps:
-                ExecutionStep.objects.bulk_create([step_row(self.execution.pk, s) for s in self.steps])
-            if event_rows:
-                ExecutionEvent.objects.bulk_create(event_rows)
-            updated = Execution.objects.filter(
-                pk=self.execution.pk, lease_token=self.lease_token, status=Execution.Status.RUNNING
-            ).update(
-                turn_count=state.turn,
-                tokens_input=state.tokens_input,
-                tokens_output=state.tokens_output,
-                cost_usd=Decimal(str(round(cost, 6))),
-                cost_unknown=any(not m.cost_known for m in state.models_used.values()),
-                lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
-            )
+            if connection.vendor == "postgresql":
+                updated = self._write_postgresql(event_rows, counters)
+            else:
+                updated = self._write_orm(event_rows, counters)
             if updated != 1:
                 raise RunInterrupted("lease lost")
             governance_decisions_audit(
@@ -157,3 +157,59 @@ class DbJournal:
                 execution_id=self.execution.pk, agent_id=self.execution.agent_id, steps=self.steps,
             )
             event_rows_publish(self.execution, event_rows)
+
+    def _write_orm(self, event_rows: list[ExecutionEvent], counters: dict) -> int:
+        if self.steps:
+            ExecutionStep.objects.bulk_create([step_row(self.execution.pk, s) for s in self.steps])
+        if event_rows:
+            ExecutionEvent.objects.bulk_create(event_rows)
+        return Execution.objects.filter(
+            pk=self.execution.pk, lease_token=self.lease_token, status=Execution.Status.RUNNING
+        ).update(**counters)
+
+    def _write_postgresql(self, event_rows: list[ExecutionEvent], counters: dict) -> int:
+        """The turn in one statement: both inserts ride in data-modifying CTEs of the
+        lease-checked UPDATE. If the lease is gone the UPDATE returns nothing and the
+        caller rolls the inserts back. One round trip plus COMMIT per turn."""
+        steps = [
+            {field: getattr(row, field) for field in _STEP_COLUMNS}
+            for row in (step_row(self.execution.pk, s) for s in self.steps)
+        ]
+        events = [{"seq": e.seq, "event_type": e.event_type, "payload": e.payload} for e in event_rows]
+        params = {
+            **counters,
+            "execution_id": self.execution.pk,
+            "lease_token": self.lease_token,
+            "status": Execution.Status.RUNNING,
+            "now": timezone.now(),
+            "steps": json.dumps(steps, cls=DjangoJSONEncoder),
+            "events": json.dumps(events, cls=DjangoJSONEncoder),
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(_TURN_SQL, params)
+            return len(cursor.fetchall())
+
+
+_STEP_COLUMNS = (
+    "step_number", "turn", "step_type", "tool_name", "tool_category", "call_id", "input", "output", "model_used",
+    "model_tier", "provider", "tokens", "duration_ms", "status", "governance_decision", "error", "messages",
+)
+_TURN_SQL = f"""
+WITH new_steps AS (
+    INSERT INTO {ExecutionStep._meta.db_table} (execution_id, created_at, {", ".join(_STEP_COLUMNS)})
+    SELECT %(execution_id)s, %(now)s, {", ".join("s." + c for c in _STEP_COLUMNS)}
+    FROM jsonb_to_recordset(%(steps)s::jsonb) AS s(
+        step_number integer, turn integer, step_type text, tool_name text, tool_category text, call_id text,
+        input jsonb, output jsonb, model_used text, model_tier text, provider text, tokens jsonb,
+        duration_ms integer, status text, governance_decision text, error text, messages jsonb)
+), new_events AS (
+    INSERT INTO {ExecutionEvent._meta.db_table} (execution_id, created_at, seq, event_type, payload)
+    SELECT %(execution_id)s, %(now)s, e.seq, e.event_type, e.payload
+    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(seq integer, event_type text, payload jsonb)
+)
+UPDATE {Execution._meta.db_table}
+SET turn_count = %(turn_count)s, tokens_input = %(tokens_input)s, tokens_output = %(tokens_output)s,
+    cost_usd = %(cost_usd)s, cost_unknown = %(cost_unknown)s, lease_expires_at = %(lease_expires_at)s
+WHERE id = %(execution_id)s AND lease_token = %(lease_token)s AND status = %(status)s
+RETURNING id
+"""
