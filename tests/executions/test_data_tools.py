@@ -380,11 +380,12 @@ def test_get_storage_info_measures_stored_results_and_files(
 
     from django.db import connection
 
+    size = "octet_length({}::text)" if connection.vendor == "postgresql" else "LENGTH(CAST({} AS BLOB))"
     with connection.cursor() as cursor:
-        cursor.execute("SELECT octet_length(result::text) FROM executions_execution WHERE id = %s", [with_result.pk])
+        cursor.execute(f"SELECT {size.format('result')} FROM executions_execution WHERE id = %s", [with_result.pk])
         result_bytes = cursor.fetchone()[0]
         cursor.execute(
-            "SELECT octet_length(output::text) FROM executions_executionstep WHERE execution_id = %s "
+            f"SELECT {size.format('output')} FROM executions_executionstep WHERE execution_id = %s "
             "AND output IS NOT NULL",
             [with_result.pk],
         )

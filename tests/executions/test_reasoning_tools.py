@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from agents.types import Tier
@@ -104,6 +105,8 @@ def test_generate_query_counts_open_high_priority_tickets_on_sqlite(sqlite_db, o
 
 
 @pytest.mark.django_db
+@pytest.mark.skipif(not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+                    reason="runs the generated SQL on PostgreSQL")
 def test_generate_query_counts_open_high_priority_tickets_on_postgresql(offline_llm):
     table = f"tickets_{uuid.uuid4().hex[:8]}"
     schema = tickets_schema(described=False)

@@ -7,6 +7,7 @@ import threading
 from unittest import mock
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from rest_framework.test import APIClient
@@ -139,6 +140,8 @@ class TestWhoMayResolve:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+                    reason="row-lock concurrency test needs PostgreSQL (SQLite locks the whole database)")
 def test_twenty_concurrent_resolutions_give_one_decision_and_one_resume(workspace, owner):
     """Committed data, real row locks: each thread has its own connection and user."""
     approval_tools.reset()
