@@ -83,6 +83,16 @@ class RawResult:
     truncated: bool
     execution_time_ms: int
 
+    @classmethod
+    def capped(cls, *, columns: list[str], fetched: list, max_rows: int, elapsed_ms: int) -> RawResult:
+        """Connectors fetch ``max_rows + 1`` rows so that truncation can be reported."""
+        return cls(
+            columns=columns,
+            rows=[[jsonable(v) for v in row] for row in fetched[:max_rows]],
+            truncated=len(fetched) > max_rows,
+            execution_time_ms=elapsed_ms,
+        )
+
 
 class Connector(Protocol):
     def test_connection(self) -> ConnectionTestResult: ...
@@ -359,12 +369,7 @@ class PostgresConnector:
                 if not conn.closed:
                     with contextlib.suppress(psycopg.Error):
                         conn.rollback()
-        return RawResult(
-            columns=columns,
-            rows=[[jsonable(v) for v in row] for row in fetched[:max_rows]],
-            truncated=len(fetched) > max_rows,
-            execution_time_ms=elapsed,
-        )
+        return RawResult.capped(columns=columns, fetched=fetched, max_rows=max_rows, elapsed_ms=elapsed)
 
     def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int:
         timeout_ms = self.config.statement_timeout_ms
@@ -537,12 +542,7 @@ class SQLiteConnector:
             raise self._translate(exc) from None
         finally:
             conn.close()
-        return RawResult(
-            columns=columns,
-            rows=[[jsonable(v) for v in row] for row in fetched[:max_rows]],
-            truncated=len(fetched) > max_rows,
-            execution_time_ms=elapsed,
-        )
+        return RawResult.capped(columns=columns, fetched=fetched, max_rows=max_rows, elapsed_ms=elapsed)
 
     def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int:
         statements = build_write_statements(
