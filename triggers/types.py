@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The six trigger types are part of the engine's contract (trigger_context.trigger_type).
+from executions.engine.contracts import TriggerType
 
-class TriggerType(StrEnum):
-    MANUAL = "manual"
-    SCHEDULED = "scheduled"
-    EVENT = "event"
-    API = "api"
-    THRESHOLD = "threshold"
-    WORKFLOW = "workflow"
+__all__ = ["TriggerType", "TriggerConfig"]
 
 
 class _Config(BaseModel):
