@@ -91,8 +91,9 @@ class _EventConsumer(AsyncWebsocketConsumer):
         # Server-to-client feed: anything the client sends is ignored.
         return None
 
-    async def river_event(self, message):
-        await self.send_event(message["event"])
+    async def river_events(self, message):
+        for event in message["events"]:
+            await self.send_event(event)
 
     async def send_event(self, event: dict) -> None:
         await self.send(text_data=json.dumps(event, default=str))

@@ -39,6 +39,7 @@ from executions.journal import DbJournal, event_rows_publish, next_event_seq, st
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from governance.audit import audit_record
 from governance.selectors import active_policies
+from telemetry.events import events_flush
 from tenancy.selectors import workspace_permissions, workspace_roles
 
 logger = logging.getLogger("river.executions")
@@ -290,6 +291,10 @@ def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
         logger.exception("segment of execution %s crashed", execution_id)
         _segment_fail(execution, token, f"internal error: {exc.__class__.__name__}")
         return ResponseStatus.FAILED.value
+    finally:
+        # Turns hand their events to the background publisher; the segment is over
+        # only when they are out, so whoever waited for it also waited for them.
+        events_flush()
 
 
 def _segment_fail(execution: Execution, token: str, message: str) -> None:

@@ -5,20 +5,33 @@ hears about a row it could not yet read. Delivery is best effort: the stored
 ExecutionEvent rows are the record, and a WebSocket client that reconnects replays
 them from its last sequence number. A broken channel layer therefore must never
 fail the run that publishes; it is logged and dropped.
+
+Sending happens on one background thread per process (the publisher), which keeps
+a single event loop for its whole life. The committing thread only puts the batch
+on a queue, so a run's turn does not wait for the channel layer, and with Redis the
+layer's connection pool (one per event loop) is reused instead of being rebuilt for
+every batch. Batches are sent in the order they were committed in this process.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
+import os
+import queue
+import threading
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
-# The channel-layer message type; consumers handle it in ``river_event``.
-EVENT_MESSAGE_TYPE = "river.event"
+# The channel-layer message type; consumers handle it in ``river_events``. One
+# message carries the events of one committed transaction, in order, so a turn
+# costs one ``group_send`` per group (with Redis, each is several round trips).
+EVENT_MESSAGE_TYPE = "river.events"
+FLUSH_TIMEOUT_SECONDS = 5.0
 
 
 def execution_group(execution_id: int) -> str:
@@ -29,57 +42,91 @@ def workspace_group(workspace_id: int) -> str:
     return f"workspace.{int(workspace_id)}"
 
 
-def _send(groups: list[str], event: dict) -> None:
+async def _send_batch(groups: list[str], events: list[dict]) -> None:
     try:
         layer = get_channel_layer()
         if layer is None:
             return
-        message = {"type": EVENT_MESSAGE_TYPE, "event": event}
+        message = {"type": EVENT_MESSAGE_TYPE, "events": events}
         for group in groups:
-            async_to_sync(layer.group_send)(group, message)
-    except Exception:  # noqa: BLE001 - telemetry must never break a run
-        logger.warning("could not publish %s event to %s", event.get("type", "?"), ", ".join(groups), exc_info=True)
-
-
-def event_publish(*, workspace_id: int, execution_id: int | None, event: dict) -> None:
-    """Send ``event`` to the workspace's group (and the run's group) after commit.
-
-    Outside a transaction it is sent at once. ``event`` must be JSON-serialisable.
-    """
-    groups = [workspace_group(workspace_id)]
-    if execution_id is not None:
-        groups.insert(0, execution_group(execution_id))
-    payload = dict(event)
-    transaction.on_commit(lambda: _send(groups, payload))
-
-
-def _send_all(groups: list[str], events: list[dict]) -> None:
-    try:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-
-        async def send() -> None:
-            for event in events:
-                message = {"type": EVENT_MESSAGE_TYPE, "event": event}
-                for group in groups:
-                    await layer.group_send(group, message)
-
-        async_to_sync(send)()
+            await layer.group_send(group, message)
     except Exception:  # noqa: BLE001 - telemetry must never break a run
         kinds = ", ".join(str(e.get("type", "?")) for e in events)
         logger.warning("could not publish %s event(s) to %s", kinds, ", ".join(groups), exc_info=True)
 
 
-def events_publish(*, workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
-    """``event_publish`` for several events of one transaction, in order, in one
-    hand-off to the channel layer after commit. Each ``async_to_sync`` call costs a
-    thread and an event loop (and, with Redis, a connection), so a run's journal
-    publishes a turn's events together rather than one by one."""
-    if not events:
-        return
+class _Publisher:
+    """The per-process sending thread. It is started on first use and again in a
+    forked child (a Celery prefork worker inherits the object but not the thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._queue: queue.SimpleQueue | None = None
+
+    def submit(self, groups: list[str], events: list[dict]) -> None:
+        self._running_queue().put((groups, events))
+
+    def flush(self, timeout: float = FLUSH_TIMEOUT_SECONDS) -> bool:
+        """Wait until everything submitted so far has been handed to the layer."""
+        if self._pid != os.getpid():
+            return True  # nothing was submitted from this process
+        done = threading.Event()
+        self._running_queue().put(done)
+        return done.wait(timeout)
+
+    def _running_queue(self) -> queue.SimpleQueue:
+        pid = os.getpid()
+        if self._pid != pid:
+            with self._lock:
+                if self._pid != pid:
+                    work: queue.SimpleQueue = queue.SimpleQueue()
+                    threading.Thread(target=self._run, args=(work,), name="river-events", daemon=True).start()
+                    self._queue, self._pid = work, pid
+        return self._queue
+
+    @staticmethod
+    def _run(work: queue.SimpleQueue) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        while True:
+            item = work.get()
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            loop.run_until_complete(_send_batch(*item))
+
+
+_publisher = _Publisher()
+atexit.register(_publisher.flush, 2.0)
+
+
+def events_flush(timeout: float = FLUSH_TIMEOUT_SECONDS) -> bool:
+    """Block until this process's committed events have been sent (or ``timeout``
+    passes; returns False then). A segment calls it once when it ends, so a caller
+    that waited for a segment also waited for its events."""
+    return _publisher.flush(timeout)
+
+
+def _submit_on_commit(workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
     groups = [workspace_group(workspace_id)]
     if execution_id is not None:
         groups.insert(0, execution_group(execution_id))
     payload = [dict(event) for event in events]
-    transaction.on_commit(lambda: _send_all(groups, payload))
+    transaction.on_commit(lambda: _publisher.submit(groups, payload))
+
+
+def event_publish(*, workspace_id: int, execution_id: int | None, event: dict) -> None:
+    """Send ``event`` to the workspace's group (and the run's group) after commit.
+
+    Outside a transaction it is handed to the publisher at once. ``event`` must be
+    JSON-serialisable.
+    """
+    _submit_on_commit(workspace_id, execution_id, [event])
+
+
+def events_publish(*, workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
+    """``event_publish`` for the events of one transaction, kept in order and handed
+    over as one batch."""
+    if events:
+        _submit_on_commit(workspace_id, execution_id, events)

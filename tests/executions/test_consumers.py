@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import redis
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
+from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import transaction
 from django.test import Client
@@ -21,7 +23,7 @@ from django.test import Client
 from agents.models import Agent, AgentVersion
 from executions.models import Execution, ExecutionEvent
 from riverapp.asgi import application
-from telemetry.events import event_publish
+from telemetry.events import event_publish, events_flush
 from tenancy.services import token_issue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,11 +33,22 @@ TIMEOUT = 5
 
 @pytest.fixture(autouse=True)
 def fresh_channel_layer():
-    """Each test gets its own layer instance (event loops differ between tests)."""
+    """Each test gets its own layer instance (event loops differ between tests), and
+    the Redis keys a test left behind are deleted. They are deleted with a plain
+    client rather than ``layer.flush()``: that also closes every event loop's pool,
+    including the one the background publisher's loop owns, from the wrong loop."""
     channel_layers.backends.clear()
     yield
+    assert events_flush()
     layer = channel_layers.backends.get("default")
-    if layer is not None and hasattr(layer, "flush"):
+    if isinstance(layer, RedisChannelLayer):
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        try:
+            for key in client.scan_iter(match=f"{layer.prefix}*"):
+                client.delete(key)
+        finally:
+            client.close()
+    elif layer is not None and hasattr(layer, "flush"):
         async_to_sync(layer.flush)()
     channel_layers.backends.clear()
 
@@ -259,4 +272,5 @@ def test_broken_channel_layer_does_not_break_the_publisher(run, monkeypatch, cap
     monkeypatch.setattr("telemetry.events.get_channel_layer", lambda: Broken())
     with transaction.atomic():
         event_publish(workspace_id=run.workspace_id, execution_id=run.pk, event={"type": "run_started"})
+    assert events_flush()
     assert "could not publish run_started" in caplog.text

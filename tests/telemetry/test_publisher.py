@@ -1,0 +1,86 @@
+"""The background publisher: committed batches go out in order, off the caller's
+thread, one channel message per group per batch; ``events_flush`` waits for them."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import transaction
+
+from telemetry import events
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class RecordingLayer:
+    def __init__(self):
+        self.sent: list[tuple[str, dict, str]] = []
+
+    async def group_send(self, group, message):
+        self.sent.append((group, message, threading.current_thread().name))
+
+
+@pytest.fixture
+def layer(monkeypatch):
+    recording = RecordingLayer()
+    monkeypatch.setattr(events, "get_channel_layer", lambda: recording)
+    return recording
+
+
+def test_batches_go_out_in_commit_order_as_one_message_per_group(layer):
+    for turn in range(1, 4):
+        with transaction.atomic():
+            events.events_publish(workspace_id=7, execution_id=42, events=[
+                {"type": "turn_reasoning", "seq": 2 * turn - 1}, {"type": "turn_complete", "seq": 2 * turn}])
+    assert events.events_flush()
+
+    assert [group for group, _, _ in layer.sent] == ["execution.42", "workspace.7"] * 3
+    seqs = [[e["seq"] for e in message["events"]] for group, message, _ in layer.sent if group == "execution.42"]
+    assert seqs == [[1, 2], [3, 4], [5, 6]]
+    assert {message["type"] for _, message, _ in layer.sent} == {"river.events"}
+    assert {thread for _, _, thread in layer.sent} == {"river-events"}  # never the committing thread
+
+
+def test_nothing_is_handed_over_before_commit_or_after_rollback(layer):
+    with transaction.atomic():
+        events.event_publish(workspace_id=7, execution_id=None, event={"type": "kept"})
+        assert events.events_flush()
+        assert layer.sent == []  # still inside the transaction
+    with pytest.raises(RuntimeError), transaction.atomic():
+        events.event_publish(workspace_id=7, execution_id=None, event={"type": "ghost"})
+        raise RuntimeError("roll back")
+    assert events.events_flush()
+    assert [(group, [e["type"] for e in message["events"]]) for group, message, _ in layer.sent] == [
+        ("workspace.7", ["kept"])]
+
+
+def test_a_failing_layer_is_logged_and_the_publisher_keeps_going(monkeypatch, caplog):
+    calls = []
+
+    class FlakyLayer:
+        async def group_send(self, group, message):
+            calls.append(group)
+            if len(calls) == 1:
+                raise ConnectionError("layer down")
+
+    monkeypatch.setattr(events, "get_channel_layer", lambda: FlakyLayer())
+    events.event_publish(workspace_id=1, execution_id=None, event={"type": "first"})
+    events.event_publish(workspace_id=1, execution_id=None, event={"type": "second"})
+    assert events.events_flush()
+    assert "could not publish first" in caplog.text
+    assert calls == ["workspace.1", "workspace.1"]
+
+
+def test_a_forked_child_starts_its_own_publisher_thread(layer, monkeypatch):
+    events.event_publish(workspace_id=1, execution_id=None, event={"type": "parent"})
+    assert events.events_flush()
+    parent_queue = events._publisher._queue
+    real_pid = events.os.getpid()
+    monkeypatch.setattr(events.os, "getpid", lambda: real_pid + 100000)  # what a child of fork() would see
+
+    events.event_publish(workspace_id=1, execution_id=None, event={"type": "child"})
+    assert events.events_flush()
+
+    assert events._publisher._queue is not parent_queue
+    assert [message["events"][0]["type"] for _, message, _ in layer.sent] == ["parent", "child"]
