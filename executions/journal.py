@@ -1,17 +1,16 @@
-"""The durable journal: each flush appends the buffered steps and events and renews
+"""The durable journal: each flush appends the buffered steps and events and checks
 the lease in one transaction. Its cost per turn is constant: rows are inserted,
 and the execution row is updated with fixed-size counters only."""
 
 from __future__ import annotations
 
+import functools
 import json
-from datetime import timedelta
 from decimal import Decimal
 
-from django.conf import settings
+import psycopg
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
 
 from executions.engine.contracts import Step
 from executions.engine.runner import RunInterrupted
@@ -21,27 +20,31 @@ from governance.audit import audit_record
 from telemetry.events import events_publish
 
 
+def step_columns(step: Step) -> dict:
+    """A step's ExecutionStep column values (all JSON-ready)."""
+    return {
+        "step_number": step.step_number,
+        "turn": step.turn,
+        "step_type": step.step_type.value,
+        "tool_name": step.tool_name or "",
+        "tool_category": step.tool_category or "",
+        "call_id": step.call_id or "",
+        "input": step.input,
+        "output": step.output,
+        "model_used": step.model_used or "",
+        "model_tier": step.model_tier or "",
+        "provider": step.provider or "",
+        "tokens": step.tokens.model_dump() if step.tokens else None,
+        "duration_ms": step.duration_ms,
+        "status": step.status.value,
+        "governance_decision": step.governance_decision.value if step.governance_decision else "",
+        "error": step.error or "",
+        "messages": step.messages,
+    }
+
+
 def step_row(execution_id: int, step: Step) -> ExecutionStep:
-    return ExecutionStep(
-        execution_id=execution_id,
-        step_number=step.step_number,
-        turn=step.turn,
-        step_type=step.step_type.value,
-        tool_name=step.tool_name or "",
-        tool_category=step.tool_category or "",
-        call_id=step.call_id or "",
-        input=step.input,
-        output=step.output,
-        model_used=step.model_used or "",
-        model_tier=step.model_tier or "",
-        provider=step.provider or "",
-        tokens=step.tokens.model_dump() if step.tokens else None,
-        duration_ms=step.duration_ms,
-        status=step.status.value,
-        governance_decision=step.governance_decision.value if step.governance_decision else "",
-        error=step.error or "",
-        messages=step.messages,
-    )
+    return ExecutionStep(execution_id=execution_id, **step_columns(step))
 
 
 def step_from_row(row: ExecutionStep) -> Step:
@@ -104,7 +107,20 @@ def next_event_seq(execution_id: int) -> int:
     return (last.first() or 0) + 1
 
 
+def _audited(steps: list[Step]) -> bool:
+    """Whether ``governance_decisions_audit`` writes anything for ``steps``."""
+    return any(step.step_type == "governance_check" and step.governance_decision for step in steps)
+
+
 class DbJournal:
+    """Commits each flush's steps and events, checking the run's lease.
+
+    On PostgreSQL a flush is usually a single statement that commits by itself (no
+    BEGIN, no COMMIT): the lease-checked UPDATE of the execution row and the step and
+    event inserts, which take their execution id from the UPDATE's RETURNING, so
+    nothing is written when the lease is gone. A flush that also writes audit
+    entries (a governance decision) runs in one explicit transaction instead."""
+
     def __init__(self, execution: Execution, lease_token: str):
         self.execution = execution
         self.lease_token = lease_token
@@ -121,95 +137,125 @@ class DbJournal:
     def flush(self, state: RunState) -> None:
         if not self.steps and not self.events:
             return
-        event_rows = []
-        for event_type, payload in self.events:
-            event_rows.append(
-                ExecutionEvent(execution_id=self.execution.pk, seq=self.seq, event_type=event_type, payload=payload)
-            )
-            self.seq += 1
+        events = [(self.seq + i, event_type, payload) for i, (event_type, payload) in enumerate(self.events)]
         cost = sum((m.estimated_cost or 0.0) for m in state.models_used.values())
-        try:
-            self._commit(state, event_rows, cost)
-        except (IntegrityError, RunInterrupted):
-            # Another worker owns the run now (or it was cancelled): stop, write nothing.
-            raise RunInterrupted("the run was cancelled or this worker lost its lease") from None
-        self.steps.clear()
-        self.events.clear()
-
-    def _commit(self, state: RunState, event_rows: list[ExecutionEvent], cost: float) -> None:
+        # The lease is renewed by the segment's heartbeat, not here: a per-turn write
+        # of lease_expires_at (an indexed column) would make this fixed-size update
+        # rewrite every index of the executions table instead of staying a HOT update.
         counters = {
             "turn_count": state.turn,
             "tokens_input": state.tokens_input,
             "tokens_output": state.tokens_output,
             "cost_usd": Decimal(str(round(cost, 6))),
             "cost_unknown": any(not m.cost_known for m in state.models_used.values()),
-            "lease_expires_at": timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
         }
-        with transaction.atomic():
-            if connection.vendor == "postgresql":
-                updated = self._write_postgresql(event_rows, counters)
+        try:
+            if connection.vendor == "postgresql" and not connection.in_atomic_block and not _audited(self.steps):
+                if self._write_postgresql(events, counters) != 1:
+                    raise RunInterrupted("lease lost")
+                self._publish(events)  # the statement has committed
             else:
-                updated = self._write_orm(event_rows, counters)
-            if updated != 1:
-                raise RunInterrupted("lease lost")
-            governance_decisions_audit(
-                organization_id=self.execution.workspace.organization_id, workspace_id=self.execution.workspace_id,
-                execution_id=self.execution.pk, agent_id=self.execution.agent_id, steps=self.steps,
-            )
-            event_rows_publish(self.execution, event_rows)
+                with transaction.atomic():
+                    if connection.vendor == "postgresql":
+                        updated = self._write_postgresql(events, counters)
+                    else:
+                        updated = self._write_orm(events, counters)
+                    if updated != 1:
+                        raise RunInterrupted("lease lost")
+                    governance_decisions_audit(
+                        organization_id=self.execution.workspace.organization_id,
+                        workspace_id=self.execution.workspace_id, execution_id=self.execution.pk,
+                        agent_id=self.execution.agent_id, steps=self.steps,
+                    )
+                    self._publish(events)  # after commit
+        except (IntegrityError, RunInterrupted):
+            # Another worker owns the run now (or it was cancelled): stop, write nothing.
+            raise RunInterrupted("the run was cancelled or this worker lost its lease") from None
+        self.seq += len(events)
+        self.steps.clear()
+        self.events.clear()
 
-    def _write_orm(self, event_rows: list[ExecutionEvent], counters: dict) -> int:
-        if self.steps:
-            ExecutionStep.objects.bulk_create([step_row(self.execution.pk, s) for s in self.steps])
-        if event_rows:
-            ExecutionEvent.objects.bulk_create(event_rows)
-        return Execution.objects.filter(
+    def _publish(self, events: list[tuple[int, str, dict]]) -> None:
+        execution_id = self.execution.pk
+        events_publish(
+            workspace_id=self.execution.workspace_id, execution_id=execution_id,
+            events=[{"type": kind, "seq": seq, "execution_id": execution_id, **payload}
+                    for seq, kind, payload in events],
+        )
+
+    def _write_orm(self, events: list[tuple[int, str, dict]], counters: dict) -> int:
+        updated = Execution.objects.filter(
             pk=self.execution.pk, lease_token=self.lease_token, status=Execution.Status.RUNNING
         ).update(**counters)
+        if updated:
+            ExecutionStep.objects.bulk_create([step_row(self.execution.pk, s) for s in self.steps])
+            ExecutionEvent.objects.bulk_create([
+                ExecutionEvent(execution_id=self.execution.pk, seq=seq, event_type=kind, payload=payload)
+                for seq, kind, payload in events
+            ])
+        return updated
 
-    def _write_postgresql(self, event_rows: list[ExecutionEvent], counters: dict) -> int:
-        """The turn in one statement: both inserts ride in data-modifying CTEs of the
-        lease-checked UPDATE. If the lease is gone the UPDATE returns nothing and the
-        caller rolls the inserts back. One round trip plus COMMIT per turn."""
-        steps = [
-            {field: getattr(row, field) for field in _STEP_COLUMNS}
-            for row in (step_row(self.execution.pk, s) for s in self.steps)
-        ]
-        events = [{"seq": e.seq, "event_type": e.event_type, "payload": e.payload} for e in event_rows]
+    def _write_postgresql(self, events: list[tuple[int, str, dict]], counters: dict) -> int:
         params = {
             **counters,
             "execution_id": self.execution.pk,
             "lease_token": self.lease_token,
-            "status": Execution.Status.RUNNING,
-            "now": timezone.now(),
-            "steps": json.dumps(steps, cls=DjangoJSONEncoder),
-            "events": json.dumps(events, cls=DjangoJSONEncoder),
+            "status": Execution.Status.RUNNING.value,
+            "steps": json.dumps([step_columns(s) for s in self.steps], cls=DjangoJSONEncoder),
+            "events": json.dumps([{"seq": seq, "event_type": kind, "payload": payload}
+                                  for seq, kind, payload in events], cls=DjangoJSONEncoder),
         }
-        with connection.cursor() as cursor:
-            cursor.execute(_TURN_SQL, params)
-            return len(cursor.fetchall())
+        return len(_execute_prepared(_TURN_SQL, params))
+
+
+def _execute_prepared(sql: str, params: dict) -> list[tuple]:
+    """Run ``sql`` as a server-side prepared statement on Django's connection (in the
+    current transaction, or committing by itself in autocommit mode); return its rows.
+
+    Django's psycopg cursors bind parameters on the client, so PostgreSQL plans every
+    statement again; the journal's statement is the same every turn and its planning
+    cost as much as its execution. It still passes through the connection's
+    ``execute_wrappers`` (anything that observes queries sees it) and Django's error
+    translation (a unique violation is ``django.db.IntegrityError``)."""
+
+    def execute(sql, params, many, context):
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(sql, params, prepare=True)
+            return cursor.fetchall()
+
+    connection.ensure_connection()
+    executor = execute
+    for wrapper in reversed(connection.execute_wrappers):
+        executor = functools.partial(wrapper, executor)
+    with connection.wrap_database_errors:
+        return executor(sql, params, False, {"connection": connection, "cursor": None})
 
 
 _STEP_COLUMNS = (
     "step_number", "turn", "step_type", "tool_name", "tool_category", "call_id", "input", "output", "model_used",
     "model_tier", "provider", "tokens", "duration_ms", "status", "governance_decision", "error", "messages",
 )
+# A flush in one statement. Every CTE sees the same snapshot and runs to completion;
+# the inserts select from ``lease`` (the UPDATE's RETURNING), so they write rows
+# only when this worker still holds a running lease.
 _TURN_SQL = f"""
-WITH new_steps AS (
+WITH lease AS (
+    UPDATE {Execution._meta.db_table}
+    SET turn_count = %(turn_count)s, tokens_input = %(tokens_input)s, tokens_output = %(tokens_output)s,
+        cost_usd = %(cost_usd)s, cost_unknown = %(cost_unknown)s
+    WHERE id = %(execution_id)s AND lease_token = %(lease_token)s AND status = %(status)s
+    RETURNING id
+), new_steps AS (
     INSERT INTO {ExecutionStep._meta.db_table} (execution_id, created_at, {", ".join(_STEP_COLUMNS)})
-    SELECT %(execution_id)s, %(now)s, {", ".join("s." + c for c in _STEP_COLUMNS)}
-    FROM jsonb_to_recordset(%(steps)s::jsonb) AS s(
+    SELECT lease.id, now(), {", ".join("s." + c for c in _STEP_COLUMNS)}
+    FROM lease, jsonb_to_recordset(%(steps)s::jsonb) AS s(
         step_number integer, turn integer, step_type text, tool_name text, tool_category text, call_id text,
         input jsonb, output jsonb, model_used text, model_tier text, provider text, tokens jsonb,
         duration_ms integer, status text, governance_decision text, error text, messages jsonb)
 ), new_events AS (
     INSERT INTO {ExecutionEvent._meta.db_table} (execution_id, created_at, seq, event_type, payload)
-    SELECT %(execution_id)s, %(now)s, e.seq, e.event_type, e.payload
-    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(seq integer, event_type text, payload jsonb)
+    SELECT lease.id, now(), e.seq, e.event_type, e.payload
+    FROM lease, jsonb_to_recordset(%(events)s::jsonb) AS e(seq integer, event_type text, payload jsonb)
 )
-UPDATE {Execution._meta.db_table}
-SET turn_count = %(turn_count)s, tokens_input = %(tokens_input)s, tokens_output = %(tokens_output)s,
-    cost_usd = %(cost_usd)s, cost_unknown = %(cost_unknown)s, lease_expires_at = %(lease_expires_at)s
-WHERE id = %(execution_id)s AND lease_token = %(lease_token)s AND status = %(status)s
-RETURNING id
+SELECT id FROM lease
 """

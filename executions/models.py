@@ -43,7 +43,8 @@ class Execution(models.Model):
     parent_execution_id = models.BigIntegerField(null=True, blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     input_prompt = models.TextField(blank=True)
-    status = models.CharField(max_length=30, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    # Indexed together with workspace and with lease_expires_at (Meta.indexes), not alone.
+    status = models.CharField(max_length=30, choices=Status.choices, default=Status.QUEUED)
     turn_count = models.PositiveIntegerField(default=0)
     tokens_input = models.PositiveBigIntegerField(default=0)
     tokens_output = models.PositiveBigIntegerField(default=0)
@@ -97,7 +98,8 @@ class ExecutionStep(models.Model):
         ERROR = "error", "Error"
         FINAL_ANSWER = "final_answer", "Final answer"
 
-    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: uniq_step_number (execution, step_number) serves lookups by run.
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="steps", db_index=False)
     step_number = models.PositiveIntegerField()
     turn = models.PositiveIntegerField(default=0)
     step_type = models.CharField(max_length=30, choices=StepType.choices)
@@ -129,7 +131,8 @@ class ExecutionStep(models.Model):
 class ExecutionEvent(models.Model):
     """The live feed, sequence-numbered per run so a client can resume from a seq."""
 
-    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: uniq_event_seq (execution, seq) serves lookups by run.
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     event_type = models.CharField(max_length=40)
     payload = models.JSONField(default=dict)

@@ -70,7 +70,18 @@ def database_from_url(name: str, url: str) -> dict:
     if scheme in {"postgres", "postgresql", "pgsql"}:
         if not parsed.path.strip("/"):
             raise ImproperlyConfigured(f"{name} must name a database: {scheme}://user@host:port/dbname")
-        options = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
+        options: dict = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
+        # Django's cursors bind parameters on the client and never prepare. A
+        # threshold lets the few statements River sends as server-side prepared
+        # statements (the run journal's per-turn write) be prepared; ``none``
+        # turns that off, e.g. behind a pooler that cannot keep prepared statements.
+        threshold = options.pop("prepare_threshold", "5").strip().lower()
+        if threshold in {"", "none"}:
+            options["prepare_threshold"] = None
+        elif threshold.isdigit():
+            options["prepare_threshold"] = int(threshold)
+        else:
+            raise ImproperlyConfigured(f"{name}: prepare_threshold must be a whole number or 'none', got {threshold!r}")
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parsed.path.lstrip("/")),

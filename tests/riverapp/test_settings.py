@@ -35,3 +35,19 @@ def test_bad_database_url_names_the_variable():
 def test_starts_with_secret_key_and_debug_off():
     result = _check({"DEBUG": "false", "SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "example.com"})
     assert result.returncode == 0, result.stderr
+
+
+def test_database_url_prepare_threshold_defaults_and_parses():
+    from riverapp.env import database_from_url
+
+    base = "postgres://river@db.example:5432/river"
+    assert database_from_url("DATABASE_URL", base)["OPTIONS"]["prepare_threshold"] == 5
+    assert database_from_url("DATABASE_URL", base + "?prepare_threshold=none")["OPTIONS"]["prepare_threshold"] is None
+    options = database_from_url("DATABASE_URL", base + "?prepare_threshold=2&sslmode=require")["OPTIONS"]
+    assert options == {"prepare_threshold": 2, "sslmode": "require"}
+
+
+def test_bad_prepare_threshold_names_the_variable():
+    result = _check({"DEBUG": "true", "DATABASE_URL": "postgres://river@127.0.0.1/river?prepare_threshold=often"})
+    assert result.returncode != 0
+    assert "DATABASE_URL: prepare_threshold must be a whole number or 'none'" in result.stderr
