@@ -170,15 +170,32 @@ def base_messages(request: ExecutionRequest) -> list[dict]:
     return [{"role": "system", "content": system_prompt(request)}, {"role": "user", "content": prompt}]
 
 
+def message_chars(message: dict) -> int:
+    """Roughly the JSON size of a chat message: its text, its tool calls' names and
+    arguments, and a fixed allowance for the framing (role, ids, quotes)."""
+    content = message.get("content")
+    size = 24 + (len(content) if isinstance(content, str) else len(json.dumps(content, default=str)))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        size += 48 + len(function.get("name") or "") + len(function.get("arguments") or "")
+    return size
+
+
 def estimate_tokens(messages: list[dict]) -> int:
-    return sum(len(json.dumps(m, default=str)) for m in messages) // 4
+    return sum(message_chars(m) for m in messages) // 4
 
 
-def compress(messages: list[dict], *, threshold_tokens: int, keep_last: int = 8) -> list[dict]:
+def compress(messages: list[dict], *, threshold_tokens: int, keep_last: int = 8,
+             estimated_tokens: int | None = None) -> list[dict]:
     """Deterministic compression: keep the base context and the latest exchanges, and
     replace older turns with one summary line per tool call. Turn boundaries are
-    kept so every tool result still follows the assistant message that asked for it."""
-    if estimate_tokens(messages) <= threshold_tokens or len(messages) <= keep_last + 2:
+    kept so every tool result still follows the assistant message that asked for it.
+
+    ``estimated_tokens`` is the caller's running estimate for ``messages`` (the
+    runner keeps one on the RunState, so a turn does not re-serialise the history)."""
+    if estimated_tokens is None:
+        estimated_tokens = estimate_tokens(messages)
+    if estimated_tokens <= threshold_tokens or len(messages) <= keep_last + 2:
         return messages
     head, body = messages[:2], messages[2:]
     cut = len(body) - keep_last

@@ -263,7 +263,8 @@ class Engine:
                           details={"policy": verdict.policy_matched}),
             )
         tier = select_tier(state)
-        messages = ctxmod.compress(state.messages(), threshold_tokens=self.compress_threshold_tokens)
+        messages = ctxmod.compress(state.messages(), threshold_tokens=self.compress_threshold_tokens,
+                                   estimated_tokens=state.estimated_context_tokens)
         started = time.monotonic()
         try:
             reply = self.llm.complete(

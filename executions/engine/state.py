@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from executions.engine.context import message_chars
 from executions.engine.contracts import (
     ActionTaken,
     ApprovalRequestPayload,
@@ -77,8 +78,11 @@ class RunState(BaseModel):
     recommendations: list[dict] = Field(default_factory=list)
     output_artifacts: list[dict] = Field(default_factory=list)
     final_answer: str | None = None
-    _dispatched_this_turn: bool = False
-    _calls_this_turn: int = 0
+    # Plain fields rather than pydantic private attributes: those are read through
+    # BaseModel.__getattr__, which is slow on a path taken several times a turn.
+    dispatched_this_turn: bool = False
+    calls_this_turn: int = 0
+    context_chars: int | None = None  # message_chars() summed over messages(), kept up to date
 
     @classmethod
     def replay(cls, *, request: ExecutionRequest, base_messages: list[dict], tool_schemas: list[dict],
@@ -101,6 +105,8 @@ class RunState(BaseModel):
 
     def apply(self, step: Step) -> None:
         self.steps.append(step)
+        if self.context_chars is not None:
+            self.context_chars += sum(message_chars(m) for m in step.messages)
         handler = getattr(self, f"_apply_{step.step_type.value}", None)
         if handler:
             handler(step)
@@ -128,8 +134,8 @@ class RunState(BaseModel):
         self.last_turn_failed = False
         self.consecutive_llm_errors = 0
         self.open_calls = [LLMToolCall.model_validate(call) for call in output.get("tool_calls", [])]
-        self._calls_this_turn = len(self.open_calls)
-        self._dispatched_this_turn = False
+        self.calls_this_turn = len(self.open_calls)
+        self.dispatched_this_turn = False
         for call in self.open_calls:
             if call.name != "finalize":
                 key = call_hash(call.name, call.arguments)
@@ -151,11 +157,11 @@ class RunState(BaseModel):
 
     def _close_turn(self) -> None:
         """A turn whose calls were all refused before dispatch is a stall."""
-        if self._calls_this_turn and not self._dispatched_this_turn:
+        if self.calls_this_turn and not self.dispatched_this_turn:
             self.consecutive_stalls += 1
-        elif self._calls_this_turn:
+        elif self.calls_this_turn:
             self.consecutive_stalls = 0
-        self._calls_this_turn = 0
+        self.calls_this_turn = 0
 
     def _apply_tool_call(self, step: Step) -> None:
         if step.status == StepStatus.PENDING and step.call_id:
@@ -173,7 +179,7 @@ class RunState(BaseModel):
                               turn=False)
         dispatched = bool(output.get("_dispatched"))
         if dispatched:
-            self._dispatched_this_turn = True
+            self.dispatched_this_turn = True
             self.last_dispatched_tool = step.tool_name
         name = step.tool_name or ""
         if step.status == StepStatus.COMPLETED:
@@ -246,11 +252,21 @@ class RunState(BaseModel):
     def stalled_turns(self) -> int:
         """Consecutive turns, including the latest finished one, whose tool calls
         were all refused before dispatch."""
-        current = bool(self._calls_this_turn) and not self._dispatched_this_turn and not self.unfinished_calls()
+        current = bool(self.calls_this_turn) and not self.dispatched_this_turn and not self.unfinished_calls()
         return self.consecutive_stalls + (1 if current else 0)
 
     def unfinished_calls(self) -> list[LLMToolCall]:
         return [c for c in self.open_calls if c.id not in self.observed_calls and c.name != "finalize"]
+
+    @property
+    def estimated_context_tokens(self) -> int:
+        """``context.estimate_tokens(self.messages())``, kept as a running sum so a
+        turn costs the same however long the history is (edited arguments are
+        counted at their original size: it is an estimate)."""
+        if self.context_chars is None:
+            self.context_chars = sum(message_chars(m) for m in self.base_messages) + sum(
+                message_chars(m) for s in self.steps for m in s.messages)
+        return self.context_chars // 4
 
     def messages(self) -> list[dict[str, Any]]:
         """The conversation the model sees: base context + every step's messages,

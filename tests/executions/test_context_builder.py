@@ -77,3 +77,21 @@ def test_history_compression_is_deterministic_and_keeps_turn_boundaries():
     assert compressed[3]["role"] == "assistant"  # the kept tail starts at a turn boundary
     assert len(compressed) < len(messages)
     assert ctxmod.compress(messages[:6], threshold_tokens=1000) == messages[:6]
+
+
+def test_running_context_estimate_matches_a_full_recount_and_survives_replay():
+    from executions.engine.contracts import Step, StepType
+    from executions.engine.state import RunState
+
+    request = support.request_for(tools=["test_echo"])
+    state, _ = new_state(request)
+    before = state.estimated_context_tokens
+    assert before == ctxmod.estimate_tokens(state.messages())
+    for number in range(1, 4):
+        state.apply(Step(step_number=number, step_type=StepType.REASONING, turn=number, model_used="m",
+                         output={"content": "x" * 400, "tool_calls": []},
+                         messages=[{"role": "assistant", "content": "x" * 400}]))
+    assert state.estimated_context_tokens == ctxmod.estimate_tokens(state.messages()) > before
+    replayed = RunState.replay(request=state.request, base_messages=state.base_messages,
+                               tool_schemas=state.tool_schemas, steps=state.steps)
+    assert replayed.estimated_context_tokens == state.estimated_context_tokens
