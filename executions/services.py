@@ -336,7 +336,7 @@ def _segment_run(execution: Execution, token: str, llm) -> str | None:
     except RunInterrupted:
         logger.info("segment of execution %s stopped: cancelled or lease lost", execution_id)
         return None
-    execution_segment_end(execution=execution, token=token, state=state, outcome=outcome)
+    execution_segment_end(execution=execution, token=token, state=state, outcome=outcome, next_seq=journal.seq)
     return outcome.status.value
 
 
@@ -354,12 +354,17 @@ def snapshot_build(state: RunState) -> dict:
     }
 
 
-def execution_segment_end(*, execution: Execution, token: str, state: RunState, outcome: Outcome) -> None:
+def execution_segment_end(
+    *, execution: Execution, token: str, state: RunState, outcome: Outcome, next_seq: int | None = None
+) -> None:
+    """Record how the segment ended. ``next_seq`` is the next event sequence number
+    when the caller's journal knows it (it held the lease, so nobody else appended)."""
     status = _STATUS_FROM_RESPONSE[outcome.status]
     response = response_build(state, outcome)
     now = timezone.now()
     with transaction.atomic():
-        row = Execution.objects.select_for_update().get(pk=execution.pk)
+        # The built context (prompt, tool schemas) is large and not needed here.
+        row = Execution.objects.select_for_update().defer("context").get(pk=execution.pk)
         if row.lease_token != token or row.status != Execution.Status.RUNNING:
             return  # cancelled meanwhile, or another worker took over
         row.status = status
@@ -367,7 +372,7 @@ def execution_segment_end(*, execution: Execution, token: str, state: RunState, 
         row.lease_expires_at = None
         row.usage = response.usage.model_dump(mode="json")
         fields = ["status", "lease_token", "lease_expires_at", "usage"]
-        seq = next_event_seq(row.pk)
+        seq = next_seq if next_seq is not None else next_event_seq(row.pk)
         events = []
         if status in (Execution.Status.AWAITING_APPROVAL, Execution.Status.AWAITING_INTERACTION):
             row.context_snapshot = snapshot_build(state)

@@ -305,6 +305,10 @@ def test_requeued_run_continues_from_its_last_committed_turn(agent, owner, sent)
     numbers = _step_numbers(execution.pk)
     assert numbers[: len(committed)] == committed
     assert numbers == list(range(1, len(numbers) + 1))
+    # The event feed is numbered without gaps or repeats across both segments, up to run_completed.
+    feed = list(ExecutionEvent.objects.filter(execution=execution).order_by("seq").values_list("seq", "event_type"))
+    assert [seq for seq, _ in feed] == list(range(1, len(feed) + 1))
+    assert feed[0][1] == "run_started" and feed[-1][1] == "run_completed"
 
 
 # --- intent and outcome of write tools --------------------------------------------------
