@@ -5,19 +5,30 @@ and the execution row is updated with fixed-size counters only."""
 from __future__ import annotations
 
 import functools
+import logging
 from decimal import Decimal
 
 import orjson
 import psycopg
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connections, transaction
 
 from executions.engine.contracts import Step
 from executions.engine.runner import RunInterrupted
 from executions.engine.state import RunState
 from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.write_behind import (
+    JournalConnection,
+    Pending,
+    journal_connection,
+    journal_connection_release,
+    numbered,
+)
 from governance.audit import audit_record
-from telemetry.events import events_publish
+from telemetry.events import events_publish, events_publish_committed
+
+logger = logging.getLogger(__name__)
 
 
 def step_columns(step: Step) -> dict:
@@ -118,8 +129,14 @@ class DbJournal:
     On PostgreSQL a flush is usually a single statement that commits by itself (no
     BEGIN, no COMMIT): the lease-checked UPDATE of the execution row and the step and
     event inserts, which take their execution id from the UPDATE's RETURNING, so
-    nothing is written when the lease is gone. A flush that also writes audit
-    entries (a governance decision) runs in one explicit transaction instead."""
+    nothing is written when the lease is gone. With ``RIVER_JOURNAL_WRITE_BEHIND``
+    (the default) that statement is sent on the journal's own connection and the
+    engine goes on while it commits (``executions.write_behind``); ``settle`` waits
+    for it. The next flush settles the previous one first, so flushes commit in
+    order and a lost lease stops the run at the latest one flush later; the engine
+    settles before a write tool is dispatched and the segment before it ends. A
+    flush that also writes audit entries (a governance decision), or one made inside
+    a transaction, runs on Django's connection in one transaction instead."""
 
     def __init__(self, execution: Execution, lease_token: str):
         self.execution = execution
@@ -127,6 +144,8 @@ class DbJournal:
         self.steps: list[Step] = []
         self.events: list[tuple[str, dict]] = []
         self.seq = next_event_seq(execution.pk)
+        self._connection: JournalConnection | None = None
+        self._pending: Pending | None = None
 
     def record(self, state: RunState, new_step: Step) -> None:
         self.steps.append(new_step)
@@ -137,6 +156,7 @@ class DbJournal:
     def flush(self, state: RunState) -> None:
         if not self.steps and not self.events:
             return
+        self.settle()
         events = [(self.seq + i, event_type, payload) for i, (event_type, payload) in enumerate(self.events)]
         cost = sum((m.estimated_cost or 0.0) for m in state.models_used.values())
         # The lease is renewed by the segment's heartbeat, not here: a per-turn write
@@ -152,13 +172,16 @@ class DbJournal:
         db = connections[DEFAULT_DB_ALIAS]  # looked up once: the proxy costs a thread-local lookup per use
         try:
             if db.vendor == "postgresql" and not db.in_atomic_block and not _audited(self.steps):
-                if self._write_postgresql(db, events, counters) != 1:
-                    raise RunInterrupted("lease lost")
-                self._publish(events)  # the statement has committed
+                if settings.RIVER_JOURNAL_WRITE_BEHIND:
+                    self._send(db, events, counters)
+                else:
+                    if len(_execute_prepared(db, _TURN_SQL, self._params(events, counters))) != 1:
+                        raise RunInterrupted("lease lost")
+                    self._publish(events)  # the statement has committed
             else:
                 with transaction.atomic(using=db.alias):
                     if db.vendor == "postgresql":
-                        updated = self._write_postgresql(db, events, counters)
+                        updated = len(_execute_prepared(db, _TURN_SQL, self._params(events, counters)))
                     else:
                         updated = self._write_orm(events, counters)
                     if updated != 1:
@@ -168,7 +191,7 @@ class DbJournal:
                         workspace_id=self.execution.workspace_id, execution_id=self.execution.pk,
                         agent_id=self.execution.agent_id, steps=self.steps,
                     )
-                    self._publish(events)  # after commit
+                    self._publish_on_commit(events)
         except (IntegrityError, RunInterrupted):
             # Another worker owns the run now (or it was cancelled): stop, write nothing.
             raise RunInterrupted("the run was cancelled or this worker lost its lease") from None
@@ -176,13 +199,76 @@ class DbJournal:
         self.steps.clear()
         self.events.clear()
 
-    def _publish(self, events: list[tuple[int, str, dict]]) -> None:
+    def settle(self) -> None:
+        """Wait until the last flush has committed; raise ``RunInterrupted`` if it
+        wrote nothing (lease lost, run cancelled, another worker's rows) and
+        Django's ``DatabaseError`` if it failed otherwise."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        db = connections[DEFAULT_DB_ALIAS]
+        try:
+            with db.wrap_database_errors:
+                rows = self._connection.wait(pending)
+        except IntegrityError:
+            rows = 0
+        if rows != 1:
+            raise RunInterrupted("the run was cancelled or this worker lost its lease")
+
+    def close(self) -> None:
+        """End of the segment: wait for a statement still on its way (its outcome no
+        longer matters to a segment that is stopping) and let the connection go if
+        it must not outlive the segment."""
+        try:
+            self.settle()
+        except (RunInterrupted, DatabaseError):
+            logger.info("execution %s: the last journal write did not commit", self.execution.pk)
+        finally:
+            if self._connection is not None:
+                journal_connection_release(self._connection)
+                self._connection = None
+
+    def _send(self, db, events: list[tuple[int, str, dict]], counters: dict) -> None:
+        if self._connection is None or not self._connection.usable():
+            self._connection, _ = journal_connection(db)
+        params = self._params(events, counters)
+        connection = self._connection
+
+        def send(sql, params, many, context):
+            values = [params[name] for name in _TURN_NAMES]
+            self._pending = connection.submit(_TURN_STATEMENT, _TURN_SQL_NUMBERED, values,
+                                              functools.partial(self._publish, events))
+
+        # Observers of Django's connection (execute_wrappers) see the statement as it
+        # is sent; it runs on the journal's connection.
+        executor = send
+        for wrapper in reversed(db.execute_wrappers):
+            executor = functools.partial(wrapper, executor)
+        with db.wrap_database_errors:
+            executor(_TURN_SQL, params, False, {"connection": db, "cursor": None})
+
+    def _params(self, events: list[tuple[int, str, dict]], counters: dict) -> dict:
+        return {
+            **counters,
+            "execution_id": self.execution.pk,
+            "lease_token": self.lease_token,
+            "status": Execution.Status.RUNNING.value,
+            "steps": _json([step_columns(s) for s in self.steps]),
+            "events": _json([{"seq": seq, "event_type": kind, "payload": payload} for seq, kind, payload in events]),
+        }
+
+    def _event_dicts(self, events: list[tuple[int, str, dict]]) -> list[dict]:
         execution_id = self.execution.pk
-        events_publish(
-            workspace_id=self.execution.workspace_id, execution_id=execution_id,
-            events=[{"type": kind, "seq": seq, "execution_id": execution_id, **payload}
-                    for seq, kind, payload in events],
-        )
+        return [{"type": kind, "seq": seq, "execution_id": execution_id, **payload} for seq, kind, payload in events]
+
+    def _publish(self, events: list[tuple[int, str, dict]]) -> None:
+        """For events whose statement has committed (on any connection)."""
+        events_publish_committed(workspace_id=self.execution.workspace_id, execution_id=self.execution.pk,
+                                 events=self._event_dicts(events))
+
+    def _publish_on_commit(self, events: list[tuple[int, str, dict]]) -> None:
+        events_publish(workspace_id=self.execution.workspace_id, execution_id=self.execution.pk,
+                       events=self._event_dicts(events))
 
     def _write_orm(self, events: list[tuple[int, str, dict]], counters: dict) -> int:
         updated = Execution.objects.filter(
@@ -195,17 +281,6 @@ class DbJournal:
                 for seq, kind, payload in events
             ])
         return updated
-
-    def _write_postgresql(self, db, events: list[tuple[int, str, dict]], counters: dict) -> int:
-        params = {
-            **counters,
-            "execution_id": self.execution.pk,
-            "lease_token": self.lease_token,
-            "status": Execution.Status.RUNNING.value,
-            "steps": _json([step_columns(s) for s in self.steps]),
-            "events": _json([{"seq": seq, "event_type": kind, "payload": payload} for seq, kind, payload in events]),
-        }
-        return len(_execute_prepared(db, _TURN_SQL, params))
 
 
 _django_json_default = DjangoJSONEncoder().default
@@ -269,3 +344,5 @@ WITH lease AS (
 )
 SELECT id FROM lease
 """
+_TURN_STATEMENT = b"river_journal_turn"
+_TURN_SQL_NUMBERED, _TURN_NAMES = numbered(_TURN_SQL)

@@ -333,9 +333,12 @@ def _segment_run(execution: Execution, token: str, llm) -> str | None:
     try:
         with _LeaseHeartbeat(execution.pk, token):
             outcome = engine.run(state)
+            journal.settle()  # the last turn's write is committed before the run's status moves
     except RunInterrupted:
         logger.info("segment of execution %s stopped: cancelled or lease lost", execution_id)
         return None
+    finally:
+        journal.close()
     execution_segment_end(execution=execution, token=token, state=state, outcome=outcome, next_seq=journal.seq)
     return outcome.status.value
 

@@ -225,6 +225,9 @@ RIVER_LLM_MODEL = env_str("RIVER_LLM_MODEL") or None
 RIVER_LLM_BASE_URL = env_str("RIVER_LLM_BASE_URL") or None
 RIVER_LLM_API_KEY = env_str("RIVER_LLM_API_KEY") or None
 RIVER_LEASE_SECONDS = env_int("RIVER_LEASE_SECONDS", 60, minimum=5)
+# Send each turn's journal statement on its own connection and commit it while the
+# engine goes on (executions.write_behind); false waits for every commit in turn.
+RIVER_JOURNAL_WRITE_BEHIND = env_bool("RIVER_JOURNAL_WRITE_BEHIND", True)
 RIVER_MAX_SEGMENT_ATTEMPTS = env_int("RIVER_MAX_SEGMENT_ATTEMPTS", 20, minimum=1)
 RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS = env_int("RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS", 30, minimum=1)
 RIVER_PROMPT_INJECTION_DETECTION = env_bool("RIVER_PROMPT_INJECTION_DETECTION", True)

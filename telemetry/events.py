@@ -108,10 +108,15 @@ def events_flush(timeout: float = FLUSH_TIMEOUT_SECONDS) -> bool:
     return _publisher.flush(timeout)
 
 
-def _submit_on_commit(workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
+def _groups(workspace_id: int, execution_id: int | None) -> list[str]:
     groups = [workspace_group(workspace_id)]
     if execution_id is not None:
         groups.insert(0, execution_group(execution_id))
+    return groups
+
+
+def _submit_on_commit(workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
+    groups = _groups(workspace_id, execution_id)
     payload = [dict(event) for event in events]
     transaction.on_commit(lambda: _publisher.submit(groups, payload))
 
@@ -130,3 +135,11 @@ def events_publish(*, workspace_id: int, execution_id: int | None, events: list[
     over as one batch."""
     if events:
         _submit_on_commit(workspace_id, execution_id, events)
+
+
+def events_publish_committed(*, workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
+    """Hand over events whose rows have already committed, possibly on another
+    connection than this thread's (the journal's write-behind), so there is no
+    transaction of this thread's to wait for."""
+    if events:
+        _publisher.submit(_groups(workspace_id, execution_id), events)

@@ -6,9 +6,19 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from executions.write_behind import journal_connections_close
 from tenancy.models import Membership, Organization, OrganizationMember, Workspace
 from tenancy.permissions import Role
 from tenancy.services import token_issue
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _journal_connections_closed(django_db_setup, django_db_blocker):
+    """Durable runs in the tests open journal connections (executions.write_behind);
+    they are closed before the test database is dropped, which PostgreSQL refuses
+    while a session is connected."""
+    yield
+    journal_connections_close()
 
 
 @pytest.fixture

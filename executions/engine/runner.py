@@ -81,6 +81,10 @@ class Journal(Protocol):
 
     def flush(self, state: RunState) -> None: ...
 
+    def settle(self) -> None:
+        """Block until everything flushed so far is durable (a journal may commit a
+        flush after ``flush`` returns); raise ``RunInterrupted`` if it is not."""
+
 
 @dataclass
 class MemoryJournal:
@@ -93,6 +97,9 @@ class MemoryJournal:
         self.events.append((event_type, payload))
 
     def flush(self, state) -> None:
+        return None
+
+    def settle(self) -> None:
         return None
 
 
@@ -471,6 +478,7 @@ class Engine:
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args, status=StepStatus.PENDING)
             self.journal.flush(state)
+            self.journal.settle()
         else:
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args)

@@ -1,6 +1,6 @@
 """Test tools and a scripted model server for the durability tests.
 
-Importing this module registers three tools (their names start with ``durable_`` so
+Importing this module registers four tools (their names start with ``durable_`` so
 the registry test ignores them). A Celery worker started with
 ``-I tests.executions.durable_support`` imports it too, so the worker and the test
 process share the same tools. Every call is observable from outside the process:
@@ -97,7 +97,11 @@ READ = _register(
     "durable_slow_read", category=ToolCategory.EXECUTION, writes=False, idempotent=False,
     description="Test read tool: records a marker, may be held open by the test.",
 )
-TOOL_NAMES = [WRITE.name, IDEMPOTENT_WRITE.name, READ.name]
+NOTE = _register(
+    "durable_note", category=ToolCategory.REASONING, writes=False, idempotent=True,
+    description="Test reasoning tool (not governed): records a marker.",
+)
+TOOL_NAMES = [WRITE.name, IDEMPOTENT_WRITE.name, READ.name, NOTE.name]
 
 
 def marker_lines(directory: Path, tool_name: str) -> list[str]:

@@ -250,6 +250,66 @@ def test_lost_lease_blocks_a_write_before_dispatch(agent, owner, sent):
     assert _step_numbers(execution.pk) == []
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("write_behind", [True, False], ids=["write_behind", "wait"])
+def test_lease_lost_in_an_ungoverned_turn_stops_the_run_before_any_write(agent, owner, sent, settings, write_behind):
+    """A reasoning tool's turn is journaled write-behind: the refusal of its write is
+    known at the next flush at the latest, and a write tool's intent always waits for
+    it, so the write is never dispatched. Without write-behind the run stops at once."""
+    settings.RIVER_JOURNAL_WRITE_BEHIND = write_behind
+    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+
+    def steal(ctx, args):
+        Execution.objects.filter(pk=ctx.execution_id).update(lease_token="another-worker")
+
+    HOOKS["durable_note"] = steal
+    llm = ScriptedLLM([
+        tool_reply("durable_note", {"marker": "n1"}, call_id="call_n1"),
+        tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1"),
+        text_reply("done"),
+    ])
+
+    assert execution_run_segment(execution_id=execution.pk, llm=llm) is None
+
+    assert CALLS == [("durable_note", "n1")]
+    behind = write_behind and connection.vendor == "postgresql"  # the embedded stack always waits
+    assert len(llm.requests) == (2 if behind else 1)  # at most one model call after the loss
+    assert not ExecutionStep.objects.filter(execution=execution, turn__gte=1).exists()
+    execution.refresh_from_db()
+    assert execution.lease_token == "another-worker" and execution.status == Execution.Status.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turns_events_are_live_while_the_model_thinks_about_the_next(agent, owner, sent, settings, monkeypatch):
+    """With write-behind the journal reads a commit's result when it next flushes;
+    a turn's events must not wait for that when the next model call is slow."""
+    from telemetry import events as telemetry_events
+
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    observed = threading.Event()
+    real_submit = telemetry_events._publisher.submit
+
+    def submit(groups, events):
+        if any(e["type"] == "observation_received" and e.get("turn") == 1 for e in events):
+            observed.set()
+        real_submit(groups, events)
+
+    monkeypatch.setattr(telemetry_events._publisher, "submit", submit)
+    seen_while_thinking: list[bool] = []
+
+    class SlowSecondTurn(ScriptedLLM):
+        def complete(self, **kwargs):
+            if len(self.requests) == 1:  # the model "thinks" until turn 1's events are out (bounded)
+                seen_while_thinking.append(observed.wait(10))
+            return super().complete(**kwargs)
+
+    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    llm = SlowSecondTurn([tool_reply("durable_note", {"marker": "n1"}, call_id="call_n1"), text_reply("done")])
+
+    assert execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
+    assert seen_while_thinking == [True]
+
+
 # --- the watchdog ---------------------------------------------------------------------
 
 

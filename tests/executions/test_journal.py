@@ -1,12 +1,18 @@
 """The durable journal on PostgreSQL: one self-committing statement per flush,
-fenced by the lease, prepared once per connection; the audited flush runs in one
-transaction. ``transaction=True`` so the journal sees autocommit mode, as it does
-in a worker (inside a test transaction it would take the savepoint path)."""
+fenced by the lease, prepared once per connection, sent write-behind on the
+journal's own connection (or, with RIVER_JOURNAL_WRITE_BEHIND off, on Django's and
+waited for); the audited flush runs in one transaction. ``transaction=True`` so the
+journal sees autocommit mode, as it does in a worker (inside a test transaction it
+would take the savepoint path). Tests that hold for both ways of sending run twice."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+import psycopg
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from executions.engine.contracts import Step, StepStatus, StepType, Tokens
 from executions.engine.runner import RunInterrupted
@@ -14,6 +20,7 @@ from executions.engine.state import RunState
 from executions.journal import DbJournal
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.services import execution_claim, execution_start, state_load
+from executions.write_behind import journal_connections_close
 from governance.models import AuditLogEntry
 from telemetry import events as telemetry_events
 from tests.factories import make_agent
@@ -22,6 +29,12 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="the single-statement journal is PostgreSQL's"),
 ]
+
+
+@pytest.fixture(params=["write_behind", "wait"])
+def mode(request, settings):
+    settings.RIVER_JOURNAL_WRITE_BEHIND = request.param == "write_behind"
+    return request.param
 
 
 @pytest.fixture
@@ -42,6 +55,12 @@ def running(workspace, owner, monkeypatch):
     assert token
     execution = Execution.objects.select_related("workspace").get(pk=execution.pk)
     return execution, token
+
+
+def _commit(journal: DbJournal, state: RunState) -> None:
+    """Flush and wait for the commit, whichever way the flush was sent."""
+    journal.flush(state)
+    journal.settle()
 
 
 def _turn(state: RunState, journal: DbJournal, *, governance: bool = False) -> None:
@@ -72,14 +91,14 @@ class _Statements:
         return execute(sql, params, many, context)
 
 
-def test_a_flush_is_one_statement_that_commits_by_itself(running, published):
+def test_a_flush_is_one_statement_that_commits_by_itself(running, published, mode):
     execution, token = running
     state = state_load(execution)
     journal = DbJournal(execution, token)
     _turn(state, journal)
     statements = _Statements()
     with connection.execute_wrapper(statements):
-        journal.flush(state)
+        _commit(journal, state)
 
     assert len(statements.seen) == 1
     sql, autocommit = statements.seen[0]
@@ -91,25 +110,37 @@ def test_a_flush_is_one_statement_that_commits_by_itself(running, published):
         "turn_reasoning", "turn_complete"]
     execution.refresh_from_db()
     assert (execution.turn_count, execution.tokens_input, execution.tokens_output) == (1, 10, 2)
-    # Published after the statement returned, as one batch, with the stored sequence numbers.
+    # Published after the statement committed, as one batch, with the stored sequence numbers.
     assert [[(e["type"], e["seq"]) for e in batch] for _, batch in published] == [
         [("turn_reasoning", 1), ("turn_complete", 2)]]
 
 
-def test_the_statement_is_prepared_once_per_connection(running, published):
+def _prepared_journal_statements(cursor) -> int:
+    cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%WITH lease AS%"])
+    return cursor.fetchone()[0]
+
+
+def test_the_statement_is_prepared_once_per_connection(running, published, mode):
     execution, token = running
     state = state_load(execution)
     journal = DbJournal(execution, token)
     for _ in range(3):
         _turn(state, journal)
-        journal.flush(state)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%WITH lease AS%"])
-        assert cursor.fetchone()[0] == 1
-    assert ExecutionStep.objects.filter(execution=execution).count() == 3
+        _commit(journal, state)
+    if mode == "write_behind":
+        # Prepared on the journal's own connection, not on Django's.
+        with connection.cursor() as cursor:
+            assert _prepared_journal_statements(cursor) == 0
+        with journal._connection.conn.cursor() as cursor:
+            assert _prepared_journal_statements(cursor) == 1
+    else:
+        with connection.cursor() as cursor:
+            assert _prepared_journal_statements(cursor) == 1
+    assert list(ExecutionStep.objects.filter(execution=execution).values_list("step_number", flat=True)) == [1, 2, 3]
+    assert list(ExecutionEvent.objects.filter(execution=execution).values_list("seq", flat=True)) == list(range(1, 7))
 
 
-def test_a_lost_lease_writes_nothing_and_publishes_nothing(running, published):
+def test_a_lost_lease_writes_nothing_and_publishes_nothing(running, published, mode):
     execution, token = running
     state = state_load(execution)
     journal = DbJournal(execution, token)
@@ -117,7 +148,7 @@ def test_a_lost_lease_writes_nothing_and_publishes_nothing(running, published):
     _turn(state, journal)
 
     with pytest.raises(RunInterrupted):
-        journal.flush(state)
+        _commit(journal, state)
 
     assert not ExecutionStep.objects.filter(execution=execution).exists()
     assert not ExecutionEvent.objects.filter(execution=execution).exists()
@@ -126,7 +157,7 @@ def test_a_lost_lease_writes_nothing_and_publishes_nothing(running, published):
     assert published == []
 
 
-def test_a_cancelled_run_writes_nothing(running, published):
+def test_a_cancelled_run_writes_nothing(running, published, mode):
     execution, token = running
     state = state_load(execution)
     journal = DbJournal(execution, token)
@@ -134,11 +165,11 @@ def test_a_cancelled_run_writes_nothing(running, published):
     _turn(state, journal)
 
     with pytest.raises(RunInterrupted):
-        journal.flush(state)
+        _commit(journal, state)
     assert not ExecutionStep.objects.filter(execution=execution).exists()
 
 
-def test_a_conflicting_step_number_rolls_the_whole_flush_back(running, published):
+def test_a_conflicting_step_number_rolls_the_whole_flush_back(running, published, mode):
     execution, token = running
     state = state_load(execution)
     journal = DbJournal(execution, token)
@@ -146,7 +177,7 @@ def test_a_conflicting_step_number_rolls_the_whole_flush_back(running, published
     _turn(state, journal)
 
     with pytest.raises(RunInterrupted):
-        journal.flush(state)
+        _commit(journal, state)
 
     assert ExecutionStep.objects.filter(execution=execution).count() == 1
     assert not ExecutionEvent.objects.filter(execution=execution).exists()
@@ -154,22 +185,27 @@ def test_a_conflicting_step_number_rolls_the_whole_flush_back(running, published
     assert execution.turn_count == 0
 
 
-def test_an_audited_flush_writes_steps_and_audit_in_one_transaction(running, published):
+def test_an_audited_flush_writes_steps_and_audit_in_one_transaction(running, published, mode):
     execution, token = running
     state = state_load(execution)
     journal = DbJournal(execution, token)
+    _turn(state, journal)
+    journal.flush(state)  # write-behind: still on its way when the audited flush starts
     _turn(state, journal, governance=True)
     statements = _Statements()
     with connection.execute_wrapper(statements):
         journal.flush(state)
 
+    # The audited flush waited for the one before it, then ran on Django's connection.
+    assert journal._pending is None
     assert statements.seen and not any(autocommit for _, autocommit in statements.seen)
-    assert ExecutionStep.objects.filter(execution=execution).count() == 2
+    assert ExecutionStep.objects.filter(execution=execution).count() == 3
     entry = AuditLogEntry.objects.get(event_type="governance_decision", execution_id=execution.pk)
     assert entry.details["tool_name"] == "write_back"
+    assert [[e["seq"] for e in batch] for _, batch in published] == [[1, 2], [3, 4]]
 
 
-def test_an_audited_flush_with_a_lost_lease_writes_no_audit_entry(running, published):
+def test_an_audited_flush_with_a_lost_lease_writes_no_audit_entry(running, published, mode):
     execution, token = running
     state = state_load(execution)
     journal = DbJournal(execution, token)
@@ -177,6 +213,150 @@ def test_an_audited_flush_with_a_lost_lease_writes_no_audit_entry(running, publi
     _turn(state, journal, governance=True)
 
     with pytest.raises(RunInterrupted):
-        journal.flush(state)
+        _commit(journal, state)
     assert not AuditLogEntry.objects.filter(execution_id=execution.pk).exists()
     assert not ExecutionStep.objects.filter(execution=execution).exists()
+
+
+# --- write-behind ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def row_locked(running):
+    """A second session holding the execution row's lock until ``release`` is called,
+    so a journal statement sent meanwhile cannot commit."""
+    execution, _ = running
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    other = psycopg.connect(**params)
+    other.execute("SELECT id FROM executions_execution WHERE id = %s FOR UPDATE", [execution.pk])
+    yield other.rollback
+    other.close()
+
+
+def test_write_behind_returns_before_the_commit_and_publishes_after_it(running, published, row_locked, settings):
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    execution, token = running
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    _turn(state, journal)
+
+    journal.flush(state)  # returns although the statement is waiting for the row lock
+
+    assert not ExecutionStep.objects.filter(execution=execution).exists()
+    assert published == []
+    row_locked()
+    journal.settle()
+    assert ExecutionStep.objects.filter(execution=execution).count() == 1
+    assert [[e["seq"] for e in batch] for _, batch in published] == [[1, 2]]
+
+
+def test_write_behind_publishes_a_commit_nobody_waits_for(running, monkeypatch, settings):
+    """While the engine is busy elsewhere (a long model call), the settler reads the
+    result and publishes the turn's events: nobody calls ``settle``."""
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    arrived = threading.Event()
+    batches: list[list[dict]] = []
+
+    def submit(groups, events):
+        batches.append(events)
+        arrived.set()
+
+    monkeypatch.setattr(telemetry_events._publisher, "submit", submit)
+    execution, token = running
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    _turn(state, journal)
+
+    journal.flush(state)
+
+    assert arrived.wait(10), "the settler never published the committed events"
+    assert journal._pending.done.is_set() and journal._pending.rows == 1
+    assert [[e["seq"] for e in batch] for batch in batches] == [[1, 2]]
+    assert ExecutionStep.objects.filter(execution=execution).count() == 1
+    journal.settle()  # nothing left to wait for; the events are not published twice
+    assert len(batches) == 1
+
+
+def test_write_behind_the_next_flush_waits_for_the_previous_one(running, published, row_locked, settings):
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    execution, token = running
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    _turn(state, journal)
+    journal.flush(state)
+    first = journal._pending
+    row_locked()
+    _turn(state, journal)
+    journal.flush(state)
+
+    assert first.done.is_set() and first.rows == 1  # settled before the second was sent
+    journal.settle()
+    assert list(ExecutionStep.objects.filter(execution=execution).values_list("step_number", flat=True)) == [1, 2]
+
+
+def test_write_behind_reports_a_lost_lease_one_flush_later(running, published, settings):
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    execution, token = running
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    _turn(state, journal)
+    Execution.objects.filter(pk=execution.pk).update(lease_token="another-worker")
+
+    journal.flush(state)  # sent; the refusal is not known yet
+    _turn(state, journal)
+    with pytest.raises(RunInterrupted):
+        journal.flush(state)  # waits for the previous statement first, and stops
+
+    assert not ExecutionStep.objects.filter(execution=execution).exists()
+    assert published == []
+
+
+def test_write_behind_a_dropped_connection_fails_the_write_and_is_replaced(running, published, settings):
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    execution, token = running
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    _turn(state, journal)
+    _commit(journal, state)
+    dropped = journal._connection
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [dropped.conn.info.backend_pid])
+
+    _turn(state, journal)
+    with pytest.raises(DatabaseError):
+        _commit(journal, state)
+    journal.close()
+
+    # The next segment gets a new connection and carries on from what committed.
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    _turn(state, journal)
+    _commit(journal, state)
+    assert journal._connection is not dropped
+    assert list(ExecutionStep.objects.filter(execution=execution).values_list("step_number", flat=True)) == [1, 2]
+    journal.close()
+
+
+def test_journal_connections_close_ends_the_sessions(running, published, settings):
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    execution, token = running
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    _turn(state, journal)
+    _commit(journal, state)
+    pid = journal._connection.conn.info.backend_pid
+
+    journal_connections_close()
+
+    # The server ends the session when it reads the client's Terminate message, a
+    # moment after close() returns: wait for that (bounded), then check.
+    deadline = time.monotonic() + 10
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+            alive = cursor.fetchone()[0]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert alive == 0

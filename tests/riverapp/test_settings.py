@@ -51,3 +51,9 @@ def test_bad_prepare_threshold_names_the_variable():
     result = _check({"DEBUG": "true", "DATABASE_URL": "postgres://river@127.0.0.1/river?prepare_threshold=often"})
     assert result.returncode != 0
     assert "DATABASE_URL: prepare_threshold must be a whole number or 'none'" in result.stderr
+
+
+def test_bad_journal_write_behind_names_the_variable():
+    result = _check({"DEBUG": "true", "RIVER_JOURNAL_WRITE_BEHIND": "sometimes"})
+    assert result.returncode != 0
+    assert "RIVER_JOURNAL_WRITE_BEHIND must be a boolean" in result.stderr
