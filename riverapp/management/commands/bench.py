@@ -6,16 +6,21 @@ turn 15) and a trivial reasoning tool, and measures in the same process:
 
 - per-turn orchestration overhead: the wall time of a turn minus the time spent
   inside the model and inside the tool handler (so it holds the step bookkeeping,
-  the thread hop to the tool, the journal flush and its COMMIT, event publishing
-  and prompt assembly), against one raw ``INSERT ... COMMIT`` of a step-sized row
-  made with psycopg on a scratch table in the same database;
-- SQL statements per turn, counted on the segment's connection with
-  ``connection.execute_wrapper`` (BEGIN is implicit in psycopg and COMMIT is a
-  protocol call, so neither passes the wrapper), and transactions per turn: an
-  explicit COMMIT, or a statement run in autocommit mode, which commits by itself;
+  the thread hop to the tool, the journal (its flush and, with write-behind, the
+  wait for the previous turn's commit; the last turn includes the wait for its own),
+  event publishing and prompt assembly), against one raw ``INSERT ... COMMIT`` of a
+  step-sized row made with psycopg on a scratch table in the same database. It is
+  measured twice, interleaved: with the journal's write-behind (River's default)
+  and with ``RIVER_JOURNAL_WRITE_BEHIND`` off, where every turn waits for its commit;
+- SQL statements per turn, counted with ``connection.execute_wrapper`` (BEGIN is
+  implicit in psycopg and COMMIT is a protocol call, so neither passes the wrapper;
+  the write-behind statement passes it when it is sent), and transactions per turn:
+  an explicit COMMIT, or a statement run in autocommit mode, which commits by itself;
 - bytes written per turn: the WAL generated between the first statement of a
-  turn's transaction and its end (``pg_current_wal_insert_lsn()`` read on a
-  second connection), plus the on-disk size of the step rows of that turn.
+  turn's transaction and its end (``pg_current_wal_insert_lsn()`` read on a second
+  connection), plus the on-disk size of the step rows of that turn. These runs wait
+  for each commit (the same statement; write-behind only changes who waits), so
+  the LSN read after the statement brackets its commit.
 
 The raw baseline is taken literally: ``INSERT`` then ``COMMIT`` on a psycopg
 connection that is not in autocommit mode (so psycopg sends ``BEGIN`` first, as
@@ -48,6 +53,7 @@ from agents.models import Agent, AgentVersion
 from executions import tasks
 from executions.engine.llm import LLMReply, LLMToolCall
 from executions.engine.tools import Tool, ToolCategory, get_tool, register
+from executions.journal import DbJournal
 from executions.models import Execution, ExecutionStep
 from executions.services import execution_run_segment, execution_start
 from tenancy.models import Membership, Organization, Workspace
@@ -183,6 +189,42 @@ class Probe:
             del connection.commit
 
 
+class JournalTimer:
+    """Times the journal as the run sees it: each outermost ``DbJournal.flush`` or
+    ``settle`` call (a flush settles the previous one first), and, for write-behind
+    statements, their latency from send to acknowledged commit."""
+
+    def __init__(self):
+        self.spans: list[tuple[float, float]] = []
+        self.latencies: list[float] = []
+        self._depth = 0
+
+    def _timed(self, real):
+        timer = self
+
+        def call(journal, *args, **kwargs):
+            pending = journal._pending if real is self._real_settle else None
+            timer._depth += 1
+            started = time.perf_counter()
+            try:
+                return real(journal, *args, **kwargs)
+            finally:
+                timer._depth -= 1
+                if timer._depth == 0:
+                    timer.spans.append((started, time.perf_counter()))
+                if pending is not None and pending.settled_at is not None:
+                    timer.latencies.append(pending.settled_at - pending.sent_at)
+
+        return call
+
+    @contextmanager
+    def watching(self):
+        self._real_settle = DbJournal.settle
+        with mock.patch.object(DbJournal, "flush", self._timed(DbJournal.flush)), \
+                mock.patch.object(DbJournal, "settle", self._timed(DbJournal.settle)):
+            yield self
+
+
 def _verb(sql: str) -> str:
     """``INSERT executions_executionstep`` for a statement, for the report."""
     words = [w.strip('"') for w in sql.split()]
@@ -258,46 +300,46 @@ class Command(BaseCommand):
         return agent, user
 
     # --- one run ---------------------------------------------------------------------
-    def _one_run(self, agent, user, side: psycopg.Connection | None) -> dict:
+    def _one_run(self, agent, user, side: psycopg.Connection | None, *, write_behind: bool) -> dict:
         execution = execution_start(agent=agent, user=user, input_prompt="Take fifteen notes.")
         model = StubModel(TURNS)
         TOOL_SPANS.clear()
-        probe = Probe(side)
-        with probe.watching():
+        probe, timer = Probe(side), JournalTimer()
+        with override_settings(RIVER_JOURNAL_WRITE_BEHIND=write_behind), probe.watching(), timer.watching():
             started = time.perf_counter()
             status = execution_run_segment(execution_id=execution.pk, llm=model)
             ended = time.perf_counter()
         if status != "success" or len(model.spans) != TURNS or len(TOOL_SPANS) != TURNS - 1:
             raise CommandError(f"benchmark run {execution.pk} ended {status!r} after {len(model.spans)} turns")
         starts = [s for s, _ in model.spans]
-        bounds = [*starts, ended]
+        # The last turn ends when its journal write has committed (the segment waits
+        # for it before it records the run's end, which is reported on its own).
+        last_end = max(end for began, end in timer.spans if began >= starts[-1])
+        bounds = [*starts, last_end]
         turns = []
         for index in range(TURNS):
             low, high = bounds[index], bounds[index + 1]
+            closed = index == TURNS - 1  # the last window includes its end
+
+            def inside(at: float, low=low, high=high, closed=closed) -> bool:
+                return low <= at <= high if closed else low <= at < high
+
             model_time = model.spans[index][1] - model.spans[index][0]
             tool_time = TOOL_SPANS[index][1] - TOOL_SPANS[index][0] if index < TURNS - 1 else 0.0
-            statements = [sql for at, sql in probe.statements if low <= at < high]
-            commits = [at for at in probe.commits if low <= at < high]
-            explicit = [at for at in probe.explicit_commits if low <= at < high]
-            wal = [size for at, size in probe.transactions if low <= at < high]
-            journal = [end - began for began, end in probe.spans if low <= end < high]
-            if index == TURNS - 1:  # the last window also holds the segment's end: keep the turn's own flush
-                first_commit = commits[0] if commits else high
-                statements = [sql for at, sql in probe.statements if low <= at <= first_commit]
-                explicit = [at for at in explicit if at <= first_commit]
-                commits, wal, journal = commits[:1], wal[:1], journal[:1]
-            first = next(((at, i) for i, (at, _) in enumerate(probe.statements) if low <= at < high), None)
+            first = next(((at, i) for i, (at, _) in enumerate(probe.statements) if inside(at)), None)
             idle = first[0] - probe.statement_ends[first[1] - 1] if first and first[1] > 0 else None
             turns.append({
-                "overhead": (high - low) - model_time - tool_time, "statements": statements,
-                "commits": len(commits), "explicit_commits": len(explicit), "wal": sum(wal), "journal": sum(journal),
+                "overhead": (high - low) - model_time - tool_time,
+                "statements": [sql for at, sql in probe.statements if inside(at)],
+                "commits": sum(1 for at in probe.commits if inside(at)),
+                "explicit_commits": sum(1 for at in probe.explicit_commits if inside(at)),
+                "wal": sum(size for at, size in probe.transactions if inside(at)),
+                "journal": sum(end - began for began, end in timer.spans if inside(end)),
                 "idle": idle,  # the connection's idle time before the turn's first statement
             })
-        last_commit = [at for at in probe.commits if at >= starts[-1]]
-        tail = ended - last_commit[0] if last_commit else 0.0
-        turns[-1]["overhead"] -= tail  # the segment-end bookkeeping is reported on its own
-        row_bytes = self._row_bytes(execution.pk)
-        return {"turns": turns, "start": starts[0] - started, "end": tail, "row_bytes": row_bytes}
+        latencies = timer.latencies if write_behind else [end - began for began, end in probe.spans]
+        return {"turns": turns, "start": starts[0] - started, "end": ended - last_end,
+                "row_bytes": self._row_bytes(execution.pk), "latencies": latencies}
 
     @staticmethod
     def _row_bytes(execution_id: int) -> dict[int, int]:
@@ -354,62 +396,81 @@ class Command(BaseCommand):
 
     # --- report ----------------------------------------------------------------------
     def _report(self, agent, user, *, runs: int, wal_runs: int, raw_commits: int) -> None:
-        warm = [self._one_run(agent, user, None) for _ in range(3)]
+        primary = bool(settings.RIVER_JOURNAL_WRITE_BEHIND)  # what River is configured to do
+        modes = {"write-behind": True, "waiting for each commit": False}
+        name = next(label for label, value in modes.items() if value == primary)
+        other = next(label for label in modes if label != name)
+        warm = {label: [self._one_run(agent, user, None, write_behind=value) for _ in range(3)]
+                for label, value in modes.items()}
         sample = ExecutionStep.objects.filter(execution__agent=agent, step_type="observation").first()
         step_payload = json.dumps({"input": sample.input, "output": sample.output, "messages": sample.messages})
         per_run = max(1, raw_commits // max(runs, 1))
-        idle = statistics.median(t["idle"] for run in warm for t in run["turns"] if t["idle"] is not None)
-        timed, raw, single, after_idle = [], [], [], []
+        idle = statistics.median(t["idle"] for run in warm["waiting for each commit"] for t in run["turns"]
+                                 if t["idle"] is not None)
+        timed: dict[str, list[dict]] = {label: [] for label in modes}
+        raw, single, after_idle = [], [], []
         with self._raw_committer(step_payload) as committer:
             committer(20, idle)  # warm-up
-            for _ in range(runs):  # interleaved, so both see the same load on the server
-                timed.append(self._one_run(agent, user, None))
+            for _ in range(runs):  # interleaved, so all see the same load on the server
+                for label, value in modes.items():
+                    timed[label].append(self._one_run(agent, user, None, write_behind=value))
                 committed, autocommitted, idled = committer(per_run, idle)
                 raw += committed
                 single += autocommitted
                 after_idle += idled
         with psycopg.connect(**self._params(), autocommit=True) as side:
-            walled = [self._one_run(agent, user, side) for _ in range(wal_runs)]
+            walled = [self._one_run(agent, user, side, write_behind=False) for _ in range(wal_runs)]
 
-        tool_turns = [t["overhead"] for run in timed for t in run["turns"][:-1]]
-        all_turns = [t["overhead"] for run in timed for t in run["turns"]]
+        def overhead(label: str, q: float, turns=slice(None)) -> float:
+            return _pct([t["overhead"] for run in timed[label] for t in run["turns"][turns]], q)
+
+        runs_main = timed[name]
         raw_p50, raw_p99 = _pct(raw, 50), _pct(raw, 99)
-        over_p50, over_p99 = _pct(all_turns, 50), _pct(all_turns, 99)
-        statements = [len(t["statements"]) for run in timed for t in run["turns"]]
-        commits = [t["commits"] for run in timed for t in run["turns"]]
-        explicit = [t["explicit_commits"] for run in timed for t in run["turns"]]
-        shapes = sorted({" + ".join(_verb(s) for s in t["statements"]) for run in timed for t in run["turns"]})
+        over_p50, over_p99 = overhead(name, 50), overhead(name, 99)
+        statements = [len(t["statements"]) for run in runs_main for t in run["turns"]]
+        commits = [t["commits"] for run in runs_main for t in run["turns"]]
+        explicit = [t["explicit_commits"] for run in runs_main for t in run["turns"]]
+        shapes = sorted({" + ".join(_verb(s) for s in t["statements"]) for run in runs_main for t in run["turns"]})
         wal_by_turn = {n: statistics.median(run["turns"][n - 1]["wal"] for run in walled) for n in (1, 14, 15)}
         wal_min = {n: min(run["turns"][n - 1]["wal"] for run in walled) for n in (1, 14, 15)}
         rows_by_turn = {n: statistics.median(run["row_bytes"].get(n, 0) for run in walled) for n in (1, 14, 15)}
 
         ms = 1000.0
         out = self.stdout.write
-        out(f"River durable-run benchmark: {runs} timed runs x {TURNS} turns, {wal_runs} WAL runs, "
-            f"PostgreSQL {connection.pg_version // 10000} database {connection.settings_dict['NAME']!r}, "
+        out(f"River durable-run benchmark: {runs} timed runs x {TURNS} turns in each journal mode, {wal_runs} WAL "
+            f"runs, PostgreSQL {connection.pg_version // 10000} database {connection.settings_dict['NAME']!r}, "
             f"events through {settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]}")
         out("")
-        out("Per-turn orchestration overhead (turn wall time minus model and tool time):")
+        out(f"Per-turn orchestration overhead (turn wall time minus model and tool time), journal {name} "
+            "(as configured):")
         out(f"  all turns      p50 {over_p50 * ms:7.3f} ms   p99 {over_p99 * ms:7.3f} ms")
-        out(f"  tool turns     p50 {_pct(tool_turns, 50) * ms:7.3f} ms   p99 {_pct(tool_turns, 99) * ms:7.3f} ms")
-        journal_p50 = _pct([t["journal"] for run in timed for t in run["turns"]], 50)
-        out(f"  of which the journal (its statement(s) until committed): p50 {journal_p50 * ms:.3f} ms; "
-            f"the rest (step bookkeeping, tool thread hop, event hand-off, prompt) p50 "
-            f"{_pct([t['overhead'] - t['journal'] for run in timed for t in run['turns']], 50) * ms:.3f} ms")
-        out(f"  turn 1         p50 {_pct([r['turns'][0]['overhead'] for r in timed], 50) * ms:7.3f} ms   "
-            f"turn 15 p50 {_pct([r['turns'][-1]['overhead'] for r in timed], 50) * ms:7.3f} ms")
-        out(f"  segment start (claim + replay) p50 {_pct([r['start'] for r in timed], 50) * ms:.3f} ms; "
-            f"segment end (final status) p50 {_pct([r['end'] for r in timed], 50) * ms:.3f} ms (once per segment)")
+        out(f"  tool turns     p50 {overhead(name, 50, slice(-1)) * ms:7.3f} ms   "
+            f"p99 {overhead(name, 99, slice(-1)) * ms:7.3f} ms")
+        journal_p50 = _pct([t["journal"] for run in runs_main for t in run["turns"]], 50)
+        out(f"  of which the journal (flush, and waiting for commits): p50 {journal_p50 * ms:.3f} ms; the rest "
+            f"(step bookkeeping, tool thread hop, event hand-off, prompt) p50 "
+            f"{_pct([t['overhead'] - t['journal'] for run in runs_main for t in run['turns']], 50) * ms:.3f} ms")
+        out(f"  journal statement from send to commit: p50 "
+            f"{_pct([x for run in runs_main for x in run['latencies']], 50) * ms:.3f} ms")
+        out(f"  turn 1         p50 {_pct([r['turns'][0]['overhead'] for r in runs_main], 50) * ms:7.3f} ms   "
+            f"turn 15 p50 {_pct([r['turns'][-1]['overhead'] for r in runs_main], 50) * ms:7.3f} ms")
+        out(f"  segment start (claim + replay) p50 {_pct([r['start'] for r in runs_main], 50) * ms:.3f} ms; "
+            f"segment end (final status) p50 {_pct([r['end'] for r in runs_main], 50) * ms:.3f} ms "
+            "(once per segment)")
+        other_p50 = overhead(other, 50)
+        other_journal = _pct([t["journal"] for run in timed[other] for t in run["turns"]], 50)
+        out(f"For comparison, journal {other}: p50 {other_p50 * ms:.3f} ms   p99 {overhead(other, 99) * ms:.3f} ms "
+            f"(journal p50 {other_journal * ms:.3f} ms), ratio p50 {other_p50 / raw_p50:.2f}x")
         out(f"Raw INSERT ... COMMIT of a step-sized row ({len(step_payload)} bytes of JSON), psycopg:")
         out(f"                 p50 {raw_p50 * ms:7.3f} ms   p99 {raw_p99 * ms:7.3f} ms")
         out(f"  ratio          p50 {over_p50 / raw_p50:5.2f}x      p99 {over_p99 / raw_p99:5.2f}x")
         single_p50, idle_p50 = _pct(single, 50), _pct(after_idle, 50)
-        turn_idle = _pct([t["idle"] for run in timed for t in run["turns"] if t["idle"] is not None], 50)
         out(f"For reference, one autocommit INSERT (a single round trip): p50 {single_p50 * ms:.3f} ms; "
             f"overhead ratio to it p50 {over_p50 / single_p50:.2f}x")
         out(f"And the same INSERT ... COMMIT issued after the connection sat idle as long as it does before a "
-            f"turn's statement ({idle * ms:.2f} ms from the warm-up runs; {turn_idle * ms:.2f} ms in the timed runs):")
-        out(f"                 p50 {idle_p50 * ms:7.3f} ms   ratio p50 {over_p50 / idle_p50:5.2f}x")
+            f"turn's statement when waiting for each commit ({idle * ms:.2f} ms, from the warm-up runs):")
+        out(f"                 p50 {idle_p50 * ms:7.3f} ms   ratio p50 {over_p50 / idle_p50:5.2f}x "
+            f"({other}: {other_p50 / idle_p50:.2f}x)")
         out("SQL statements per turn on the run's connection (BEGIN/COMMIT not included):")
         out(f"  max {max(statements)}, median {statistics.median(statements):g}; transactions per turn: max "
             f"{max(commits)}, of which ended by an explicit COMMIT: max {max(explicit)} (the others are statements "
