@@ -230,7 +230,8 @@ class DbJournal:
 
     def _send(self, db, events: list[tuple[int, str, dict]], counters: dict) -> None:
         if self._connection is None or not self._connection.usable():
-            self._connection, _ = journal_connection(db)
+            with db.wrap_database_errors:  # cannot connect: a DatabaseError, as for Django's connection
+                self._connection = journal_connection(db)
         params = self._params(events, counters)
         connection = self._connection
 

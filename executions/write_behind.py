@@ -17,6 +17,7 @@ pending statement never collides with Django's own use of its connection.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -100,9 +101,11 @@ class JournalConnection:
 
     # --- the owning thread -----------------------------------------------------------
     def usable(self) -> bool:
-        if self.broken or self._closed or self.conn.closed or self.pid != os.getpid():
-            return False
-        return self.expires_at is None or time.monotonic() < self.expires_at
+        return not (self.broken or self._closed or self.conn.closed or self.pid != os.getpid())
+
+    def expired(self) -> bool:
+        """Older than ``CONN_MAX_AGE``: replaced between segments, never during one."""
+        return self.expires_at is not None and time.monotonic() >= self.expires_at
 
     def check(self) -> bool:
         """A round trip, as Django's CONN_HEALTH_CHECKS does for a reused connection."""
@@ -247,18 +250,19 @@ _open: set[JournalConnection] = set()
 _open_lock = threading.Lock()
 
 
-def journal_connection(db) -> tuple[JournalConnection, bool]:
-    """This thread's journal connection for Django connection ``db``, and whether it
-    was just opened. An existing one is checked with a round trip first (callers do
-    this once per segment, not per statement)."""
+def journal_connection(db) -> JournalConnection:
+    """This thread's journal connection for Django connection ``db``. An existing one
+    is checked with a round trip first (callers do this once per segment, not per
+    statement) and replaced if it fails, is broken or is older than ``CONN_MAX_AGE``."""
     settings = db.settings_dict
     key = (db.alias, settings["NAME"], settings["HOST"], settings["PORT"], settings["USER"])
     current: JournalConnection | None = getattr(_local, "connection", None)
-    if current is not None and (current.key != key or not current.usable() or not current.check()):
+    if current is not None and (current.key != key or not current.usable() or current.expired()
+                                or not current.check()):
         _discard(current)
         current = None
     if current is not None:
-        return current, False
+        return current
     max_age = settings.get("CONN_MAX_AGE", 0)
     params = db.get_connection_params()
     params.pop("cursor_factory", None)  # the journal sends raw protocol messages, not cursors
@@ -266,13 +270,13 @@ def journal_connection(db) -> tuple[JournalConnection, bool]:
     _local.connection = current
     with _open_lock:
         _open.add(current)
-    return current, True
+    return current
 
 
 def journal_connection_release(connection: JournalConnection) -> None:
     """Called when a segment ends: close a connection that must not outlive it
     (``CONN_MAX_AGE = 0``) or that is broken."""
-    if connection.broken or connection.expires_at is not None and time.monotonic() >= connection.expires_at:
+    if not connection.usable() or connection.expired():
         _discard(connection)
 
 
@@ -314,3 +318,4 @@ def _forget_after_fork() -> None:
 
 _inherited: list[JournalConnection] = []
 os.register_at_fork(after_in_child=_forget_after_fork)
+atexit.register(journal_connections_close)

@@ -338,6 +338,63 @@ def test_write_behind_a_dropped_connection_fails_the_write_and_is_replaced(runni
     journal.close()
 
 
+@pytest.mark.parametrize("max_age", [60, 0])
+def test_write_behind_connection_lives_as_long_as_conn_max_age(running, published, settings, monkeypatch, max_age):
+    """Kept and reused by the thread's next segment, as Django keeps its own; with
+    CONN_MAX_AGE = 0, closed when the segment ends."""
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", max_age)
+    journal_connections_close()  # start from a connection opened with this max age
+    execution, token = running
+    state = state_load(execution)
+    first = DbJournal(execution, token)
+    _turn(state, first)
+    _commit(first, state)
+    opened = first._connection
+    first.close()
+
+    second = DbJournal(execution, token)
+    _turn(state, second)
+    _commit(second, state)
+    second.close()
+
+    if max_age:
+        assert second._connection is None and not opened.conn.closed
+        assert _thread_connection() is opened
+    else:
+        assert opened.conn.closed and _thread_connection() is not opened
+    assert list(ExecutionStep.objects.filter(execution=execution).values_list("step_number", flat=True)) == [1, 2]
+
+
+def test_write_behind_a_failed_connect_is_a_database_error(running, published, settings, monkeypatch):
+    """Like a failure on Django's own connection: the segment stops with a
+    DatabaseError (the watchdog re-queues the run) instead of failing the run."""
+    from executions import write_behind
+
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    journal_connections_close()
+
+    class Unreachable:
+        def __init__(self, *args, **kwargs):
+            raise psycopg.OperationalError("connection refused")
+
+    monkeypatch.setattr(write_behind, "JournalConnection", Unreachable)
+    execution, token = running
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    _turn(state, journal)
+
+    with pytest.raises(DatabaseError):
+        journal.flush(state)
+    assert not ExecutionStep.objects.filter(execution=execution).exists()
+
+
+def _thread_connection():
+    from executions import write_behind
+
+    return getattr(write_behind._local, "connection", None)
+
+
 def test_journal_connections_close_ends_the_sessions(running, published, settings):
     settings.RIVER_JOURNAL_WRITE_BEHIND = True
     execution, token = running
