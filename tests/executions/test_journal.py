@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -222,6 +223,15 @@ def test_an_audited_flush_with_a_lost_lease_writes_no_audit_entry(running, publi
 
 
 @pytest.fixture
+def behind(running, settings):
+    """Write-behind on, and a journal for the running execution with its state."""
+    settings.RIVER_JOURNAL_WRITE_BEHIND = True
+    execution, token = running
+    return SimpleNamespace(execution=execution, token=token, state=state_load(execution),
+                           journal=DbJournal(execution, token))
+
+
+@pytest.fixture
 def row_locked(running):
     """A second session holding the execution row's lock until ``release`` is called,
     so a journal statement sent meanwhile cannot commit."""
@@ -234,11 +244,8 @@ def row_locked(running):
     other.close()
 
 
-def test_write_behind_returns_before_the_commit_and_publishes_after_it(running, published, row_locked, settings):
-    settings.RIVER_JOURNAL_WRITE_BEHIND = True
-    execution, token = running
-    state = state_load(execution)
-    journal = DbJournal(execution, token)
+def test_write_behind_returns_before_the_commit_and_publishes_after_it(behind, published, row_locked):
+    execution, state, journal = behind.execution, behind.state, behind.journal
     _turn(state, journal)
 
     journal.flush(state)  # returns although the statement is waiting for the row lock
@@ -251,10 +258,9 @@ def test_write_behind_returns_before_the_commit_and_publishes_after_it(running, 
     assert [[e["seq"] for e in batch] for _, batch in published] == [[1, 2]]
 
 
-def test_write_behind_publishes_a_commit_nobody_waits_for(running, monkeypatch, settings):
+def test_write_behind_publishes_a_commit_nobody_waits_for(behind, monkeypatch):
     """While the engine is busy elsewhere (a long model call), the settler reads the
     result and publishes the turn's events: nobody calls ``settle``."""
-    settings.RIVER_JOURNAL_WRITE_BEHIND = True
     arrived = threading.Event()
     batches: list[list[dict]] = []
 
@@ -263,9 +269,7 @@ def test_write_behind_publishes_a_commit_nobody_waits_for(running, monkeypatch, 
         arrived.set()
 
     monkeypatch.setattr(telemetry_events._publisher, "submit", submit)
-    execution, token = running
-    state = state_load(execution)
-    journal = DbJournal(execution, token)
+    execution, state, journal = behind.execution, behind.state, behind.journal
     _turn(state, journal)
 
     journal.flush(state)
@@ -278,11 +282,8 @@ def test_write_behind_publishes_a_commit_nobody_waits_for(running, monkeypatch, 
     assert len(batches) == 1
 
 
-def test_write_behind_the_next_flush_waits_for_the_previous_one(running, published, row_locked, settings):
-    settings.RIVER_JOURNAL_WRITE_BEHIND = True
-    execution, token = running
-    state = state_load(execution)
-    journal = DbJournal(execution, token)
+def test_write_behind_the_next_flush_waits_for_the_previous_one(behind, published, row_locked):
+    execution, state, journal = behind.execution, behind.state, behind.journal
     _turn(state, journal)
     journal.flush(state)
     first = journal._pending
@@ -295,11 +296,8 @@ def test_write_behind_the_next_flush_waits_for_the_previous_one(running, publish
     assert list(ExecutionStep.objects.filter(execution=execution).values_list("step_number", flat=True)) == [1, 2]
 
 
-def test_write_behind_reports_a_lost_lease_one_flush_later(running, published, settings):
-    settings.RIVER_JOURNAL_WRITE_BEHIND = True
-    execution, token = running
-    state = state_load(execution)
-    journal = DbJournal(execution, token)
+def test_write_behind_reports_a_lost_lease_one_flush_later(behind, published):
+    execution, state, journal = behind.execution, behind.state, behind.journal
     _turn(state, journal)
     Execution.objects.filter(pk=execution.pk).update(lease_token="another-worker")
 
@@ -312,11 +310,8 @@ def test_write_behind_reports_a_lost_lease_one_flush_later(running, published, s
     assert published == []
 
 
-def test_write_behind_a_dropped_connection_fails_the_write_and_is_replaced(running, published, settings):
-    settings.RIVER_JOURNAL_WRITE_BEHIND = True
-    execution, token = running
-    state = state_load(execution)
-    journal = DbJournal(execution, token)
+def test_write_behind_a_dropped_connection_fails_the_write_and_is_replaced(behind, published):
+    execution, state, journal = behind.execution, behind.state, behind.journal
     _turn(state, journal)
     _commit(journal, state)
     dropped = journal._connection
@@ -330,7 +325,7 @@ def test_write_behind_a_dropped_connection_fails_the_write_and_is_replaced(runni
 
     # The next segment gets a new connection and carries on from what committed.
     state = state_load(execution)
-    journal = DbJournal(execution, token)
+    journal = DbJournal(execution, behind.token)
     _turn(state, journal)
     _commit(journal, state)
     assert journal._connection is not dropped
@@ -339,15 +334,12 @@ def test_write_behind_a_dropped_connection_fails_the_write_and_is_replaced(runni
 
 
 @pytest.mark.parametrize("max_age", [60, 0])
-def test_write_behind_connection_lives_as_long_as_conn_max_age(running, published, settings, monkeypatch, max_age):
+def test_write_behind_connection_lives_as_long_as_conn_max_age(behind, published, monkeypatch, max_age):
     """Kept and reused by the thread's next segment, as Django keeps its own; with
     CONN_MAX_AGE = 0, closed when the segment ends."""
-    settings.RIVER_JOURNAL_WRITE_BEHIND = True
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", max_age)
     journal_connections_close()  # start from a connection opened with this max age
-    execution, token = running
-    state = state_load(execution)
-    first = DbJournal(execution, token)
+    execution, token, state, first = behind.execution, behind.token, behind.state, behind.journal
     _turn(state, first)
     _commit(first, state)
     opened = first._connection
@@ -366,12 +358,11 @@ def test_write_behind_connection_lives_as_long_as_conn_max_age(running, publishe
     assert list(ExecutionStep.objects.filter(execution=execution).values_list("step_number", flat=True)) == [1, 2]
 
 
-def test_write_behind_a_failed_connect_is_a_database_error(running, published, settings, monkeypatch):
+def test_write_behind_a_failed_connect_is_a_database_error(behind, published, monkeypatch):
     """Like a failure on Django's own connection: the segment stops with a
     DatabaseError (the watchdog re-queues the run) instead of failing the run."""
     from executions import write_behind
 
-    settings.RIVER_JOURNAL_WRITE_BEHIND = True
     journal_connections_close()
 
     class Unreachable:
@@ -379,9 +370,7 @@ def test_write_behind_a_failed_connect_is_a_database_error(running, published, s
             raise psycopg.OperationalError("connection refused")
 
     monkeypatch.setattr(write_behind, "JournalConnection", Unreachable)
-    execution, token = running
-    state = state_load(execution)
-    journal = DbJournal(execution, token)
+    execution, state, journal = behind.execution, behind.state, behind.journal
     _turn(state, journal)
 
     with pytest.raises(DatabaseError):
@@ -395,11 +384,8 @@ def _thread_connection():
     return getattr(write_behind._local, "connection", None)
 
 
-def test_journal_connections_close_ends_the_sessions(running, published, settings):
-    settings.RIVER_JOURNAL_WRITE_BEHIND = True
-    execution, token = running
-    state = state_load(execution)
-    journal = DbJournal(execution, token)
+def test_journal_connections_close_ends_the_sessions(behind, published):
+    state, journal = behind.state, behind.journal
     _turn(state, journal)
     _commit(journal, state)
     pid = journal._connection.conn.info.backend_pid
