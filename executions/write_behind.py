@@ -2,12 +2,16 @@
 
 A turn's journal statement commits by itself (see ``executions.journal``), so the
 engine does not have to wait for it: it sends the statement on a connection of its
-own and goes on with the next turn while PostgreSQL executes and commits it. A
-thread per connection (the settler) waits for the result, hands the turn's events
-to the publisher as soon as the commit is acknowledged, and records the outcome.
-Before the journal sends the next statement, and before anything that must not run
-ahead of the record (a write tool's dispatch, the end of a segment), it waits for
-that outcome and raises if the write failed or found the lease gone.
+own and goes on with the next turn while PostgreSQL executes and commits it.
+
+The result is read by whichever comes first: the journal itself, when it next
+needs the outcome, or, a few milliseconds after the send, a thread per connection
+(the settler), for when the engine is busy elsewhere (in a model call, say).
+Whichever reads it records the outcome and hands the turn's events to the publisher
+once the commit is acknowledged. Before the journal sends the next statement, and
+before anything that must not run ahead of the record (a write tool's dispatch, the
+end of a segment), it waits for that outcome and raises if the write failed or
+found the lease gone.
 
 The connection belongs to the thread that runs segments (a Celery worker's), is
 opened on first use, prepared once, checked when a new segment starts using it, and
@@ -62,7 +66,8 @@ def _text(value) -> bytes | None:
 
 
 class Pending:
-    """One statement on its way: the settler fills ``rows`` or ``error`` and sets ``done``."""
+    """One statement on its way: whoever reads its result fills ``rows`` or
+    ``error`` and sets ``done``."""
 
     __slots__ = ("done", "rows", "error", "on_commit", "sent_at", "settled_at")
 
@@ -81,9 +86,9 @@ class JournalConnection:
     followed by ``wait`` before the next ``submit``.
 
     Whoever comes first reads a pending statement's result, under ``_lock``: the
-    settler, woken by the socket while the owning thread is busy elsewhere (in a
-    model call, say), or the owning thread itself in ``wait``, which then does not
-    have to wake another thread and be woken in turn."""
+    owning thread in ``wait`` (usually: it then has no other thread to wake and be
+    woken by), or the settler, which looks ``SETTLER_GRACE_SECONDS`` after the send,
+    when the owning thread is busy elsewhere."""
 
     def __init__(self, key: tuple, params: dict, max_age: float | None):
         self.key = key
@@ -185,9 +190,12 @@ class JournalConnection:
                     rows = result.ntuples
                 elif result.status == pq.ExecStatus.FATAL_ERROR:
                     error = _error(result)
-        except (psycopg.Error, OSError):
+        except psycopg.Error:
             self.broken = True
             raise
+        except OSError as exc:  # the socket itself failed: a connection error like any other
+            self.broken = True
+            raise psycopg.OperationalError(f"journal connection failed: {exc}") from exc
         if error is not None:
             raise error
         return rows
