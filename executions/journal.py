@@ -242,11 +242,7 @@ class DbJournal:
 
         # Observers of Django's connection (execute_wrappers) see the statement as it
         # is sent; it runs on the journal's connection.
-        executor = send
-        for wrapper in reversed(db.execute_wrappers):
-            executor = functools.partial(wrapper, executor)
-        with db.wrap_database_errors:
-            executor(_TURN_SQL, params, False, {"connection": db, "cursor": None})
+        _through_wrappers(db, send, _TURN_SQL, params)
 
     def _params(self, events: list[tuple[int, str, dict]], counters: dict) -> dict:
         return {
@@ -310,6 +306,13 @@ def _execute_prepared(db, sql: str, params: dict) -> list[tuple]:
             return cursor.fetchall()
 
     db.ensure_connection()
+    return _through_wrappers(db, execute, sql, params)
+
+
+def _through_wrappers(db, execute, sql: str, params: dict):
+    """Call ``execute(sql, params, many, context)`` the way Django's cursors call a
+    statement: through the connection's ``execute_wrappers``, inside its error
+    translation."""
     executor = execute
     for wrapper in reversed(db.execute_wrappers):
         executor = functools.partial(wrapper, executor)

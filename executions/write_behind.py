@@ -44,8 +44,8 @@ SETTLER_GRACE_SECONDS = 0.005
 
 
 def numbered(sql: str) -> tuple[bytes, list[str]]:
-    """``sql`` with its ``%(name)s`` placeholders turned into ``$1, $2, ...`` (the
-    form a server-side prepared statement takes), and the names in that order."""
+    """``sql`` with its ``%(name)s`` placeholders numbered ``$1``, ``$2`` and so on
+    (the form a server-side prepared statement takes), and the names in that order."""
     names: list[str] = []
 
     def number(match: re.Match) -> str:
