@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -20,18 +22,6 @@ def test_refuses_to_start_without_secret_key_in_production():
     assert "SECRET_KEY" in result.stderr
 
 
-def test_bad_boolean_names_the_variable():
-    result = _check({"DEBUG": "maybe"})
-    assert result.returncode != 0
-    assert "DEBUG must be a boolean" in result.stderr
-
-
-def test_bad_database_url_names_the_variable():
-    result = _check({"DEBUG": "true", "DATABASE_URL": "mysql://x/y"})
-    assert result.returncode != 0
-    assert "DATABASE_URL must start with" in result.stderr
-
-
 def test_starts_with_secret_key_and_debug_off():
     result = _check({"DEBUG": "false", "SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "example.com"})
     assert result.returncode == 0, result.stderr
@@ -47,13 +37,14 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     assert options == {"prepare_threshold": 2, "sslmode": "require"}
 
 
-def test_bad_prepare_threshold_names_the_variable():
-    result = _check({"DEBUG": "true", "DATABASE_URL": "postgres://river@127.0.0.1/river?prepare_threshold=often"})
+@pytest.mark.parametrize(("env", "message"), [
+    ({"DEBUG": "maybe"}, "DEBUG must be a boolean"),
+    ({"DEBUG": "true", "DATABASE_URL": "mysql://x/y"}, "DATABASE_URL must start with"),
+    ({"DEBUG": "true", "DATABASE_URL": "postgres://river@127.0.0.1/river?prepare_threshold=often"},
+     "DATABASE_URL: prepare_threshold must be a whole number or 'none'"),
+    ({"DEBUG": "true", "RIVER_JOURNAL_WRITE_BEHIND": "sometimes"}, "RIVER_JOURNAL_WRITE_BEHIND must be a boolean"),
+], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind"])
+def test_a_bad_value_stops_startup_naming_the_variable(env, message):
+    result = _check(env)
     assert result.returncode != 0
-    assert "DATABASE_URL: prepare_threshold must be a whole number or 'none'" in result.stderr
-
-
-def test_bad_journal_write_behind_names_the_variable():
-    result = _check({"DEBUG": "true", "RIVER_JOURNAL_WRITE_BEHIND": "sometimes"})
-    assert result.returncode != 0
-    assert "RIVER_JOURNAL_WRITE_BEHIND must be a boolean" in result.stderr
+    assert message in result.stderr
