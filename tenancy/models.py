@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -48,6 +49,19 @@ class Workspace(models.Model):
     description = models.TextField(blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.ACTIVE)
     time_zone = models.CharField(max_length=64, default="UTC")
+    # Segregation of duties: whoever started a run may not approve its actions
+    # unless the workspace explicitly allows it.
+    allow_self_approval = models.BooleanField(default=False)
+    # Defaults for every data source in the workspace; a source may override them.
+    query_row_limit = models.PositiveIntegerField(
+        default=1000, validators=[MinValueValidator(1), MaxValueValidator(100_000)]
+    )
+    observation_byte_limit = models.PositiveIntegerField(
+        default=65536, validators=[MinValueValidator(1024), MaxValueValidator(1_048_576)]
+    )
+    query_timeout_seconds = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(300)]
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
