@@ -1,6 +1,6 @@
 """River settings: every value comes from the environment through riverapp.env.
 
-The README's settings table lists each variable; keep the two in step.
+docs/settings.md lists each variable; keep the two in step.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 # Data source credentials and provider API keys are encrypted with this key; it
-# defaults to one derived from SECRET_KEY so rotating SECRET_KEY needs care (README).
+# defaults to one derived from SECRET_KEY so rotating SECRET_KEY needs care (docs/settings.md).
 RIVER_ENCRYPTION_KEY = env_str("RIVER_ENCRYPTION_KEY") or SECRET_KEY
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
