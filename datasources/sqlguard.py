@@ -111,6 +111,8 @@ _COMMON_FUNCTIONS = (
     "concat", "concat_ws", "octet_length",
     # conditional
     "coalesce", "nullif",
+    # date/time
+    "current_date", "current_time", "current_timestamp",
 )
 ALLOWED_FUNCTIONS: dict[str, frozenset[str]] = {
     "postgresql": frozenset(
@@ -125,8 +127,7 @@ ALLOWED_FUNCTIONS: dict[str, frozenset[str]] = {
             "left", "right", "position", "strpos", "split_part", "starts_with", "reverse",
             "lpad", "rpad", "repeat", "regexp_replace", "regexp_count", "regexp_like", "regexp_substr",
             "ascii", "chr", "md5", "to_hex", "to_char", "to_number",
-            "date_trunc", "date_part", "extract", "now", "current_date", "current_time",
-            "current_timestamp", "localtime", "localtimestamp", "clock_timestamp",
+            "date_trunc", "date_part", "extract", "now", "localtime", "localtimestamp", "clock_timestamp",
             "statement_timestamp", "transaction_timestamp", "age", "to_date", "to_timestamp",
             "make_date", "make_time", "make_timestamp", "make_timestamptz", "make_interval", "date_bin",
             "justify_days", "justify_hours", "justify_interval", "isfinite",
@@ -200,11 +201,14 @@ def _allowed_kinds(dialect: str) -> tuple[frozenset[type], frozenset[str]]:
         anonymous.add(name)
         for sample in (name, *(f"{name}({', '.join(['NULL'] * n)})" for n in range(5))):
             try:
-                node = sqlglot.parse_one(f"SELECT {sample}", read=read).expressions[0]
+                tree = sqlglot.parse_one(f"SELECT {sample}", read=read)
             except (SqlglotError, ValueError, IndexError):
                 continue
-            if isinstance(node, exp.Func) and not isinstance(node, exp.Anonymous):
-                classes.add(type(node))
+            # Every typed node of the sample counts: sqlglot may wrap arguments in
+            # helper nodes of its own (strftime's argument becomes TsOrDsToTimestamp).
+            classes.update(
+                type(node) for node in tree.walk() if isinstance(node, exp.Func) and not isinstance(node, exp.Anonymous)
+            )
     return frozenset(classes), frozenset(anonymous)
 
 
@@ -239,11 +243,14 @@ def _function_name(node: exp.Func, read: str) -> str:
         return str(node.name).lower()
     # Render the node alone (arguments replaced by NULL), so naming stays cheap for
     # deeply nested calls; any trouble falls back to sqlglot's own name.
+    leaves = (exp.Literal, exp.Var, exp.Identifier, exp.DataType, exp.Boolean, exp.Null)
+
     def stand_in(value):
-        if isinstance(value, exp.Expression):
-            return exp.null()
         if isinstance(value, list):
-            return [exp.null() if isinstance(item, exp.Expression) else item for item in value]
+            return [stand_in(item) for item in value]
+        if isinstance(value, exp.Expression):
+            # Leaves are copied: building the stand-in must not re-parent the checked tree.
+            return value.copy() if isinstance(value, leaves) else exp.null()
         return value
 
     try:
@@ -330,6 +337,10 @@ def _node_refusal(node: exp.Expression, *, dialect: str, read: str) -> str | Non
     if isinstance(node, exp.Func):
         return _function_refusal(node, dialect, read)
     if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier | exp.Func):
+        inner = node.find(exp.Func)
+        if inner is not None:
+            name = _function_name(inner, read)
+            return f"The table-valued function {name}() is not allowed in FROM; only exposed tables can be read."
         return "Only exposed tables can be read in FROM."
     if isinstance(node, exp.Operator):
         return "OPERATOR(...) calls are not allowed."
