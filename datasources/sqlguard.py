@@ -223,8 +223,6 @@ class GuardVerdict(BaseModel):
     sql: str | None = None
     # Parameter names in the order the driver binds them (PostgreSQL: $1, $2, ...).
     parameter_names: list[str] = Field(default_factory=list)
-    # Every function the query calls, by name (lower case), for the record.
-    functions: list[str] = Field(default_factory=list)
 
 
 def _refuse(reason: str, statement_type: str | None = None) -> GuardVerdict:
@@ -403,16 +401,11 @@ def query_check(
     if not isinstance(root, exp.Select | exp.SetOperation):
         return _refuse(f"Only read-only SELECT queries are allowed; this is a {label} statement.", label)
 
-    functions: list[str] = []
     try:
         for node in root.walk():
             refusal = _node_refusal(node, dialect=dialect, read=read)
             if refusal:
                 return _refuse(refusal, label)
-            if isinstance(node, exp.Func):
-                name = _function_name(node, read)
-                if name not in functions:
-                    functions.append(name)
     except RecursionError:
         return _refuse("The query is nested too deeply.", label)
 
@@ -465,5 +458,4 @@ def query_check(
         tables=tables,
         sql=rendered,
         parameter_names=parameter_names,
-        functions=functions,
     )
