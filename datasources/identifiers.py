@@ -88,7 +88,7 @@ def qualified_table_parse(*, text: str, dialect: str) -> exp.Table:
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or not table.name:
         raise ValueError("not a table name")
     extra = set(table.args) - {"this", "db", "catalog"}
-    if any(table.args.get(key) for key in extra):
+    if any(table.args.get(key) for key in extra) or any(node.comments for node in table.walk()):
         raise ValueError("not a table name")
     return table
 
@@ -101,7 +101,7 @@ def policy_name_key(text: str) -> str:
     """
     if not isinstance(text, str):
         return text
-    for dialect in SQLGLOT_DIALECTS:
+    for dialect in ("sqlite", "postgresql"):  # SQLite's quoting ("", [], ``) covers PostgreSQL's
         try:
             table = qualified_table_parse(text=text, dialect=dialect)
         except ValueError:

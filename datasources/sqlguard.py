@@ -158,6 +158,7 @@ _SYNTAX_FUNCTIONS: tuple[type[exp.Expression], ...] = (
     exp.Collate, exp.RegexpLike, exp.RegexpILike, exp.ArrayContains, exp.ArrayContainedBy,
     exp.ArrayOverlaps, exp.JSONExtract, exp.JSONExtractScalar, exp.JSONBExtract, exp.JSONBExtractScalar,
     exp.JSONBContains, exp.JSONBContainsTopKey, exp.JSONBContainsAnyTopKeys, exp.JSONBContainsAllTopKeys,
+    exp.LowerHex,  # sqlglot's fusion of lower(hex(x))
 )
 _SYNTAX_NAMES = frozenset({"row"})
 
@@ -430,7 +431,14 @@ def query_check(
             continue
         resolved = table_resolve(name=table.name, quoted=table.this.quoted, exposed=exposed, dialect=dialect)
         if resolved is None:
-            return _refuse(f"Table {table.name!r} is not exposed by this data source.", label)
+            near = [name for name in exposed if name.lower() == table.name.lower()]
+            hint = (
+                f" PostgreSQL folds unquoted names to lower case and keeps quoted ones: write "
+                f"{exp.to_identifier(near[0], quoted=near[0] != near[0].lower()).sql(dialect=read)}."
+                if near
+                else ""
+            )
+            return _refuse(f"Table {table.name!r} is not exposed by this data source.{hint}", label)
         if resolved not in tables:
             tables.append(resolved)
 
