@@ -121,7 +121,7 @@ ALLOWED_FUNCTIONS: dict[str, frozenset[str]] = {
             "string_agg", "array_agg", "bool_and", "bool_or", "every", "stddev", "stddev_pop",
             "stddev_samp", "variance", "var_pop", "var_samp", "corr", "covar_pop", "covar_samp",
             "regr_slope", "regr_intercept", "regr_r2", "regr_count", "percentile_cont",
-            "percentile_disc", "mode", "json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg",
+            "percentile_disc", "mode", "grouping", "json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg",
             "cbrt", "div", "gcd", "lcm", "width_bucket", "scale", "greatest", "least",
             "initcap", "char_length", "character_length", "bit_length", "btrim", "translate",
             "left", "right", "position", "strpos", "split_part", "starts_with", "reverse",
@@ -352,7 +352,10 @@ def _node_refusal(node: exp.Expression, *, dialect: str, read: str) -> str | Non
     if isinstance(node, exp.Column) and not node.table and isinstance(node.this, exp.Identifier):
         if not node.this.quoted and node.name.lower() in _STATE_KEYWORDS[dialect]:
             return f"The function {node.name.lower()} is not allowed."
-    if isinstance(node, exp.Parameter):
+    if isinstance(node, exp.Parameter) or (
+        isinstance(node, exp.Identifier) and not node.quoted and str(node.this)[:1] in "$@?:#"
+    ):
+        # SQLite reads an unquoted $x, @x or ?1 as a parameter even where sqlglot sees a name.
         return "Positional parameters are not supported; use named parameters such as :name."
     if isinstance(node, exp.Placeholder) and not _PARAMETER_NAME.fullmatch(node.name or ""):
         return "Unnamed placeholders are not supported; use named parameters such as :name."

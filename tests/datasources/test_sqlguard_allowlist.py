@@ -203,6 +203,9 @@ REFUSED_SQLITE = [
     ("SELECT main.lower(subject) FROM tickets", "lower"),
     ("SELECT CAST(load_extension('x') AS TEXT)", "load_extension"),
     ("SELECT id FROM tickets WHERE id IN (SELECT length(readfile('/etc/passwd')))", "readfile"),
+    # SQLite's other parameter spellings, which sqlglot reads as names
+    ("SELECT * FROM tickets WHERE id = $p", "parameters"),
+    ("SELECT * FROM tickets WHERE id = @p", "parameters"),
 ]
 
 
@@ -243,6 +246,7 @@ ALLOWED_POSTGRES = [
     " CAST(id AS text), id::bigint, created_at::date, '2024-01-01'::timestamptz, id::numeric(10, 2)"
     " FROM customers",
     "SELECT json_build_object('id', id, 'name', name), to_jsonb(name), ARRAY[id, 2] FROM customers",
+    "SELECT status, GROUPING(status), count(*) FROM tickets GROUP BY ROLLUP (status)",
     "SELECT count(*) FILTER (WHERE status = 'open') FROM tickets WHERE subject ~* 'refund' OR subject ILIKE '%a%'",
 ]
 
