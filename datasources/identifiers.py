@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
+from functools import lru_cache
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -101,6 +102,13 @@ def policy_name_key(text: str) -> str:
     """
     if not isinstance(text, str):
         return text
+    if len(text) > MAX_IDENTIFIER_CHARS:
+        return identifier_key(text)  # not a table name; kept out of the cache
+    return _policy_name_key(text)
+
+
+@lru_cache(maxsize=4096)
+def _policy_name_key(text: str) -> str:
     for dialect in ("sqlite", "postgresql"):  # SQLite's quoting ("", [], ``) covers PostgreSQL's
         try:
             table = qualified_table_parse(text=text, dialect=dialect)
