@@ -19,6 +19,7 @@ from common.crypto import decrypt_json, encrypt_json
 from common.errors import Conflict, InvalidInput, PermissionDenied, pydantic_details
 from datasources import connectors
 from datasources.errors import DataSourceUnavailable, QueryFailed, QueryRefused, QueryTimedOut
+from datasources.identifiers import DEFAULT_SCHEMAS, qualified_table_parse, schema_matches, table_resolve
 from datasources.models import DataSource
 from datasources.selectors import sqlite_path_resolve
 from datasources.sqlguard import query_check
@@ -416,6 +417,47 @@ def query_execute(
     )
 
 
+def _write_table(*, data_source: DataSource, table_name: Any) -> TableInfo:
+    """The cached table a write-back ``table_name`` reaches, by the dialect's SQL rules.
+
+    ``canary``, ``Canary``, ``public.canary`` and ``"public"."canary"`` reach ``canary``
+    (see datasources.identifiers); a name that is not SQL syntax (``my table``) must
+    then be the schema's exact spelling. Any other schema is refused."""
+    cached = _cached_tables(data_source)
+    exposed = [t.table_name for t in cached]
+    unknown = InvalidInput(
+        f"Table {str(table_name)[:200]!r} is not in the discovered schema.", details={"table_name": ["unknown table"]}
+    )
+    if not isinstance(table_name, str):
+        raise unknown
+    try:
+        parsed = qualified_table_parse(text=table_name, dialect=data_source.type)
+    except ValueError:
+        resolved = table_name if table_name in exposed else None
+    else:
+        config = ConnectionConfig.model_validate(data_source.connection_config or {})
+        schema = parsed.args.get("db")
+        if parsed.catalog or (
+            schema is not None
+            and not schema_matches(
+                name=schema.name,
+                quoted=schema.quoted,
+                schema_name=config.schema_name or DEFAULT_SCHEMAS[data_source.type],
+                dialect=data_source.type,
+            )
+        ):
+            raise InvalidInput(
+                f"Table {table_name[:200]!r} is outside the data source's schema.",
+                details={"table_name": ["outside the exposed schema"]},
+            )
+        resolved = table_resolve(
+            name=parsed.name, quoted=parsed.this.quoted, exposed=exposed, dialect=data_source.type
+        )
+    if resolved is None:
+        raise unknown
+    return next(t for t in cached if t.table_name == resolved)
+
+
 def write_back_execute(
     *, data_source: DataSource, table_name: str, operation: str, data: Any, conditions: dict | None = None
 ) -> WriteResult:
@@ -430,12 +472,7 @@ def write_back_execute(
         raise InvalidInput(
             f"operation must be one of {', '.join(WRITE_OPERATIONS)}.", details={"operation": ["invalid choice"]}
         )
-    tables = {t.table_name.lower(): t for t in _cached_tables(data_source)}
-    table = tables.get(str(table_name or "").lower())
-    if table is None:
-        raise InvalidInput(
-            f"Table {table_name!r} is not in the discovered schema.", details={"table_name": ["unknown table"]}
-        )
+    table = _write_table(data_source=data_source, table_name=table_name)
     columns = {c.column_name.lower(): c.column_name for c in table.columns}
 
     def canonical(row: dict, field: str) -> dict:
@@ -447,7 +484,15 @@ def write_back_execute(
                 f"Unknown columns for {table.table_name}: {', '.join(map(str, unknown))}.",
                 details={f"{field}.{k}": ["unknown column"] for k in unknown},
             )
-        return {columns[str(k).lower()]: v for k, v in row.items()}
+        named = {columns[str(k).lower()]: v for k, v in row.items()}
+        if len(named) != len(row):
+            spelled = [columns[str(k).lower()] for k in row]
+            twice = sorted({name for name in spelled if spelled.count(name) > 1})
+            raise InvalidInput(
+                f"Columns given more than once (names ignore case): {', '.join(twice)}.",
+                details={f"{field}.{name}": ["given more than once"] for name in twice},
+            )
+        return named
 
     if operation == "insert":
         raw_rows = data if isinstance(data, list) else [data]

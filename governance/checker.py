@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.utils import timezone
 
+from datasources.identifiers import identifier_key, policy_name_key
 from governance import counters, expressions
 from governance.types import (
     CallFacts,
@@ -188,12 +189,38 @@ def time_facts(*, now: datetime | None = None, time_zone: str = "UTC") -> tuple[
     }, warning
 
 
+def _column_keys(value):
+    if isinstance(value, dict):
+        return {identifier_key(key) if isinstance(key, str) else key: item for key, item in value.items()}
+    if isinstance(value, list):
+        return [_column_keys(item) for item in value]
+    return value
+
+
+def policy_arguments(arguments: dict) -> dict:
+    """Tool arguments as policies see them: SQL names in their policy form.
+
+    ``table_name`` becomes its key (``"public"."Canary"`` -> ``canary``), and next to a
+    table name the column names in ``data`` and ``conditions`` are case-folded, so
+    ``args.table_name == 'canary'`` or ``args.data.ssn != null`` hold however the
+    model spelled the names. The arguments that run are not changed.
+    """
+    if not isinstance(arguments, dict) or not isinstance(arguments.get("table_name"), str):
+        return arguments
+    seen = dict(arguments)
+    seen["table_name"] = policy_name_key(arguments["table_name"])
+    for field in ("data", "conditions"):
+        if field in seen:
+            seen[field] = _column_keys(seen[field])
+    return seen
+
+
 def call_fact_dict(facts: CallFacts, *, now: datetime | None = None) -> tuple[dict, list[str]]:
     """The names a tool-call condition can use."""
     time, warning = time_facts(now=now, time_zone=facts.time_zone)
     return {
         "tool": {"name": facts.tool_name, "category": facts.tool_category, "writes": facts.writes},
-        "args": facts.arguments,
+        "args": policy_arguments(facts.arguments),
         "agent": {"id": facts.agent_id, "action_level": facts.action_level},
         "cost": {"tokens": facts.tokens_used},
         "time": time,
@@ -357,9 +384,16 @@ def check_query_result(
     if not compiled:
         return GovernanceResult(decision=Decision.PROCEED, reason=reason)
     base, warnings = call_fact_dict(facts, now=now)
+    # Table names in their policy form, so classifications and policies match whatever
+    # the spelling (see datasources.identifiers).
+    labels: dict[str, str] = {}
+    for name, label in classifications.items():
+        if label:
+            labels.setdefault(policy_name_key(name), label)
+    tables = list(dict.fromkeys(policy_name_key(t) for t in tables))
     base["rows"] = rows
-    base["query"] = {"tables": list(tables), "classifications": sorted({classifications.get(t) or "" for t in tables})}
-    variants = [{**base, "table": {"name": t, "classification": classifications.get(t)}} for t in tables]
+    base["query"] = {"tables": list(tables), "classifications": sorted({labels.get(t) or "" for t in tables})}
+    variants = [{**base, "table": {"name": t, "classification": labels.get(t)}} for t in tables]
     variants = variants or [{**base, "table": {"name": None, "classification": None}}]
     matches = [m for c in compiled if (m := c.evaluate(variants)) is not None]
     return _combine(base=Decision.PROCEED, base_reason=reason, matches=matches, point="after_query",
@@ -369,6 +403,8 @@ def check_query_result(
 def auto_approve_matches(*, condition: str, facts: dict) -> bool:
     """Whether an ``auto_approve_conditions`` entry holds. Any error means no: an
     approval is only skipped when the condition clearly holds."""
+    if isinstance(facts, dict) and "args" in facts:
+        facts = {**facts, "args": policy_arguments(facts["args"])}
     try:
         return expressions.matches(condition, facts)
     except expressions.ExpressionError as exc:

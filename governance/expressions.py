@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from datasources.identifiers import policy_name_key
 from governance import pii
 
 
@@ -537,6 +538,24 @@ def _compare(node: Compare, a, b) -> bool:
     return {">": a > b, ">=": a >= b, "<": a < b, "<=": a <= b}[op]
 
 
+# Facts that hold SQL table names. A comparison with one of them ignores case, quoting,
+# schema qualifier and Unicode form on both sides (datasources.identifiers), so a
+# policy on 'canary' matches Canary, "CANARY" and public.canary.
+IDENTIFIER_NAMES = frozenset({"table.name", "query.tables", "args.table_name"})
+
+
+def _identifier_fold(value):
+    if isinstance(value, str):
+        return policy_name_key(value)
+    if isinstance(value, list):
+        return [_identifier_fold(item) for item in value]
+    return value
+
+
+def _names_identifier(node: Node) -> bool:
+    return isinstance(node, Name) and node.path in IDENTIFIER_NAMES
+
+
 def evaluate(node: Node, facts: dict) -> Any:
     if isinstance(node, Literal):
         return node.value
@@ -561,7 +580,10 @@ def evaluate(node: Node, facts: dict) -> Any:
             return True
         return _truth(evaluate(node.right, facts), node.pos, node.op.upper())
     if isinstance(node, Compare):
-        return _compare(node, evaluate(node.left, facts), evaluate(node.right, facts))
+        left, right = evaluate(node.left, facts), evaluate(node.right, facts)
+        if _names_identifier(node.left) or _names_identifier(node.right):
+            left, right = _identifier_fold(left), _identifier_fold(right)
+        return _compare(node, left, right)
     if isinstance(node, Call):
         _, fn = FUNCTIONS[node.name]
         args = [evaluate(arg, facts) for arg in node.args]

@@ -209,7 +209,11 @@ def test_statement_timeout_is_enforced(pg_discovered, sqlite_discovered):
         DataSource.objects.filter(pk=source.pk).update(connection_config=config)
         source.refresh_from_db()
     with pytest.raises(QueryTimedOut):
-        services.query_execute(data_source=pg_discovered, query="SELECT count(*) FROM generate_series(1, 500000000)")
+        services.query_execute(
+            data_source=pg_discovered,
+            query="WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500000000) "
+            "SELECT count(*) FROM n",
+        )
     with pytest.raises(QueryTimedOut):
         services.query_execute(
             data_source=sqlite_discovered,

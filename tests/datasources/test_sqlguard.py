@@ -109,6 +109,7 @@ HOSTILE_POSTGRES = [
     "SELECT (SELECT pg_read_file('/etc/passwd')) AS f FROM tickets",
     "SELECT id FROM tickets UNION SELECT pg_terminate_backend(1)::int",
     'SELECT "pg_sleep"(5)',
+    "SELECT * FROM generate_series(1, 3)",
     "SELECT PG_SLEEP(5)",
     # tables the source does not expose
     "SELECT * FROM pg_catalog.pg_authid",
@@ -179,7 +180,6 @@ BENIGN_POSTGRES = [
     "(SELECT id FROM tickets ORDER BY id LIMIT 1)",
     "SELECT id FROM tickets; ",
     "SELECT string_agg(subject, ', ') FROM tickets -- a comment",
-    "SELECT * FROM generate_series(1, 3)",
     "SELECT 'DROP TABLE tickets' AS harmless_text FROM tickets",
 ]
 
