@@ -86,6 +86,7 @@ class StormResult:
     codes: Counter = field(default_factory=Counter)
     winners: dict[str, list[dict]] = field(default_factory=dict)  # approval id -> 200 bodies
     other: list[tuple[str, int, str]] = field(default_factory=list)  # anything not 200/409
+    latencies: list[float] = field(default_factory=list)  # seconds, per request
     requests: int = 0
     seconds: float = 0.0
 
@@ -152,9 +153,12 @@ def storm_resolve(*, base_url: str, tokens: list[str], paused: list[Paused], dat
                           timeout=timeout_seconds) as client:
             start.wait(timeout=timeout_seconds)
             for item in paused:
+                sent = time.perf_counter()
                 response = client.post(f"/api/v1/approvals/{item.approval_id}/resolve",
                                        json=decision_for(item, number, data_source_id=data_source_id))
+                took = time.perf_counter() - sent
                 with lock:
+                    result.latencies.append(took)
                     result.codes[response.status_code] += 1
                     if response.status_code == 200:
                         result.winners.setdefault(item.approval_id, []).append(response.json())
@@ -186,3 +190,117 @@ def storm_resume(*, execution_ids: list[int], threads: int = 4) -> dict[int, lis
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return dict(pool.map(one, execution_ids))
+
+
+# --- the benchmark (manage.py bench --approvals N) ------------------------------------------
+
+
+@contextmanager
+def http_server() -> Iterator[str]:
+    """River's WSGI application on a free local port, one thread per request (each
+    with its own database connection, closed after the request). Yields the base URL."""
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, *args):
+            return None
+
+    server = ThreadedWSGIServer(("127.0.0.1", 0), QuietHandler, allow_reuse_address=False)
+    server.set_app(WSGIHandler())
+    thread = threading.Thread(target=server.serve_forever, name="storm-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def storm_bench(*, workspace, starter, approvers: list, count: int, data_dir) -> list[str]:
+    """Run the storm once against a fresh SQLite table and report it. Cleans up its
+    runs, data source and file; the audit entries stay (the trail is append-only)."""
+    import sqlite3
+    import uuid
+
+    from agents.models import Agent, AgentVersion
+    from datasources.models import DataSource
+    from datasources.services import data_source_create, data_source_delete, data_source_discover
+    from executions.models import Execution
+    from tenancy.services import token_issue
+
+    name = f"storm-{uuid.uuid4().hex[:8]}"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / f"{name}.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL);"
+            "INSERT INTO customers VALUES (1, 'Ada');"
+            "CREATE TABLE charges (id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customers(id), "
+            "amount NUMERIC NOT NULL, status TEXT);"
+        )
+    source = data_source_create(workspace=workspace, name=name, type="sqlite", connection_config={"path": path.name},
+                                credentials={}, access_level=DataSource.AccessLevel.READ_WRITE)
+    agent = Agent.objects.create(workspace=workspace, name=name, business_function="operations", domain="Benchmark",
+                                 owner=starter, status=Agent.Status.ACTIVE)
+    try:
+        data_source_discover(data_source=source)
+        version = AgentVersion.objects.create(
+            agent=agent, version=1, goal="Refund.", instructions="Refund, with approval.",
+            action_level="act_with_approval", model_config={}, tools=["write_back"],
+            approval_rules={"require_approval_for": ["write_back"], "approver_roles": ["admin", "editor"],
+                            "auto_approve_conditions": [], "escalation_timeout_minutes": 60},
+        )
+        version.data_sources.set([source])
+        agent.current_version = version
+        agent.save(update_fields=["current_version"])
+        tokens = [token_issue(user=user).plaintext for user in approvers]
+        with resumes_recorded() as queued:
+            started = time.perf_counter()
+            paused = storm_prepare(agent=agent, starter=starter, data_source_id=source.pk, count=count)
+            prepared = time.perf_counter() - started
+            queued.clear()
+            with http_server() as base_url:
+                result = storm_resolve(base_url=base_url, tokens=tokens, paused=paused, data_source_id=source.pk)
+            started = time.perf_counter()
+            resumed = storm_resume(execution_ids=sorted(set(queued)))
+            resume_seconds = time.perf_counter() - started
+        decided = {str(pk): status for pk, status in
+                   ApprovalRequest.objects.filter(agent_id=agent.pk).values_list("pk", "status")}
+        with sqlite3.connect(path) as db:
+            written = Counter(status for (status,) in db.execute("SELECT status FROM charges"))
+        wrong = 0
+        for item in paused:
+            want = 0 if decided[item.approval_id] == ApprovalRequest.Status.REJECTED else 1
+            wrong += written.get(marker(item.index), 0) != want
+        once = sum(1 for first, again in resumed.values() if first == "success" and again is None)
+        queued_once = Counter(queued) == Counter(p.execution_id for p in paused)
+    finally:
+        Execution.objects.filter(agent=agent).delete()
+        ApprovalRequest.objects.filter(agent_id=agent.pk).delete()
+        agent.delete()
+        data_source_delete(data_source=source)
+        path.unlink(missing_ok=True)
+    ok = (not result.other and result.codes[200] == count and set(result.codes) <= {200, 409} and wrong == 0
+          and once == count and queued_once)
+    ms = [x * 1000 for x in result.latencies]
+    return [
+        f"approval storm: {count} paused runs (prepared in {prepared:.1f} s), each resolved by {len(tokens)} "
+        f"concurrent HTTP requests",
+        f"  resolve requests: {result.requests} in {result.seconds:.1f} s = {result.per_second:.0f} requests/s; "
+        f"latency p50 {_percentile(ms, 50):.1f} ms, p99 {_percentile(ms, 99):.1f} ms",
+        f"  status codes: {dict(sorted(result.codes.items()))} (anything but 200/409: {len(result.other)})",
+        f"  decisions: {dict(Counter(decided.values()))}; resumes queued once each: {queued_once}",
+        f"  resumed {once}/{count} runs once in {resume_seconds:.1f} s (a second delivery did nothing); "
+        f"rows written wrong: {wrong}",
+        f"  {'PASS' if ok else 'FAIL'}: only 200/409, one decision and one resume per run, each approved "
+        "write written exactly once",
+    ]
