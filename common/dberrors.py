@@ -83,6 +83,20 @@ def error_is_transient(exc: BaseException) -> bool:
     return _is_connection_loss(exc)
 
 
+def failure_annotate(error: Exception, cause: BaseException, *, committing: bool) -> Exception:
+    """Record on ``error`` (raised in place of the driver's ``cause``) what a retry
+    needs: ``sqlstate``, ``transient``, and ``in_doubt`` when the COMMIT was in flight
+    with no answer from the server. An ERROR reported by the server means it rolled
+    back; anything else (a FATAL, a dropped connection) leaves the outcome unknown.
+    Returns ``error``."""
+    error.sqlstate = getattr(cause, "sqlstate", None)
+    error.transient = error_is_transient(cause)
+    diag = getattr(cause, "diag", None)
+    severity = getattr(diag, "severity_nonlocalized", None) if diag is not None else None
+    error.in_doubt = committing and severity != "ERROR"
+    return error
+
+
 def is_pool_timeout(exc: BaseException) -> bool:
     """The web process's connection pool had no connection free in time."""
     try:

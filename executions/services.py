@@ -261,6 +261,11 @@ class _DurableHooks:
     def tool_context_extras(self) -> dict:
         return {"workspace_id": self.execution.workspace_id}
 
+    def approved_call_failed(self, state, *, call_id, tool_name, error) -> None:
+        from governance.approvals import approval_action_failed
+
+        approval_action_failed(execution_id=self.execution.pk, call_id=call_id, error=error)
+
     def auto_approved(self, state, *, call_id, tool_name, arguments, condition) -> None:
         audit_record(
             organization_id=self.execution.workspace.organization_id, workspace_id=self.execution.workspace_id,
