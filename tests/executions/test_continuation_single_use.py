@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
+from executions.engine.tools import Tool, ToolCategory, ToolError, ToolErrorKind, get_tool, register
 from executions.models import ContinuationUse
 from tenancy.services import token_issue
 from tests.executions import engine_support as support
@@ -153,3 +154,37 @@ def test_concurrent_replays_one_wins_the_rest_get_409(model, org_admin, workspac
     assert sorted(codes) == [200] + [409] * (racers - 1)
     assert support.CALLS == [("test_write", {"text": "original"})]
     assert ContinuationUse.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_an_approved_write_that_fails_ends_the_stateless_run_failed(model, org_admin, workspace, api_client_for):
+    """The stateless driver runs the same engine rule: the approved call's failure is
+    the run's outcome (failed, with the call's error), not a success the model writes."""
+    client = api_client_for(org_admin)
+    model.tool_call("approval_test_failing_write", {"text": "refund"}, call_id="f1")
+    data = body_for(workspace, org_admin, tools=["approval_test_failing_write"], action_level="act_with_approval",
+                    require_approval_for=["approval_test_failing_write"])
+    paused = client.post("/api/v1/execute", data, format="json").json()
+    assert paused["status"] == "awaiting_approval", paused
+    model.text("Refund done!")
+    asked = model.calls
+
+    done = client.post("/api/v1/execute/continue", _continuation(paused, status="approved"), format="json")
+
+    body = done.json()
+    assert done.status_code == 200
+    assert body["status"] == "failed"
+    assert body["error"]["details"]["approved_call_failed"] is True
+    assert "ledger is locked for good" in body["error"]["message"]
+    assert body["result"]["summary"] == ""
+    assert model.calls == asked  # the model was not asked to carry on
+
+
+def _failing_write(ctx, args: support.TextIn) -> support.TextOut:
+    raise ToolError(ToolErrorKind.FAILED, "the ledger is locked for good")
+
+
+if get_tool("approval_test_failing_write") is None:
+    register(Tool(name="approval_test_failing_write", description="A write that always fails.",
+                  category=ToolCategory.EXECUTION, input_model=support.TextIn, output_model=support.TextOut,
+                  handler=_failing_write, permission="data_source:update", writes=True))
