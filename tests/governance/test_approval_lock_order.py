@@ -90,3 +90,29 @@ def test_cancel_arriving_while_a_resolution_holds_its_locks_waits_and_never_dead
     assert [c.args for c in resume.call_args_list] == [(execution.pk,)]
     assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalRequest.Status.APPROVED
     assert Execution.objects.get(pk=execution.pk).status == Execution.Status.CANCELLED
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+                    reason="row-lock ordering needs PostgreSQL")
+def test_expiry_sweep_skips_a_run_someone_holds_and_expires_it_next_time(workspace, owner):
+    """The sweep takes the run's lock first too, without waiting: a run being
+    resolved or cancelled right now is left for the next sweep."""
+    from django.utils import timezone
+
+    with mock.patch.object(tasks.run_segment, "delay"), mock.patch.object(tasks.post_process, "delay"), \
+            mock.patch.object(governance_tasks.notify_approval, "delay"):
+        execution, approval = paused_run(workspace, owner)
+        ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=timezone.now())
+        db = connection.settings_dict
+        params = {"host": db["HOST"] or "127.0.0.1", "port": db["PORT"] or 5432, "user": db["USER"],
+                  "dbname": db["NAME"]}
+        with psycopg.connect(**params) as holder:
+            holder.execute("SELECT id FROM executions_execution WHERE id = %s FOR UPDATE", [execution.pk])
+            assert services.approvals_expire_due() == 0
+            assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalRequest.Status.PENDING
+            holder.rollback()
+        assert services.approvals_expire_due() == 1
+
+    assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalRequest.Status.EXPIRED
+    assert Execution.objects.get(pk=execution.pk).status == Execution.Status.APPROVAL_EXPIRED
