@@ -746,10 +746,14 @@ def approvals_expire_due() -> int:
         with transaction.atomic():
             # Run first, then its request (the order resolving and cancelling use); a
             # run being resolved right now is skipped and looked at next sweep.
-            if Execution.objects.select_for_update(skip_locked=True).filter(pk=execution_id).first() is None:
+            locked = (Execution.objects.select_for_update(skip_locked=True).filter(pk=execution_id)
+                      .values_list("pk", flat=True).first())
+            if locked is None and Execution.objects.filter(pk=execution_id).exists():
                 continue
             approval = approval_expire(approval_id=approval_id)
-            if approval is not None:
+            if approval is None:
+                continue
+            if locked is not None:  # None: the run is gone, only its request was left
                 execution_end_expired(execution_id=approval.execution_id)
-                expired += 1
+            expired += 1
     return expired
