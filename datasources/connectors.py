@@ -36,6 +36,7 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
+from common.dberrors import failure_annotate, sqlstate_is_transient
 from datasources.types import ColumnInfo, ConnectionConfig, ConnectionTestResult, TableInfo
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -271,7 +272,7 @@ class PostgresConnector:
             | psycopg.errors.ActiveSqlTransaction,
         ):
             return QueryRejected(f"The database refused the statement: {message}")
-        if isinstance(exc, psycopg.OperationalError):
+        if isinstance(exc, psycopg.OperationalError) and (not exc.sqlstate or sqlstate_is_transient(exc.sqlstate)):
             return ConnectionFailed(f"Lost the connection to PostgreSQL: {message}")
         if isinstance(exc, psycopg.errors.SyntaxError) and "multiple commands" in message:
             return QueryRejected(f"The database refused the statement: {message}")
@@ -387,6 +388,7 @@ class PostgresConnector:
                 placeholder=lambda n: f"${n}",
             )
             affected = 0
+            committing = False  # True once every statement ran: leaving the block sends COMMIT
             try:
                 with conn.transaction():
                     cur = conn.cursor()
@@ -395,8 +397,9 @@ class PostgresConnector:
                     for text, params in statements:
                         cur.execute(text, [_pg_param(p) for p in params])
                         affected += max(cur.rowcount, 0)
+                    committing = True
             except psycopg.Error as exc:
-                raise self._translate(exc) from None
+                raise failure_annotate(self._translate(exc), exc, committing=committing) from None
         return affected
 
 

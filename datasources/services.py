@@ -24,6 +24,7 @@ from datasources.models import DataSource
 from datasources.selectors import sqlite_path_resolve
 from datasources.sqlguard import query_check
 from datasources.types import ConnectionConfig, ConnectionTestResult, QueryResult, TableInfo, WriteResult
+from datasources.write_retry import write_with_retry
 
 logger = logging.getLogger(__name__)
 
@@ -527,9 +528,11 @@ def write_back_execute(
             rows = [values]
         else:
             rows = []
+    connector = _connector(data_source)
     try:
-        affected = _connector(data_source).run_write(
-            table=table.table_name, operation=operation, rows=rows, conditions=where
+        # One transaction per attempt; transient errors are retried (datasources.write_retry).
+        affected = write_with_retry(
+            lambda: connector.run_write(table=table.table_name, operation=operation, rows=rows, conditions=where)
         )
     except connectors.ConnectorError as exc:
         _raise_for(exc)

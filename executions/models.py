@@ -170,3 +170,18 @@ class LLMProvider(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider_name} (priority {self.priority})"
+
+
+class ContinuationUse(models.Model):
+    """A stateless continuation (/api/v1/execute/continue) that was used. The key is
+    the SHA-256 of the signed state's content, so a replayed state, however it is
+    re-encoded, finds its row and is refused (409) before anything runs."""
+
+    state_digest = models.CharField(max_length=64, primary_key=True)
+    execution_id = models.BigIntegerField()
+    organization_id = models.BigIntegerField()
+    used_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    used_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return f"continuation of {self.execution_id} used at {self.used_at:%Y-%m-%d %H:%M:%S}"

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion
 from agents.types import MemoryEntry
+from common.dberrors import Backoff, error_is_transient, retry_transient
 from common.errors import Conflict, InvalidInput, PermissionDenied
 from datasources.selectors import data_source_prompt_metadata
 from executions.engine.contracts import (
@@ -43,6 +44,8 @@ from telemetry.events import events_flush
 from tenancy.selectors import workspace_permissions, workspace_roles
 
 logger = logging.getLogger("river.executions")
+
+RESOLVE_ATTEMPTS = 5
 
 _STATUS_FROM_RESPONSE = {
     ResponseStatus.SUCCESS: Execution.Status.COMPLETED,
@@ -257,6 +260,11 @@ class _DurableHooks:
 
     def tool_context_extras(self) -> dict:
         return {"workspace_id": self.execution.workspace_id}
+
+    def approved_call_failed(self, state, *, call_id, tool_name, error) -> None:
+        from governance.approvals import approval_action_failed
+
+        approval_action_failed(execution_id=self.execution.pk, call_id=call_id, error=error)
 
     def auto_approved(self, state, *, call_id, tool_name, arguments, condition) -> None:
         audit_record(
@@ -674,7 +682,12 @@ def execution_approval_resolve(
     """Approve, reject or edit-and-approve a paused call, then resume its run.
 
     Exactly once: the request row is locked and must still be pending; the audit
-    entry is written before the resume is queued (on commit)."""
+    entry is written before the resume is queued (on commit). Locks are taken run
+    first, then its approval request (as cancelling and expiring do), so concurrent
+    resolutions, a cancel and the expiry sweep queue up instead of deadlocking; a
+    transient database error (deadlock victim, serialization failure, dropped
+    connection) rolls the attempt back and it is tried again, so a caller gets a
+    decision or a 409, never a 500."""
     import pydantic
 
     from common.errors import pydantic_details
@@ -703,26 +716,44 @@ def execution_approval_resolve(
             ) from None
     else:
         modified_args = None  # only an edit carries arguments
-    with transaction.atomic():
-        decided = approval_decide(
-            approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment
-        )
-        execution_resume_after_resolution(
-            execution_id=decided.execution_id, call_id=decided.tool_call_id,
-            resolution={**decided.resolution, "approval_id": str(decided.pk), "tool_name": decided.tool_name},
-        )
-    return decided
+
+    def decide_and_resume():
+        with transaction.atomic():
+            Execution.objects.select_for_update().filter(pk=approval.execution_id).values_list("pk").first()
+            decided = approval_decide(
+                approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment
+            )
+            execution_resume_after_resolution(
+                execution_id=decided.execution_id, call_id=decided.tool_call_id,
+                resolution={**decided.resolution, "approval_id": str(decided.pk), "tool_name": decided.tool_name},
+            )
+        return decided
+
+    # Inside a caller's transaction a failed attempt cannot be replayed here.
+    attempts = 1 if connection.in_atomic_block else RESOLVE_ATTEMPTS
+    return retry_transient(decide_and_resume, backoff=Backoff(attempts=attempts, base_seconds=0.02, cap_seconds=0.5),
+                           is_transient=error_is_transient)
 
 
 def approvals_expire_due() -> int:
     """Periodic: expire overdue requests and end their runs ``approval_expired``."""
     from governance.approvals import approval_expire, approvals_overdue
+    from governance.models import ApprovalRequest
 
     expired = 0
     for approval_id in approvals_overdue():
+        execution_id = ApprovalRequest.objects.filter(pk=approval_id).values_list("execution_id", flat=True).first()
         with transaction.atomic():
+            # Run first, then its request (the order resolving and cancelling use); a
+            # run being resolved right now is skipped and looked at next sweep.
+            locked = (Execution.objects.select_for_update(skip_locked=True).filter(pk=execution_id)
+                      .values_list("pk", flat=True).first())
+            if locked is None and Execution.objects.filter(pk=execution_id).exists():
+                continue
             approval = approval_expire(approval_id=approval_id)
-            if approval is not None:
+            if approval is None:
+                continue
+            if locked is not None:  # None: the run is gone, only its request was left
                 execution_end_expired(execution_id=approval.execution_id)
-                expired += 1
+            expired += 1
     return expired

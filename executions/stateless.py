@@ -2,16 +2,22 @@
 
 The whole loop runs inside the request. A paused run comes back with a
 ``serialized_state`` signed with SECRET_KEY, so a client can carry it but cannot
-alter the history or forge a pending approval.
+alter the history or forge a pending approval. Each state resumes once: its use is
+recorded (ContinuationUse, keyed by the digest of the signed content) and committed
+before the run goes on, so a replay gets 409 and runs nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from datetime import timedelta
 
 from django.core import signing
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from common.errors import InvalidInput, NotFound, PermissionDenied
+from common.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from executions.engine.contracts import (
     ContinuationRequest,
     ContinuationType,
@@ -25,11 +31,13 @@ from executions.engine.contracts import (
 from executions.engine.runner import Engine, MemoryJournal, new_state, response_build
 from executions.engine.state import RunState
 from executions.journal import governance_decisions_audit
+from executions.models import ContinuationUse
 from tenancy.models import AccessToken, Workspace
 from tenancy.selectors import is_org_admin, workspace_permissions
 
 SALT = "river.execute.continue"
 STATE_MAX_AGE_SECONDS = 7 * 24 * 3600
+PRUNE_BATCH = 100
 
 
 def _authorize(*, user, auth, request: ExecutionRequest) -> ExecutionRequest:
@@ -62,7 +70,8 @@ def _sign(state: RunState) -> str:
     return signing.dumps(body, salt=SALT, compress=True)
 
 
-def _unsign(token: str) -> RunState:
+def _unsign(token: str) -> tuple[RunState, str]:
+    """The state and the digest of its signed content (the continuation's identity)."""
     try:
         body = signing.loads(token, salt=SALT, max_age=STATE_MAX_AGE_SECONDS)
     except signing.SignatureExpired:
@@ -72,11 +81,35 @@ def _unsign(token: str) -> RunState:
             "serialized_state was altered or not issued by this River.",
             details={"serialized_state": ["invalid signature"]},
         ) from None
-    return RunState.replay(
+    digest = hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
+    ).hexdigest()
+    state = RunState.replay(
         request=ExecutionRequest.model_validate(body["request"]), base_messages=body["base_messages"],
         tool_schemas=body["tool_schemas"], steps=[Step.model_validate(s) for s in body["steps"]],
         started_at_ms=body["started_at_ms"],
     )
+    return state, digest
+
+
+def continuation_consume(*, state_digest: str, execution_id: int, organization_id: int, user) -> None:
+    """Mark a paused state as used, committed before the run goes on; a second use
+    (a replay, or a concurrent duplicate waiting on the same key) gets 409 and runs
+    nothing. Rows older than a state's lifetime are pruned as new ones arrive."""
+    try:
+        with transaction.atomic():
+            ContinuationUse.objects.create(
+                state_digest=state_digest, execution_id=execution_id, organization_id=organization_id,
+                used_by=user if getattr(user, "pk", None) else None,
+            )
+    except IntegrityError:
+        raise Conflict(
+            "This continuation was already used; a paused state resumes once. Continue from the "
+            "serialized_state of the latest response instead.", code="continuation_used",
+        ) from None
+    cutoff = timezone.now() - timedelta(seconds=STATE_MAX_AGE_SECONDS)
+    stale = ContinuationUse.objects.filter(used_at__lt=cutoff).values("pk")[:PRUNE_BATCH]
+    ContinuationUse.objects.filter(pk__in=stale).delete()
 
 
 def _run(state: RunState, llm) -> ExecutionResponse:
@@ -106,7 +139,9 @@ def execute(*, user, auth, request: ExecutionRequest, llm=None) -> ExecutionResp
 
 
 def execute_continue(*, user, auth, continuation: ContinuationRequest, llm=None) -> ExecutionResponse:
-    state = _unsign(continuation.serialized_state)
+    """Resume a paused state once: the checks come first (a 400 uses nothing up),
+    then the state is consumed, then the run goes on."""
+    state, digest = _unsign(continuation.serialized_state)
     if state.request.execution_id != continuation.execution_id:
         raise InvalidInput("execution_id does not match serialized_state.", details={"execution_id": ["mismatch"]})
     _authorize(user=user, auth=auth, request=state.request)
@@ -150,4 +185,6 @@ def execute_continue(*, user, auth, continuation: ContinuationRequest, llm=None)
             messages=[{"role": "tool", "tool_call_id": pending.call_id,
                        "content": f"[Tool Result] Tool 'ask_user' returned: {json.dumps(body, default=str)}"}],
         ))
+    continuation_consume(state_digest=digest, execution_id=state.request.execution_id,
+                         organization_id=state.request.user_context.org_id, user=user)
     return _run(state, llm or _llm_for(state.request.user_context.org_id))

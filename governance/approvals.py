@@ -238,3 +238,28 @@ def approval_remind(*, approval_id) -> bool:
 
 def approvals_remind_due(*, before_minutes: int) -> int:
     return sum(1 for pk in approvals_needing_reminder(before_minutes=before_minutes) if approval_remind(approval_id=pk))
+
+
+def approval_action_failed(*, execution_id: int, call_id: str, error: dict) -> ApprovalRequest | None:
+    """An approved call was dispatched and failed: audit it and tell the approver.
+    Returns the request, or None when the call had no human approval."""
+    from governance.notifications import approved_action_failed_notify
+
+    approval = (
+        ApprovalRequest.objects.select_related("workspace", "resolved_by")
+        .filter(execution_id=execution_id, tool_call_id=call_id, resolved_by__isnull=False).first()
+    )
+    if approval is None:
+        return None
+    message = str(error.get("message") or "the call failed")
+    audit_record(
+        organization_id=approval.workspace.organization_id, workspace_id=approval.workspace_id,
+        event_type="approved_action_failed", execution_id=execution_id, agent_id=approval.agent_id,
+        approval_id=approval.pk,
+        details={"tool_name": approval.tool_name, "code": error.get("code"), "message": message[:1000]},
+    )
+    try:
+        approved_action_failed_notify(approval=approval, error_message=message)
+    except Exception:  # noqa: BLE001 - a notification never changes the run's outcome
+        logger.exception("could not notify the approver of approval %s", approval.pk)
+    return approval

@@ -222,3 +222,33 @@ def notify_run_outcome(
             logger.warning("run %s outcome notification via %s failed: %s", execution_id, channel, exc)
             outcome[channel] = False
     return outcome
+
+
+# --- an approved action that failed ------------------------------------------------
+
+
+APPROVED_ACTION_FAILED = "approved_action_failed"
+
+
+def approved_action_failed_notify(*, approval: ApprovalRequest, error_message: str) -> dict[str, bool]:
+    """Tell the person who approved a call that it failed after approval: an in-app
+    notification (once per approval) and an email when they have an address. Each
+    channel's failure is logged and reported as False, never raised."""
+    approver = approval.resolved_by
+    if approver is None:
+        return {}
+    title = f"Approved {approval.tool_name} failed (run {approval.execution_id})"
+    body = (
+        f"You approved {approval.tool_name} for run {approval.execution_id}; it failed when it ran and the run "
+        f"ended failed.\nError: {error_message[:500]}\nRun: {_absolute(f'/runs/{approval.execution_id}/')}"
+    )
+    outcome = {IN_APP: _in_app(workspace_id=approval.workspace_id, users=[approver], kind=APPROVED_ACTION_FAILED,
+                               title=title, body=body, url=approval_url(approval.pk)) >= 0}
+    if approver.email:
+        try:
+            _email(recipients=[approver.email], subject=title, body=body)
+            outcome[EMAIL] = True
+        except NotificationError as exc:
+            logger.warning("approval %s failure email failed: %s", approval.pk, exc)
+            outcome[EMAIL] = False
+    return outcome

@@ -92,6 +92,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "common.dbpool.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "riverapp.urls"
@@ -120,6 +121,29 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+# The web process borrows connections from a pool (psycopg_pool through Django):
+# under ASGI a request's connection is opened in one thread and its "request
+# finished" cleanup runs in another, so persistent connections (CONN_MAX_AGE) would
+# never be returned. riverapp/asgi.py and `manage.py runriver` turn the pool on;
+# Celery workers keep one connection per worker thread. A request that waits longer
+# than the timeout for a connection is answered 503 with Retry-After
+# (common.dbpool.DatabaseUnavailableMiddleware).
+RIVER_DB_POOL = env_bool("RIVER_DB_POOL", False)
+RIVER_DB_POOL_MIN_SIZE = env_int("RIVER_DB_POOL_MIN_SIZE", 2, minimum=0)
+RIVER_DB_POOL_MAX_SIZE = env_int("RIVER_DB_POOL_MAX_SIZE", 10, minimum=1)
+RIVER_DB_POOL_TIMEOUT_SECONDS = env_int("RIVER_DB_POOL_TIMEOUT_SECONDS", 5, minimum=1)
+if RIVER_DB_POOL_MIN_SIZE > RIVER_DB_POOL_MAX_SIZE:
+    raise ImproperlyConfigured(
+        f"RIVER_DB_POOL_MIN_SIZE ({RIVER_DB_POOL_MIN_SIZE}) must not exceed "
+        f"RIVER_DB_POOL_MAX_SIZE ({RIVER_DB_POOL_MAX_SIZE})"
+    )
+if RIVER_DB_POOL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # a pool and persistent connections exclude each other
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": RIVER_DB_POOL_MIN_SIZE,
+        "max_size": RIVER_DB_POOL_MAX_SIZE,
+        "timeout": RIVER_DB_POOL_TIMEOUT_SECONDS,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = validate_redis_url("REDIS_URL", env_str("REDIS_URL"))

@@ -110,6 +110,9 @@ class EngineHooks(Protocol):
         self, state: RunState, *, call_id: str, tool_name: str, arguments: dict, condition: str
     ) -> None: ...
 
+    def approved_call_failed(self, state: RunState, *, call_id: str, tool_name: str, error: dict) -> None:
+        """A call a person approved was dispatched and failed (optional hook)."""
+
 
 class Outcome(pydantic.BaseModel):
     status: ResponseStatus
@@ -391,7 +394,30 @@ class Engine:
             blocked = self._govern(state, call, tool, args, resolution)
             if blocked is not None:
                 return blocked if isinstance(blocked, Outcome) else None
-        return self._dispatch(state, call, tool, parsed, args)
+        self._dispatch(state, call, tool, parsed, args)
+        if resolution is not None and resolution.get("status") != "rejected" and tool.writes:
+            return self._approved_write_checked(state, call, resolution)
+        return None
+
+    def _approved_write_checked(self, state: RunState, call: LLMToolCall, resolution: dict) -> Outcome | None:
+        """A write a person approved and that then failed (after the tool's own retries
+        of transient errors) ends the run ``failed``: the run must not go on to report
+        success as if the approved change had been made, and the approver is told."""
+        observed = state.steps[-1]
+        if observed.step_type != StepType.OBSERVATION or observed.status != StepStatus.FAILED:
+            return None
+        error = dict((observed.output or {}).get("error") or {})
+        approver = resolution.get("resolved_by")
+        if self.hooks is not None and approver not in (None, "auto") and hasattr(self.hooks, "approved_call_failed"):
+            self.hooks.approved_call_failed(state, call_id=call.id, tool_name=call.name, error=error)
+        details = error.get("details") if isinstance(error.get("details"), dict) else {}
+        return self._terminate(state, ResponseStatus.FAILED, ErrorInfo(
+            code=ErrorCode.AGENT_ERROR,
+            message=f"The approved {call.name} call failed: {error.get('message') or observed.error}",
+            recoverable=bool(details.get("transient")),
+            details={"approved_call_failed": True, "tool_name": call.name, "call_id": call.id,
+                     "resolved_by": approver, "error": error},
+        ))
 
     def _govern(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict, resolution: dict | None):
         """None to dispatch; True when handled without dispatch; an Outcome to pause."""

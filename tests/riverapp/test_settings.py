@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -43,8 +44,36 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     ({"DEBUG": "true", "DATABASE_URL": "postgres://river@127.0.0.1/river?prepare_threshold=often"},
      "DATABASE_URL: prepare_threshold must be a whole number or 'none'"),
     ({"DEBUG": "true", "RIVER_JOURNAL_WRITE_BEHIND": "sometimes"}, "RIVER_JOURNAL_WRITE_BEHIND must be a boolean"),
-], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind"])
+    ({"DEBUG": "true", "RIVER_DB_POOL_MAX_SIZE": "0"}, "RIVER_DB_POOL_MAX_SIZE must be at least 1"),
+    ({"DEBUG": "true", "RIVER_DB_POOL_TIMEOUT_SECONDS": "soon"}, "RIVER_DB_POOL_TIMEOUT_SECONDS must be an integer"),
+    ({"DEBUG": "true", "RIVER_DB_POOL_MIN_SIZE": "8", "RIVER_DB_POOL_MAX_SIZE": "4"},
+     "RIVER_DB_POOL_MIN_SIZE (8) must not exceed RIVER_DB_POOL_MAX_SIZE (4)"),
+], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "pool_max_size", "pool_timeout",
+        "pool_min_over_max"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_web_process_borrows_from_a_pool_and_workers_keep_their_connection():
+    """riverapp/asgi.py and runriver set RIVER_DB_POOL; the pool then replaces
+    persistent connections (the two exclude each other)."""
+    script = (
+        "import django, json; django.setup(); from django.conf import settings; "
+        "db = settings.DATABASES['default']; "
+        "print(json.dumps({'age': db['CONN_MAX_AGE'], 'pool': db['OPTIONS'].get('pool')}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update({"DEBUG": "true", "DJANGO_SETTINGS_MODULE": "riverapp.settings",
+                "DATABASE_URL": "postgres://river@127.0.0.1:5432/river", "RIVER_DB_POOL": "true",
+                "RIVER_DB_POOL_MAX_SIZE": "7", "RIVER_DB_POOL_TIMEOUT_SECONDS": "3"})
+    web = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    env["RIVER_DB_POOL"] = "false"
+    worker = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
+
+    assert web.returncode == 0, web.stderr
+    assert json.loads(web.stdout.splitlines()[-1]) == {"age": 0, "pool": {"min_size": 2, "max_size": 7, "timeout": 3}}
+    assert json.loads(worker.stdout.splitlines()[-1]) == {"age": 60, "pool": None}

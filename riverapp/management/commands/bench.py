@@ -245,8 +245,14 @@ class Command(BaseCommand):
         parser.add_argument("--wal-runs", type=int, default=15, help="runs that measure WAL bytes")
         parser.add_argument("--raw-commits", type=int, default=600,
                             help="raw INSERT ... COMMIT samples, taken between the timed runs")
+        parser.add_argument("--approvals", type=int, default=200,
+                            help="approval storm: paused runs, each resolved by --racers concurrent requests (0: skip)")
+        parser.add_argument("--racers", type=int, default=8, help="concurrent requests per approval (default 8)")
+        parser.add_argument("--only-approvals", action="store_true", help="skip the per-turn benchmark")
 
-    def handle(self, *args, runs, wal_runs, raw_commits, **options):
+    def handle(self, *args, runs, wal_runs, raw_commits, approvals, racers, only_approvals, **options):
+        if approvals < 0 or racers < 1:
+            raise CommandError("--approvals must be 0 or more and --racers at least 1.")
         if connection.vendor != "postgresql":
             raise CommandError("The benchmark needs PostgreSQL: set DATABASE_URL to a postgres:// URL.")
         self._ensure_database()
@@ -258,7 +264,10 @@ class Command(BaseCommand):
                 stack.enter_context(mock.patch.object(task, "delay", lambda *a, **k: None))
             stack.enter_context(override_settings(DEBUG=False))  # no query log in the timings
             try:
-                self._report(agent, user, runs=runs, wal_runs=wal_runs, raw_commits=raw_commits)
+                if not only_approvals:
+                    self._report(agent, user, runs=runs, wal_runs=wal_runs, raw_commits=raw_commits)
+                if approvals:
+                    self._approval_storm(agent.workspace, user, count=approvals, racers=racers)
             finally:
                 Execution.objects.filter(agent=agent).delete()
 
@@ -298,6 +307,19 @@ class Command(BaseCommand):
             agent.current_version = version
             agent.save(update_fields=["current_version"])
         return agent, user
+
+    def _approval_storm(self, workspace, starter, *, count: int, racers: int) -> None:
+        from riverapp.approval_storm import storm_bench
+
+        approvers = []
+        for number in range(racers):
+            approver, _ = get_user_model().objects.get_or_create(username=f"river-bench-approver-{number}")
+            Membership.objects.get_or_create(workspace=workspace, user=approver, defaults={"role": Role.ADMIN})
+            approvers.append(approver)
+        self.stdout.write("")
+        for line in storm_bench(workspace=workspace, starter=starter, approvers=approvers, count=count,
+                                data_dir=settings.RIVER_SQLITE_DATA_DIR):
+            self.stdout.write(line)
 
     # --- one run ---------------------------------------------------------------------
     def _one_run(self, agent, user, side: psycopg.Connection | None, *, write_behind: bool) -> dict:
