@@ -21,6 +21,7 @@ import pydantic
 
 from agents.types import Tier
 from common.errors import pydantic_details
+from common.text import json_storable, text_storable
 from executions.engine import context as ctxmod
 from executions.engine import gate
 from executions.engine.contracts import (
@@ -37,6 +38,7 @@ from executions.engine.contracts import (
     Usage,
 )
 from executions.engine.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall
+from executions.engine.observation import observation_byte_limit, observation_fit
 from executions.engine.state import RUNNER_MODEL, RunState, call_hash, step
 from executions.engine.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from governance.types import Decision
@@ -174,6 +176,9 @@ def _tool_message(call_id: str, name: str, payload, *, ok: bool) -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": f"[Tool Result] Tool '{name}' {verb}: {body}"}
 
 
+_STORED_TEXT = frozenset({"input", "output", "messages", "error"})
+
+
 def _summarise(value, limit: int = 240) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -191,6 +196,9 @@ class Engine:
 
     # --- bookkeeping -----------------------------------------------------------------
     def _add(self, state: RunState, step_type: StepType, **fields):
+        # Model replies and tool arguments may carry NUL or lone surrogates: escaped
+        # here, so neither the journal nor the run's result refuses them (common.text).
+        fields = {key: json_storable(value) if key in _STORED_TEXT else value for key, value in fields.items()}
         new = step(state, step_type, **fields)
         state.apply(new)
         self.journal.record(state, new)
@@ -520,6 +528,9 @@ class Engine:
 
         if error is not None:
             status = StepStatus.FAILED
+            limit = observation_byte_limit(request.user_context.attributes)
+            error = ToolError(error.kind, text_storable(str(error.message))[:limit],
+                              observation_fit(error.details, limit=limit))
             body = {"error": {"code": _KIND_CODES[error.kind], "message": error.message, "details": error.details},
                     "status": "timeout" if error.kind == ToolErrorKind.TIMEOUT else "error", "attempts": attempts + 1}
             self._add(state, StepType.OBSERVATION, tool_name=call.name, tool_category=tool.category.value,
@@ -530,7 +541,9 @@ class Engine:
             result = output.model_dump(mode="json") if isinstance(output, pydantic.BaseModel) else output
             result = tool.output_model.model_validate(result).model_dump(mode="json")
             withheld = self._export_check(state, call, tool, args, result)
-            shown = withheld or result
+            shown = withheld or observation_fit(
+                result, limit=observation_byte_limit(request.user_context.attributes)
+            )
             observed = {"result": shown, "_dispatched": True, "summary": _summarise(shown, 300),
                         "llm_usage": sub_usage}
             if call.name == "execute_query" and not withheld:

@@ -43,7 +43,9 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     ({"DEBUG": "true", "DATABASE_URL": "postgres://river@127.0.0.1/river?prepare_threshold=often"},
      "DATABASE_URL: prepare_threshold must be a whole number or 'none'"),
     ({"DEBUG": "true", "RIVER_JOURNAL_WRITE_BEHIND": "sometimes"}, "RIVER_JOURNAL_WRITE_BEHIND must be a boolean"),
-], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind"])
+    ({"DEBUG": "true", "RIVER_DATA_SOURCE_ALLOWED_HOSTS": "public,db/x"},
+     "RIVER_DATA_SOURCE_ALLOWED_HOSTS entries must be"),
+], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "data_source_allowed_hosts"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0
