@@ -620,6 +620,22 @@ class Engine:
         return Outcome(status=status, error=error if status == ResponseStatus.FAILED else None)
 
 
+DATA_TOOLS = frozenset({"execute_query", "write_back"})
+
+
+def summary_build(state: RunState) -> str:
+    """The run's summary: the final answer, unless every data tool call failed, in
+    which case it says so first: an answer without data must not read as one with it."""
+    answer = state.final_answer or ""
+    data_calls = [a for a in state.actions_taken if a.tool_name in DATA_TOOLS]
+    if not data_calls or any(a.status == StepStatus.COMPLETED.value for a in data_calls):
+        return answer
+    failures = "; ".join(f"{a.tool_name}: {a.result_summary or a.status}" for a in data_calls[-3:])
+    head = (f"No data was retrieved: {'the' if len(data_calls) == 1 else 'all ' + str(len(data_calls))} "
+            f"data tool call{'' if len(data_calls) == 1 else 's'} failed ({failures}).")
+    return f"{head} The agent's reply below is not based on data.\n\n{answer}" if answer else head
+
+
 def response_build(state: RunState, outcome: Outcome) -> ExecutionResponse:
     """ExecutionResponse from a state and how the segment ended."""
     usage = Usage(
@@ -635,7 +651,7 @@ def response_build(state: RunState, outcome: Outcome) -> ExecutionResponse:
         execution_id=state.request.execution_id,
         status=outcome.status,
         result=ExecutionResult(
-            summary=state.final_answer or "",
+            summary=summary_build(state),
             actions_taken=state.actions_taken,
             recommendations=state.recommendations,
             output_artifacts=state.output_artifacts,
