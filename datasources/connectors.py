@@ -548,6 +548,10 @@ _SQLITE_REFUSALS = ("readonly", "read-only", "not authorized", "authorization de
 _PROGRESS_EVERY = 1000  # VM instructions between deadline checks
 
 
+def _sqlite_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
 def _sqlite_quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -579,6 +583,9 @@ class SQLiteConnector:
                 f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=5, isolation_level=None
             )
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            # Text that is not valid UTF-8 is read with U+FFFD in place of the bad
+            # bytes rather than failing the whole query.
+            conn.text_factory = _sqlite_text
             if read_only:
                 conn.execute("PRAGMA query_only = ON")
             else:
