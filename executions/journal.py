@@ -56,7 +56,8 @@ def step_columns(step: Step) -> dict:
 
 
 def step_row(execution_id: int, step: Step) -> ExecutionStep:
-    return ExecutionStep(execution_id=execution_id, **step_columns(step))
+    """An unsaved row; text PostgreSQL cannot store (NUL, lone surrogates) is escaped."""
+    return ExecutionStep(execution_id=execution_id, **json_storable(step_columns(step)))
 
 
 def step_from_row(row: ExecutionStep) -> Step:

@@ -167,3 +167,19 @@ def test_a_successful_data_call_keeps_the_answer_as_is(workspace, owner, sent, b
         text_reply("There are 4 customers."),
     ], tools=["execute_query"], sources=[big_source])
     assert execution.result["summary"] == "There are 4 customers."
+
+
+def test_nul_in_a_users_answer_is_stored_escaped_and_the_run_goes_on(workspace, owner, sent):
+    from executions.services import execution_respond
+
+    agent = make_agent(workspace=workspace, owner=owner, tools=["ask_user"], action_level="automated")
+    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    question = {"interaction_type": "clarification_request", "message": "Which customer?"}
+    assert execution_run_segment(execution_id=execution.pk,
+                                 llm=ScriptedLLM([tool_reply("ask_user", question, "q1")])) == "awaiting_interaction"
+    execution.refresh_from_db()
+    execution_respond(execution=execution, user=owner, user_response="Ada\x00 \ud800Lovelace")
+    llm = ScriptedLLM([text_reply("Noted.")])
+    assert execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
+    answer = ExecutionStep.objects.filter(execution=execution, tool_name="ask_user").order_by("-step_number")[0]
+    assert answer.output["result"]["user_response"] == "Ada\\0 \ufffdLovelace"
