@@ -44,6 +44,7 @@ PUBLIC = "public"
 _LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?$")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d
 _ALWAYS_REFUSED = (
     ipaddress.ip_network("0.0.0.0/8"),
     ipaddress.ip_network("255.255.255.255/32"),
@@ -124,14 +125,14 @@ def ip_literal(host: str) -> IPAddress | None:
 
 
 def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for (mapped, 6to4, NAT64), if any."""
+    """The IPv4 address an IPv6 address stands for (mapped, compatible, 6to4, NAT64), if any."""
     if isinstance(address, ipaddress.IPv4Address):
         return None
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
     if address.sixtofour is not None:
         return address.sixtofour
-    if address in _NAT64:
+    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
@@ -305,4 +306,4 @@ def host_check(*, host: str, port: int, allowed: AllowList | None = None) -> Che
                 else "outside RIVER_DATA_SOURCE_ALLOWED_HOSTS"
             )
             raise _refusal(host, f"{kind}; an operator may allow it in RIVER_DATA_SOURCE_ALLOWED_HOSTS")
-    return CheckedHost(host=host, address=str(addresses[0]), port=port)
+    return CheckedHost(host=str(literal) if literal is not None else host, address=str(addresses[0]), port=port)

@@ -38,6 +38,7 @@ FORBIDDEN_BY_DEFAULT = [
     "fd12:3456::1",
     "64:ff9b::a00:1",  # NAT64 form of 10.0.0.1
     "2002:a00:1::",  # 6to4 form of 10.0.0.1
+    "::10.0.0.1",  # IPv4-compatible (deprecated) form
     "2130706433",  # 127.0.0.1 as one decimal number
     "0x7f000001",
     "0x7f.1",
@@ -159,6 +160,7 @@ def test_what_is_not_an_address_or_a_name_is_refused(host, settings, no_connect)
         ("::1", 5432),
         ("::ffff:127.0.0.1", 5432),
         ("2130706433", 5432),
+        ("::127.0.0.1", 5432),
         ("127.0.0.1", 6379),  # Redis: cache, broker and channel layer
     ],
 )
