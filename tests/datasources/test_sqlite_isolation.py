@@ -168,3 +168,20 @@ def test_legacy_files_are_moved_into_their_workspace(workspace, other_workspace,
     assert not own.exists()  # one workspace used it: moved
     assert shared.exists()  # shared: copied to each, original left for the operator
     assert sqlite_sources_relocate(data_source_model=DataSource) == []  # a second run changes nothing
+
+
+def test_the_relocation_command_reports_what_it_moved(workspace, sqlite_dir):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    legacy = sqlite_dir / "old.sqlite3"
+    sqlite3.connect(legacy).close()
+    DataSource.objects.create(workspace=workspace, name="old", type="sqlite", connection_config={"path": "old.sqlite3"})
+    out = StringIO()
+    call_command("sqlite_sources_relocate", stdout=out)
+    assert "old.sqlite3 ->" in out.getvalue()
+    assert (sqlite_dir / str(workspace.pk) / "old.sqlite3").is_file()
+    out = StringIO()
+    call_command("sqlite_sources_relocate", stdout=out)
+    assert out.getvalue().strip() == "0 change(s)."
