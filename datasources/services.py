@@ -508,14 +508,20 @@ def _scalar_ok(value: Any) -> bool:
 
 
 def query_execute(
-    *, data_source: DataSource, query: str, max_rows: int | None = None, parameters: dict | None = None
+    *,
+    data_source: DataSource,
+    query: str,
+    max_rows: int | None = None,
+    parameters: dict | None = None,
+    timeout_ms_cap: int | None = None,
 ) -> QueryResult:
     """Run one guarded read-only statement against the source (see datasources.sqlguard).
 
     The dialect the query is parsed, guarded and bound in is the connector's, not the
     source's label. Rows are capped at ``max_rows`` and at the source's row limit
     (else its workspace's), and the result at the source's observation byte limit;
-    a cut result says ``truncated`` and carries a ``note``."""
+    a cut result says ``truncated`` and carries a ``note``. ``timeout_ms_cap`` lowers
+    the statement timeout (a caller with its own deadline: the query must end first)."""
     row_limit = data_source.effective_row_limit
     if max_rows is None:
         max_rows = row_limit
@@ -565,7 +571,7 @@ def query_execute(
             sql=verdict.sql,
             parameters=bound,
             max_rows=max_rows,
-            timeout_ms=data_source.effective_timeout_ms,
+            timeout_ms=min(data_source.effective_timeout_ms, timeout_ms_cap or data_source.effective_timeout_ms),
             max_bytes=data_source.effective_byte_limit,
         )
     except connectors.ConnectorError as exc:

@@ -34,6 +34,7 @@ from tenancy.selectors import require_permission, workspace_get_for_user
 
 T = TypeVar("T")
 TIMEOUT_SECONDS = 30.0
+QUERY_DEADLINE_MARGIN_MS = 12_000  # connecting may take up to 10 s (connectors.CONNECT_TIMEOUT_SECONDS)
 
 
 class _Input(BaseModel):
@@ -219,9 +220,16 @@ class ExecuteQueryOutput(BaseModel):
 def execute_query(ctx: ToolContext, args: ExecuteQueryInput) -> ExecuteQueryOutput:
     _require_bound(ctx, args.data_source_id)
     source = _data_source(ctx, args.data_source_id)
+    # The statement must time out before the engine gives up on the tool: a statement
+    # timeout is reported and not retried, a tool timeout is retried (another query).
+    tool_seconds = ctx.agent.model_settings.timeout_seconds or TIMEOUT_SECONDS
     result = _call(
         lambda: ds_services.query_execute(
-            data_source=source, query=args.query, max_rows=args.max_rows, parameters=args.parameters
+            data_source=source,
+            query=args.query,
+            max_rows=args.max_rows,
+            parameters=args.parameters,
+            timeout_ms_cap=max(1000, int(tool_seconds * 1000) - QUERY_DEADLINE_MARGIN_MS),
         )
     )
     return ExecuteQueryOutput.model_validate(result.model_dump())
