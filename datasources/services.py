@@ -523,13 +523,13 @@ def query_execute(
     a cut result says ``truncated`` and carries a ``note``. ``timeout_ms_cap`` lowers
     the statement timeout (a caller with its own deadline: the query must end first)."""
     row_limit = data_source.effective_row_limit
-    if max_rows is None:
-        max_rows = row_limit
-    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or not 1 <= max_rows <= MAX_ROWS_LIMIT:
+    if max_rows is not None and (
+        not isinstance(max_rows, int) or isinstance(max_rows, bool) or not 1 <= max_rows <= MAX_ROWS_LIMIT
+    ):
         raise InvalidInput(
             f"max_rows must be between 1 and {MAX_ROWS_LIMIT}.", details={"max_rows": [f"1..{MAX_ROWS_LIMIT}"]}
         )
-    max_rows = min(max_rows, row_limit)
+    max_rows = min(max_rows or row_limit, row_limit)
     if not isinstance(query, str):
         raise InvalidInput("query must be text.", details={"query": ["must be a string"]})
     storable_check(query, "query")

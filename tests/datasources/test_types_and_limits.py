@@ -138,7 +138,13 @@ def test_rows_are_capped_at_the_source_limit_with_truncated(wide):
 
 def test_the_default_row_cap_is_a_thousand(wide):
     result = services.query_execute(data_source=wide, query="SELECT id FROM wide")
-    assert len(result.rows) <= 1000 and result.truncated is True
+    assert len(result.rows) == 1000 and result.truncated is True
+
+
+def test_a_row_limit_above_the_max_rows_ceiling_still_applies(wide):
+    services.data_source_update(data_source=wide, query_row_limit=20_000)
+    result = services.query_execute(data_source=wide, query="SELECT id FROM wide")
+    assert len(result.rows) == 2500 and result.truncated is False
 
 
 def test_results_are_cut_at_the_byte_limit_with_a_note(wide):
