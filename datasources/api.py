@@ -98,7 +98,7 @@ class DataSourceCreateSerializer(_StrictInput, _Limits):
     workspace = serializers.IntegerField()
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
-    type = serializers.ChoiceField(choices=SUPPORTED_TYPES, error_messages=_TYPE_ERRORS)
+    type = serializers.ChoiceField(choices=DataSource.Type.choices, error_messages=_TYPE_ERRORS)
     connection_config = _JSONObject()
     credentials = _JSONObject(required=False, default=dict, write_only=True)
     access_level = serializers.ChoiceField(choices=DataSource.AccessLevel.choices, default="read_only")
@@ -109,7 +109,7 @@ class DataSourceCreateSerializer(_StrictInput, _Limits):
 class DataSourceUpdateSerializer(_StrictInput, _Limits):
     name = serializers.CharField(max_length=200, required=False)
     description = serializers.CharField(required=False, allow_blank=True)
-    type = serializers.ChoiceField(choices=SUPPORTED_TYPES, required=False, error_messages=_TYPE_ERRORS)
+    type = serializers.ChoiceField(choices=DataSource.Type.choices, required=False, error_messages=_TYPE_ERRORS)
     connection_config = _JSONObject(required=False, help_text="Merged into the current config; null removes a key.")
     credentials = _JSONObject(required=False, write_only=True, help_text="Merged into the stored credentials.")
     access_level = serializers.ChoiceField(choices=DataSource.AccessLevel.choices, required=False)

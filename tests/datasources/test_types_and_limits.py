@@ -32,6 +32,10 @@ def test_an_unsupported_type_is_a_400_listing_the_supported_ones(api_client_for,
     assert "supported types: postgresql, sqlite" in caught.value.details["type"][0]
 
 
+def test_every_declared_type_has_a_connector():
+    assert sorted(DataSource.Type.values) == list(connectors.SUPPORTED_TYPES)
+
+
 def test_a_stored_type_without_a_connector_is_refused_not_guessed(sqlite_source):
     services.data_source_discover(data_source=sqlite_source)
     DataSource.objects.filter(pk=sqlite_source.pk).update(type="mysql")  # a row written around the services
