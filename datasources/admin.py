@@ -23,7 +23,18 @@ class DataSourceForm(forms.ModelForm):
 
     class Meta:
         model = DataSource
-        fields = ["workspace", "name", "description", "type", "connection_config", "access_level", "classifications"]
+        fields = [
+            "workspace",
+            "name",
+            "description",
+            "type",
+            "connection_config",
+            "access_level",
+            "classifications",
+            "query_row_limit",
+            "observation_byte_limit",
+            "query_timeout_seconds",
+        ]
 
     def clean_credentials(self):
         raw = self.cleaned_data.get("credentials") or ""
@@ -43,8 +54,14 @@ class DataSourceForm(forms.ModelForm):
         if not kind:
             return cleaned
         try:
-            if "connection_config" in cleaned:
-                services.connection_config_validate(type=kind, connection_config=cleaned["connection_config"])
+            workspace = cleaned.get("workspace") or (self.instance.workspace if self.instance.pk else None)
+            if "connection_config" in cleaned and workspace is not None:
+                config = services.connection_config_validate(
+                    type=kind, connection_config=cleaned["connection_config"], workspace_id=workspace.pk
+                )
+                if kind == DataSource.Type.SQLITE:
+                    services.sqlite_file_ensure(workspace_id=workspace.pk, path=config["path"], create=False)
+                services.connection_host_check(type=kind, connection_config=config)
             credentials = cleaned.get("credentials")
             if credentials is not None or not self.instance.pk:
                 services.credentials_validate(type=kind, credentials=credentials or {})
@@ -125,13 +142,16 @@ class DataSourceAdmin(admin.ModelAdmin):
                 description=data.get("description") or "",
                 access_level=data["access_level"],
                 classifications=data.get("classifications") or {},
+                query_row_limit=data.get("query_row_limit"),
+                observation_byte_limit=data.get("observation_byte_limit"),
+                query_timeout_seconds=data.get("query_timeout_seconds"),
             )
             obj.pk = created.pk
             obj.credentials_encrypted = created.credentials_encrypted
             return
         current = DataSource.objects.get(pk=obj.pk)
         changes = {}
-        for field in ("name", "description", "type", "access_level", "classifications"):
+        for field in ("name", "description", "type", "access_level", "classifications", *services.LIMIT_RANGES):
             if field in form.changed_data:
                 changes[field] = data[field]
         if "connection_config" in form.changed_data:

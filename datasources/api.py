@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from common.errors import InvalidInput
 from datasources import selectors, services
+from datasources.connectors import SUPPORTED_TYPES
 from datasources.models import DataSource
 from tenancy import permissions as perms
 from tenancy.selectors import require_permission, workspace_get_for_user
@@ -60,6 +61,9 @@ class DataSourceSerializer(serializers.ModelSerializer):
             "has_credentials",
             "schema_discovered_at",
             "table_count",
+            "query_row_limit",
+            "observation_byte_limit",
+            "query_timeout_seconds",
             "created_at",
             "updated_at",
         ]
@@ -69,25 +73,48 @@ class DataSourceSerializer(serializers.ModelSerializer):
         return len(data_source.schema_cache or [])
 
 
-class DataSourceCreateSerializer(_StrictInput):
+_TYPE_ERRORS = {
+    "invalid_choice": f'"{{input}}" is not a supported type; supported types: {", ".join(SUPPORTED_TYPES)}.'
+}
+_CREATE_FILE_HELP = "SQLite: create an empty database file if connection_config.path does not exist yet."
+
+
+def _limit_field(name: str, help_text: str) -> serializers.IntegerField:
+    low, high = services.LIMIT_RANGES[name]
+    return serializers.IntegerField(
+        required=False, allow_null=True, min_value=low, max_value=high, help_text=f"{help_text} Null: the workspace's."
+    )
+
+
+class _Limits(serializers.Serializer):
+    query_row_limit = _limit_field("query_row_limit", "Rows returned per query at most.")
+    observation_byte_limit = _limit_field(
+        "observation_byte_limit", "Bytes of one query result handed to the model at most."
+    )
+    query_timeout_seconds = _limit_field("query_timeout_seconds", "Statement timeout of every query.")
+
+
+class DataSourceCreateSerializer(_StrictInput, _Limits):
     workspace = serializers.IntegerField()
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
-    type = serializers.ChoiceField(choices=DataSource.Type.choices)
+    type = serializers.ChoiceField(choices=DataSource.Type.choices, error_messages=_TYPE_ERRORS)
     connection_config = _JSONObject()
     credentials = _JSONObject(required=False, default=dict, write_only=True)
     access_level = serializers.ChoiceField(choices=DataSource.AccessLevel.choices, default="read_only")
     classifications = _JSONObject(required=False, default=dict)
+    create_file = serializers.BooleanField(required=False, default=False, help_text=_CREATE_FILE_HELP)
 
 
-class DataSourceUpdateSerializer(_StrictInput):
+class DataSourceUpdateSerializer(_StrictInput, _Limits):
     name = serializers.CharField(max_length=200, required=False)
     description = serializers.CharField(required=False, allow_blank=True)
-    type = serializers.ChoiceField(choices=DataSource.Type.choices, required=False)
+    type = serializers.ChoiceField(choices=DataSource.Type.choices, required=False, error_messages=_TYPE_ERRORS)
     connection_config = _JSONObject(required=False, help_text="Merged into the current config; null removes a key.")
     credentials = _JSONObject(required=False, write_only=True, help_text="Merged into the stored credentials.")
     access_level = serializers.ChoiceField(choices=DataSource.AccessLevel.choices, required=False)
     classifications = _JSONObject(required=False)
+    create_file = serializers.BooleanField(required=False, help_text=_CREATE_FILE_HELP)
 
 
 TEST_RESULT = inline_serializer(

@@ -37,10 +37,13 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from common.dberrors import failure_annotate, sqlstate_is_transient
+from common.text import text_storable
+from datasources.network import HostNotAllowed, host_check
 from datasources.types import ColumnInfo, ConnectionConfig, ConnectionTestResult, TableInfo
 
 CONNECT_TIMEOUT_SECONDS = 10
 DEFAULT_PG_PORT = 5432
+DEFAULT_TIMEOUT_MS = 30_000
 
 
 class ConnectorError(Exception):
@@ -52,7 +55,23 @@ class ConnectorError(Exception):
 
 
 class ConnectionFailed(ConnectorError):
-    """The database could not be reached or refused the login (worth retrying later)."""
+    """The database could not be reached or refused the login (worth retrying later).
+
+    ``kind`` is the class of failure shown to users: ``refused``, ``timeout``,
+    ``unreachable``, ``auth``, ``protocol``, ``not_found`` or ``not_allowed``. The
+    message never carries what the remote server said: a data source must not be
+    usable to read banners off other services on the network."""
+
+    def __init__(self, message: str, *, kind: str = "failed"):
+        super().__init__(message)
+        self.kind = kind
+
+
+class HostRefused(ConnectionFailed):
+    """The host is not one River may connect to; nothing was sent to it."""
+
+    def __init__(self, message: str):
+        super().__init__(message, kind="not_allowed")
 
 
 class QueryTimeout(ConnectorError):
@@ -75,6 +94,8 @@ class ConnectionSpec:
     type: str
     config: ConnectionConfig
     credentials: dict = field(default_factory=dict, repr=False)
+    # The statement timeout for every query and write (the source's, else its workspace's).
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
 
 
 @dataclass
@@ -83,41 +104,97 @@ class RawResult:
     rows: list[list]
     truncated: bool
     execution_time_ms: int
+    total_available: int | None = None  # rows the statement produced, when known without more work
+    note: str | None = None  # why rows or values were cut, for the model and the user
 
-    @classmethod
-    def capped(cls, *, columns: list[str], fetched: list, max_rows: int, elapsed_ms: int) -> RawResult:
-        """Connectors fetch ``max_rows + 1`` rows so that truncation can be reported."""
-        return cls(
-            columns=columns,
-            rows=[[jsonable(v) for v in row] for row in fetched[:max_rows]],
-            truncated=len(fetched) > max_rows,
-            execution_time_ms=elapsed_ms,
-        )
+
+FETCH_CHUNK = 200
+DEFAULT_MAX_BYTES = 65_536
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+
+
+def _cut_row(row: list, budget: int) -> list:
+    """The row with long text cells shortened so that it fits ``budget`` bytes."""
+    cut = list(row)
+    for index in sorted(range(len(cut)), key=lambda i: -_json_size(cut[i])):
+        over = _json_size(cut) - budget
+        if over <= 0:
+            break
+        value = cut[index]
+        if isinstance(value, str):
+            keep = max(0, len(value) - over - 16)
+            cut[index] = value[:keep] + "…[cut]"
+        else:
+            cut[index] = "[value too large]"
+    return cut
+
+
+def fetch_capped(cur, *, max_rows: int, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[list[list], bool, str | None]:
+    """At most ``max_rows`` rows and about ``max_bytes`` bytes of JSON, fetched in
+    chunks so a huge result is never held whole as JSON values. Returns (rows,
+    truncated, note)."""
+    rows: list[list] = []
+    size = 2
+    while len(rows) <= max_rows:
+        chunk = cur.fetchmany(min(FETCH_CHUNK, max_rows + 1 - len(rows)))
+        if not chunk:
+            return rows, False, None
+        for raw in chunk:
+            if len(rows) == max_rows:
+                return rows, True, f"Only the first {max_rows} rows are returned (row limit)."
+            row = [jsonable(v) for v in raw]
+            row_size = _json_size(row) + 1
+            if size + row_size > max_bytes:
+                if not rows:
+                    rows.append(_cut_row(row, max_bytes - size))
+                return rows, True, (
+                    f"Only the first {len(rows)} rows are returned: the result is cut at {max_bytes} bytes "
+                    "(observation byte limit); long values may be shortened."
+                )
+            rows.append(row)
+            size += row_size
+    return rows, True, f"Only the first {max_rows} rows are returned (row limit)."
 
 
 class Connector(Protocol):
+    dialect: str  # the SQL dialect (sqlglot's name) the engine speaks
+
     def test_connection(self) -> ConnectionTestResult: ...
 
     def discover(self) -> list[TableInfo]: ...
 
     def run_read_query(
-        self, *, sql: str, parameters: Any = None, max_rows: int = 1000, timeout_ms: int | None = None
+        self,
+        *,
+        sql: str,
+        parameters: Any = None,
+        max_rows: int = 1000,
+        timeout_ms: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> RawResult: ...
 
     def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int: ...
 
 
 def connector_for(spec: ConnectionSpec) -> Connector:
-    if spec.type == "postgresql":
-        return PostgresConnector(spec)
-    if spec.type == "sqlite":
-        return SQLiteConnector(spec)
-    raise ConnectorError(f"Unsupported data source type {spec.type!r}.")
+    """The connector for ``spec.type``; its ``dialect`` is what queries are parsed,
+    guarded and run as, whatever a source is labelled."""
+    connector_class = CONNECTORS.get(spec.type)
+    if connector_class is None:
+        raise ConnectorError(
+            f"Unsupported data source type {spec.type!r}; supported types: {', '.join(sorted(CONNECTORS))}."
+        )
+    return connector_class(spec)
 
 
 def jsonable(value: Any) -> Any:
     """A result cell as a JSON value (results are stored in the run's trace)."""
-    if value is None or isinstance(value, bool | int | str) or (isinstance(value, float) and math.isfinite(value)):
+    if isinstance(value, str):
+        return text_storable(value)  # a NUL or lone surrogate in a cell must not break the run's journal
+    if value is None or isinstance(value, bool | int) or (isinstance(value, float) and math.isfinite(value)):
         return value
     if isinstance(value, decimal.Decimal):
         if not value.is_finite():
@@ -136,8 +213,8 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    return str(value)
+        return {text_storable(str(k)): jsonable(v) for k, v in value.items()}
+    return text_storable(str(value))
 
 
 def _elapsed_ms(started: float) -> int:
@@ -221,9 +298,39 @@ WHERE con.conrelid = ANY($1) AND con.contype IN ('p', 'f')
 """
 
 
+_PG_FAILURES = (
+    # (kind, phrases of libpq's message, what users see); first match wins.
+    ("timeout", ("timeout expired", "timed out"), "Timed out: the server did not answer within {t} s."),
+    ("refused", ("connection refused",), "Connection refused: nothing accepted the connection at that address."),
+    ("unreachable", ("no route to host", "network is unreachable", "host is unreachable"),
+     "Unreachable: there is no route to that address."),
+    ("protocol", ("invalid response", "closed the connection unexpectedly", "expected authentication request",
+                  "unexpected message", "invalid message", "insufficient data"),
+     "Connection failed: the server did not answer as PostgreSQL."),
+    ("not_found", ("database",), "Not found: the server has no such database (or the login may not see it)."),
+    ("auth", ("authentication", "password", "pg_hba.conf", "role", "does not exist", "permission denied",
+              "not permitted", "certificate", "ssl"),
+     "Authentication failed: the server refused the login (check user, password, database and sslmode)."),
+)
+
+
+def pg_connect_failure(exc: BaseException) -> ConnectionFailed:
+    """The class of a connection failure, without any of the remote server's words."""
+    text = str(exc).lower()
+    for kind, phrases, message in _PG_FAILURES:
+        if any(phrase in text for phrase in phrases):
+            return ConnectionFailed(message.format(t=CONNECT_TIMEOUT_SECONDS), kind=kind)
+    return ConnectionFailed(
+        "Connection failed: the server did not complete a PostgreSQL login.", kind="protocol"
+    )
+
+
 class PostgresConnector:
+    dialect = "postgresql"
+
     def __init__(self, spec: ConnectionSpec):
         self.config = spec.config
+        self.timeout_ms = spec.timeout_ms
         self.credentials = spec.credentials or {}
         self.schema = spec.config.schema_name or "public"
 
@@ -238,9 +345,17 @@ class PostgresConnector:
         options = f"-c statement_timeout={int(timeout_ms)}"
         if read_only:
             options += " -c default_transaction_read_only=on"
+        port = self.config.port or DEFAULT_PG_PORT
+        try:
+            # Checked again at every connect, and the connection goes to the checked
+            # address (hostaddr): a name cannot resolve elsewhere in between.
+            checked = host_check(host=self.config.host or "", port=port)
+        except HostNotAllowed as exc:
+            raise HostRefused(exc.message) from None
         kwargs: dict[str, Any] = {
-            "host": self.config.host,
-            "port": self.config.port or DEFAULT_PG_PORT,
+            "host": checked.host,
+            "hostaddr": checked.address,
+            "port": port,
             "dbname": self.config.database,
             "user": self.credentials.get("user") or self.credentials.get("username"),
             "password": self.credentials.get("password"),
@@ -254,7 +369,7 @@ class PostgresConnector:
         try:
             return psycopg.connect(**{k: v for k, v in kwargs.items() if v is not None})
         except psycopg.Error as exc:
-            raise ConnectionFailed(f"Could not connect to PostgreSQL: {self._scrub(str(exc))}") from None
+            raise pg_connect_failure(exc) from None
 
     def _begin_read_only(self, cur, timeout_ms: int) -> None:
         cur.execute("SET TRANSACTION READ ONLY")
@@ -273,7 +388,7 @@ class PostgresConnector:
         ):
             return QueryRejected(f"The database refused the statement: {message}")
         if isinstance(exc, psycopg.OperationalError) and (not exc.sqlstate or sqlstate_is_transient(exc.sqlstate)):
-            return ConnectionFailed(f"Lost the connection to PostgreSQL: {message}")
+            return ConnectionFailed("Lost the connection to the database.", kind="lost")
         if isinstance(exc, psycopg.errors.SyntaxError) and "multiple commands" in message:
             return QueryRejected(f"The database refused the statement: {message}")
         return QueryFailed(f"The database reported an error: {message}")
@@ -282,7 +397,7 @@ class PostgresConnector:
     def test_connection(self) -> ConnectionTestResult:
         started = time.monotonic()
         try:
-            with self._connect(read_only=True, timeout_ms=self.config.statement_timeout_ms) as conn:
+            with self._connect(read_only=True, timeout_ms=self.timeout_ms) as conn:
                 conn.execute("SELECT 1").fetchone()
                 version = conn.info.server_version
                 superuser = conn.info.parameter_status("is_superuser") == "on"
@@ -303,7 +418,7 @@ class PostgresConnector:
     def discover(self) -> list[TableInfo]:
         # Catalog queries may need longer than an agent's query, but must still end
         # well inside the 30 s tool timeout (connecting may take up to 10 s).
-        timeout_ms = min(max(self.config.statement_timeout_ms, 15_000), 20_000)
+        timeout_ms = min(max(self.timeout_ms, 15_000), 20_000)
         try:
             with self._connect(read_only=True, timeout_ms=timeout_ms) as conn:
                 cur = conn.cursor()
@@ -350,10 +465,16 @@ class PostgresConnector:
         return result
 
     def run_read_query(
-        self, *, sql: str, parameters: Any = None, max_rows: int = 1000, timeout_ms: int | None = None
+        self,
+        *,
+        sql: str,
+        parameters: Any = None,
+        max_rows: int = 1000,
+        timeout_ms: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> RawResult:
         """Run one statement with ``$n`` placeholders and positional ``parameters``."""
-        timeout_ms = int(timeout_ms or self.config.statement_timeout_ms)
+        timeout_ms = int(timeout_ms or self.timeout_ms)
         params = list(parameters or [])
         with self._connect(read_only=True, timeout_ms=timeout_ms) as conn:
             try:
@@ -362,7 +483,11 @@ class PostgresConnector:
                 started = time.monotonic()
                 cur.execute(sql, params, prepare=True)
                 columns = [col.name for col in (cur.description or [])]
-                fetched = cur.fetchmany(max_rows + 1) if cur.description else []
+                rows, truncated, note = (
+                    fetch_capped(cur, max_rows=max_rows, max_bytes=max_bytes) if cur.description else ([], False, None)
+                )
+                # A client-side cursor holds the whole result: its size costs nothing.
+                total = cur.rowcount if cur.description and cur.rowcount >= 0 else None
                 elapsed = _elapsed_ms(started)
             except psycopg.Error as exc:
                 raise self._translate(exc) from None
@@ -370,10 +495,12 @@ class PostgresConnector:
                 if not conn.closed:
                     with contextlib.suppress(psycopg.Error):
                         conn.rollback()
-        return RawResult.capped(columns=columns, fetched=fetched, max_rows=max_rows, elapsed_ms=elapsed)
+        return RawResult(
+            columns=columns, rows=rows, truncated=truncated, execution_time_ms=elapsed, total_available=total, note=note
+        )
 
     def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int:
-        timeout_ms = self.config.statement_timeout_ms
+        timeout_ms = self.timeout_ms
         with self._connect(read_only=False, timeout_ms=timeout_ms) as conn:
 
             def quote(name: str) -> str:
@@ -424,6 +551,10 @@ _SQLITE_REFUSALS = ("readonly", "read-only", "not authorized", "authorization de
 _PROGRESS_EVERY = 1000  # VM instructions between deadline checks
 
 
+def _sqlite_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
 def _sqlite_quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -437,11 +568,14 @@ def _read_only_authorizer(action, arg1, arg2, db_name, trigger):
 
 
 class SQLiteConnector:
+    dialect = "sqlite"
+
     def __init__(self, spec: ConnectionSpec):
         if not spec.config.path:
             raise ConnectorError("A SQLite data source needs connection_config.path.")
         self.path = Path(spec.config.path)
         self.config = spec.config
+        self.timeout_ms = spec.timeout_ms
 
     def _connect(self, *, read_only: bool) -> sqlite3.Connection:
         if not self.path.is_file():
@@ -452,6 +586,9 @@ class SQLiteConnector:
                 f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=5, isolation_level=None
             )
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            # Text that is not valid UTF-8 is read with U+FFFD in place of the bad
+            # bytes rather than failing the whole query.
+            conn.text_factory = _sqlite_text
             if read_only:
                 conn.execute("PRAGMA query_only = ON")
             else:
@@ -527,10 +664,16 @@ class SQLiteConnector:
             conn.close()
 
     def run_read_query(
-        self, *, sql: str, parameters: Any = None, max_rows: int = 1000, timeout_ms: int | None = None
+        self,
+        *,
+        sql: str,
+        parameters: Any = None,
+        max_rows: int = 1000,
+        timeout_ms: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> RawResult:
         """Run one statement with ``:name`` placeholders and a ``parameters`` dict."""
-        timeout_ms = int(timeout_ms or self.config.statement_timeout_ms)
+        timeout_ms = int(timeout_ms or self.timeout_ms)
         conn = self._connect(read_only=True)
         deadline = time.monotonic() + timeout_ms / 1000
         conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_EVERY)
@@ -539,13 +682,18 @@ class SQLiteConnector:
             started = time.monotonic()
             cur = conn.execute(sql, parameters if parameters is not None else {})
             columns = [col[0] for col in (cur.description or [])]
-            fetched = cur.fetchmany(max_rows + 1) if cur.description else []
+            rows, truncated, note = (
+                fetch_capped(cur, max_rows=max_rows, max_bytes=max_bytes) if cur.description else ([], False, None)
+            )
             elapsed = _elapsed_ms(started)
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
         finally:
             conn.close()
-        return RawResult.capped(columns=columns, fetched=fetched, max_rows=max_rows, elapsed_ms=elapsed)
+        total = None if truncated else len(rows)
+        return RawResult(
+            columns=columns, rows=rows, truncated=truncated, execution_time_ms=elapsed, total_available=total, note=note
+        )
 
     def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int:
         statements = build_write_statements(
@@ -557,7 +705,7 @@ class SQLiteConnector:
             placeholder=lambda n: f"?{n}",
         )
         conn = self._connect(read_only=False)
-        deadline = time.monotonic() + self.config.statement_timeout_ms / 1000
+        deadline = time.monotonic() + self.timeout_ms / 1000
         conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_EVERY)
         affected = 0
         try:
@@ -581,3 +729,7 @@ def _sqlite_param(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value)
     return value
+
+
+CONNECTORS: dict[str, type] = {"postgresql": PostgresConnector, "sqlite": SQLiteConnector}
+SUPPORTED_TYPES = tuple(sorted(CONNECTORS))

@@ -6,10 +6,17 @@ from common.errors import InvalidInput, RiverError
 
 
 class DataSourceUnavailable(RiverError):
-    """The database could not be reached or refused the login. Worth retrying later."""
+    """The database could not be reached or refused the login. Worth retrying later.
+    ``details.failure`` is the class of failure (refused, timeout, unreachable, auth, protocol, lost)."""
 
     status_code = 503
     code = "data_source_unavailable"
+
+
+class HostNotAllowed(InvalidInput):
+    """The source's host is one River does not connect to (nothing was sent to it)."""
+
+    code = "host_not_allowed"
 
 
 class QueryRefused(InvalidInput):

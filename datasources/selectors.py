@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
 
 from common.errors import InvalidInput, NotFound
+from common.text import has_unstorable
 from datasources.models import DataSource
 from tenancy.selectors import workspaces_for_user
 
@@ -57,25 +59,50 @@ def data_source_prompt_metadata(*, data_source: DataSource) -> dict:
     }
 
 
-def sqlite_path_resolve(*, path: str) -> Path:
-    """The absolute file for a SQLite source's ``path``, which must lie inside
-    settings.RIVER_SQLITE_DATA_DIR (relative paths resolve there). This keeps a
-    workspace from pointing a source at River's own database or another tenant's file."""
-    root = Path(settings.RIVER_SQLITE_DATA_DIR).resolve()
+def sqlite_workspace_dir(*, workspace_id: int) -> Path:
+    """The directory that holds a workspace's SQLite files: ``<RIVER_SQLITE_DATA_DIR>/<workspace id>``."""
+    return Path(settings.RIVER_SQLITE_DATA_DIR).resolve() / str(int(workspace_id))
+
+
+def _path_refused(message: str, why: str) -> InvalidInput:
+    return InvalidInput(message, details={"connection_config.path": [why]})
+
+
+def sqlite_path_resolve(*, workspace_id: int, path: Any) -> Path:
+    """The absolute file for a SQLite source's ``path``, which must lie inside its
+    workspace's directory (``sqlite_workspace_dir``) once ``..`` and symlinks are
+    resolved; relative paths resolve there. One workspace can therefore never name
+    another's file, River's own database or any other file on the machine."""
+    if not isinstance(path, str) or not path.strip():
+        raise _path_refused("connection_config.path must be a file name.", "must be a non-empty string")
+    if has_unstorable(path) or any(ord(ch) < 32 for ch in path):
+        raise _path_refused(
+            "connection_config.path contains control characters.", "must not contain NUL or control characters"
+        )
+    if len(path) > 1024:
+        raise _path_refused("connection_config.path is too long.", "at most 1024 characters")
+    root = sqlite_workspace_dir(workspace_id=workspace_id)
     candidate = Path(path)
-    resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    try:
+        resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    except (OSError, RuntimeError, ValueError):  # symlink loops, unreadable parents
+        raise _path_refused("connection_config.path cannot be resolved.", "cannot be resolved") from None
     if not resolved.is_relative_to(root) or resolved == root:
-        raise InvalidInput(
-            "The SQLite file must be inside the SQLite data directory.",
-            details={"connection_config.path": [f"must be a file inside {root} (RIVER_SQLITE_DATA_DIR)"]},
+        raise _path_refused(
+            "The SQLite file must be inside this workspace's data directory.",
+            "must be a file inside this workspace's SQLite directory (a relative path such as 'sales.sqlite3')",
         )
     own_database = str(settings.DATABASES["default"].get("NAME") or "")
     if own_database and resolved == Path(own_database).resolve():
-        raise InvalidInput(
-            "River's own database cannot be a data source.",
-            details={"connection_config.path": ["River's own database cannot be a data source"]},
+        raise _path_refused(
+            "River's own database cannot be a data source.", "River's own database cannot be a data source"
         )
     return resolved
+
+
+def sqlite_path_relative(*, workspace_id: int, path: Path) -> str:
+    """How a resolved file inside the workspace's directory is stored in connection_config."""
+    return path.relative_to(sqlite_workspace_dir(workspace_id=workspace_id)).as_posix()
 
 
 def data_source_files_usage(*, workspace_id: int) -> tuple[int, int]:
@@ -89,7 +116,7 @@ def data_source_files_usage(*, workspace_id: int) -> tuple[int, int]:
         if not raw:
             continue
         try:
-            resolved = sqlite_path_resolve(path=raw)
+            resolved = sqlite_path_resolve(workspace_id=workspace_id, path=raw)
         except InvalidInput:
             continue
         if resolved in seen or not resolved.is_file():

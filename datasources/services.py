@@ -9,6 +9,8 @@ outside River's own database transactions.
 from __future__ import annotations
 
 import logging
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -17,11 +19,12 @@ from django.utils import timezone
 
 from common.crypto import decrypt_json, encrypt_json
 from common.errors import Conflict, InvalidInput, PermissionDenied, pydantic_details
-from datasources import connectors
-from datasources.errors import DataSourceUnavailable, QueryFailed, QueryRefused, QueryTimedOut
+from common.text import json_unstorable_path
+from datasources import connectors, network
+from datasources.errors import DataSourceUnavailable, HostNotAllowed, QueryFailed, QueryRefused, QueryTimedOut
 from datasources.identifiers import DEFAULT_SCHEMAS, qualified_table_parse, schema_matches, table_resolve
 from datasources.models import DataSource
-from datasources.selectors import sqlite_path_resolve
+from datasources.selectors import sqlite_path_relative, sqlite_path_resolve
 from datasources.sqlguard import query_check
 from datasources.types import ConnectionConfig, ConnectionTestResult, QueryResult, TableInfo, WriteResult
 from datasources.write_retry import write_with_retry
@@ -32,7 +35,15 @@ MAX_ROWS_LIMIT = 10_000
 MAX_WRITE_ROWS = 1_000
 WRITE_OPERATIONS = ("insert", "update", "delete")
 _CONNECTION_FIELDS = {"type", "connection_config", "credentials"}
-_UPDATABLE = {"name", "description", "access_level", "classifications"} | _CONNECTION_FIELDS
+# name -> (minimum, maximum); null means "inherit the workspace's value".
+LIMIT_RANGES = {
+    "query_row_limit": (1, 100_000),
+    "observation_byte_limit": (1024, 1_048_576),
+    "query_timeout_seconds": (1, 300),
+}
+_UPDATABLE = {"name", "description", "access_level", "classifications", "create_file"} | _CONNECTION_FIELDS | set(
+    LIMIT_RANGES
+)
 
 
 class PostgresCredentials(pydantic.BaseModel):
@@ -54,9 +65,58 @@ def _choice(value: Any, choices, field: str) -> str:
     return value
 
 
-def connection_config_validate(*, type: str, connection_config: Any) -> dict:
+def type_validate(value: Any) -> str:
+    """A type River has a connector for; the error lists the supported ones."""
+    supported = list(connectors.SUPPORTED_TYPES)
+    if value not in supported:
+        listed = ", ".join(supported)
+        raise InvalidInput(
+            f"type {str(value)[:40]!r} is not supported; supported types: {listed}.",
+            details={"type": [f"unsupported type; supported types: {listed}"]},
+        )
+    return value
+
+
+def storable_check(value: Any, field: str) -> None:
+    """Refuse text PostgreSQL cannot store (NUL, lone surrogates), naming the field."""
+    where = json_unstorable_path(value)
+    if where:
+        name = field if where == "value" else f"{field}.{where}"
+        raise InvalidInput(
+            f"{name} contains a NUL byte or an invalid character.", details={name: ["must not contain NUL bytes"]}
+        )
+
+
+def limits_validate(values: dict) -> dict:
+    """Per-source limits: each an integer in its range, or null to inherit the workspace's."""
+    checked = {}
+    for name, (low, high) in LIMIT_RANGES.items():
+        if name not in values:
+            continue
+        value = values[name]
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high):
+            raise InvalidInput(
+                f"{name} must be an integer from {low} to {high}, or null to use the workspace's.",
+                details={name: [f"{low}..{high} or null"]},
+            )
+        checked[name] = value
+    return checked
+
+
+def _pg_host_validate(config: ConnectionConfig) -> None:
+    try:
+        network.host_check(host=config.host or "", port=config.port or connectors.DEFAULT_PG_PORT)
+    except network.HostNotAllowed as exc:
+        raise HostNotAllowed(exc.message, details={"connection_config.host": [exc.message]}) from None
+
+
+def connection_config_validate(*, type: str, connection_config: Any, workspace_id: int | None = None) -> dict:
+    """Check the settings for ``type``. A PostgreSQL host is resolved and must pass
+    the network policy (datasources.network); a SQLite path must lie in the
+    workspace's directory and is stored relative to it."""
     if not isinstance(connection_config, dict):
         raise InvalidInput("connection_config must be an object.", details={"connection_config": ["must be an object"]})
+    storable_check(connection_config, "connection_config")
     try:
         config = ConnectionConfig.model_validate(connection_config)
     except pydantic.ValidationError as exc:
@@ -68,6 +128,8 @@ def connection_config_validate(*, type: str, connection_config: Any) -> dict:
             problems["connection_config.host"] = ["required for postgresql"]
         if not config.database:
             problems["connection_config.database"] = ["required for postgresql"]
+        elif "=" in config.database or "://" in config.database or len(config.database) > 63:
+            problems["connection_config.database"] = ["must be a database name (no connection strings)"]
         if config.path:
             problems["connection_config.path"] = ["only for sqlite"]
         if config.sslmode and config.sslmode not in {
@@ -79,14 +141,58 @@ def connection_config_validate(*, type: str, connection_config: Any) -> dict:
             "verify-full",
         }:
             problems["connection_config.sslmode"] = ["not a libpq sslmode"]
+        if config.host and "connection_config.host" not in problems:
+            try:
+                network.host_syntax_check(config.host)
+            except network.HostNotAllowed as exc:
+                problems["connection_config.host"] = [exc.message]
     elif type == DataSource.Type.SQLITE:
+        for key in ("host", "port", "database", "sslmode"):
+            if getattr(config, key) is not None:
+                problems[f"connection_config.{key}"] = ["not for sqlite"]
         if not config.path:
             problems["connection_config.path"] = ["required for sqlite"]
-        else:
-            sqlite_path_resolve(path=config.path)
+        elif workspace_id is not None:
+            resolved = sqlite_path_resolve(workspace_id=workspace_id, path=config.path)
+            config = config.model_copy(update={"path": sqlite_path_relative(workspace_id=workspace_id, path=resolved)})
     if problems:
         raise InvalidInput("connection_config is invalid.", details=problems)
     return config.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+def connection_host_check(*, type: str, connection_config: dict) -> None:
+    """A network source's host, resolved, must pass the network policy (checked
+    again at every connect). Called once the rest of the input is known to be valid."""
+    if type == DataSource.Type.POSTGRESQL:
+        _pg_host_validate(ConnectionConfig.model_validate(connection_config))
+
+
+def sqlite_file_ensure(*, workspace_id: int, path: str, create: bool) -> Path:
+    """The source's SQLite file, which must exist unless ``create`` asks for an empty one."""
+    resolved = sqlite_path_resolve(workspace_id=workspace_id, path=path)
+    if resolved.exists():
+        if not resolved.is_file():
+            raise InvalidInput(
+                "connection_config.path is not a regular file.", details={"connection_config.path": ["not a file"]}
+            )
+        return resolved
+    if not create:
+        raise InvalidInput(
+            "The SQLite file does not exist; send create_file: true to create an empty database.",
+            details={"connection_config.path": ["file does not exist (send create_file: true to create it)"]},
+        )
+    resolved.parent.mkdir(parents=True, exist_ok=True)
+    # The parent chain was created inside the workspace directory; resolve again in
+    # case a symlink appeared meanwhile, then create the file (and only the file).
+    resolved = sqlite_path_resolve(workspace_id=workspace_id, path=path)
+    try:
+        sqlite3.connect(f"{resolved.as_uri()}?mode=rwc", uri=True).close()
+    except sqlite3.Error:
+        raise InvalidInput(
+            "The SQLite file could not be created.", details={"connection_config.path": ["cannot be created"]}
+        ) from None
+    logger.info("workspace %s: created empty SQLite file %s", workspace_id, resolved.name)
+    return resolved
 
 
 def credentials_validate(*, type: str, credentials: Any) -> dict:
@@ -135,9 +241,13 @@ def _merge(current: dict, changes: dict) -> dict:
 def _spec(data_source: DataSource) -> connectors.ConnectionSpec:
     config = ConnectionConfig.model_validate(data_source.connection_config or {})
     if data_source.type == DataSource.Type.SQLITE and config.path:
-        config = config.model_copy(update={"path": str(sqlite_path_resolve(path=config.path))})
+        resolved = sqlite_path_resolve(workspace_id=data_source.workspace_id, path=config.path)
+        config = config.model_copy(update={"path": str(resolved)})
     return connectors.ConnectionSpec(
-        type=data_source.type, config=config, credentials=decrypt_json(data_source.credentials_encrypted)
+        type=data_source.type,
+        config=config,
+        credentials=decrypt_json(data_source.credentials_encrypted),
+        timeout_ms=data_source.effective_timeout_ms,
     )
 
 
@@ -149,8 +259,10 @@ def _connector(data_source: DataSource) -> connectors.Connector:
 
 
 def _raise_for(exc: connectors.ConnectorError) -> None:
+    if isinstance(exc, connectors.HostRefused):
+        raise HostNotAllowed(exc.message, details={"connection_config.host": [exc.message]}) from None
     if isinstance(exc, connectors.ConnectionFailed):
-        raise DataSourceUnavailable(exc.message) from None
+        raise DataSourceUnavailable(exc.message, details={"failure": exc.kind}) from None
     if isinstance(exc, connectors.QueryTimeout):
         raise QueryTimedOut(exc.message) from None
     if isinstance(exc, connectors.QueryRejected):
@@ -180,18 +292,37 @@ def data_source_create(
     description: str = "",
     access_level: str = DataSource.AccessLevel.READ_ONLY,
     classifications: dict[str, str] | None = None,
+    create_file: bool = False,
+    query_row_limit: int | None = None,
+    observation_byte_limit: int | None = None,
+    query_timeout_seconds: int | None = None,
 ) -> DataSource:
-    name = (name or "").strip()
+    """A SQLite source's file must exist in the workspace's directory unless
+    ``create_file`` asks for an empty database to be created there."""
+    storable_check(name, "name")
+    storable_check(description, "description")
+    name = (name or "").strip() if isinstance(name, str) else ""
     if not name:
         raise InvalidInput("name is required.", details={"name": ["required"]})
     if len(name) > 200:
         raise InvalidInput("name is too long.", details={"name": ["at most 200 characters"]})
-    _choice(type, DataSource.Type, "type")
+    type_validate(type)
     _choice(access_level, DataSource.AccessLevel, "access_level")
-    config = connection_config_validate(type=type, connection_config=connection_config)
+    limits = limits_validate(
+        {
+            "query_row_limit": query_row_limit,
+            "observation_byte_limit": observation_byte_limit,
+            "query_timeout_seconds": query_timeout_seconds,
+        }
+    )
+    config = connection_config_validate(type=type, connection_config=connection_config, workspace_id=workspace.pk)
     secrets = credentials_validate(type=type, credentials=credentials)
+    labels = _classifications_validate(classifications)
     if DataSource.objects.filter(workspace=workspace, name=name).exists():
         raise Conflict("A data source with this name already exists.", details={"name": ["already exists"]})
+    connection_host_check(type=type, connection_config=config)
+    if type == DataSource.Type.SQLITE:
+        sqlite_file_ensure(workspace_id=workspace.pk, path=config["path"], create=bool(create_file))
     try:
         with transaction.atomic():
             data_source = DataSource.objects.create(
@@ -202,7 +333,8 @@ def data_source_create(
                 connection_config=config,
                 credentials_encrypted=encrypt_json(secrets),
                 access_level=access_level,
-                classifications=_classifications_validate(classifications),
+                classifications=labels,
+                **limits,
             )
     except IntegrityError:
         raise Conflict("A data source with this name already exists.", details={"name": ["already exists"]}) from None
@@ -219,14 +351,21 @@ def data_source_update(*, data_source: DataSource, **changes) -> DataSource:
         raise InvalidInput(
             f"Unknown or read-only fields: {', '.join(unknown)}.", details={k: ["cannot be updated"] for k in unknown}
         )
+    create_file = bool(changes.pop("create_file", False))
     if not changes:
         return data_source
+    for key in ("name", "description", "classifications"):
+        if key in changes:
+            storable_check(changes[key], key)
     fields: set[str] = set()
     new_type = changes.get("type", data_source.type)
     if "type" in changes:
-        _choice(new_type, DataSource.Type, "type")
+        type_validate(new_type)
+    for key, value in limits_validate(changes).items():
+        setattr(data_source, key, value)
+        fields.add(key)
     if "name" in changes:
-        name = (changes["name"] or "").strip()
+        name = (changes["name"] or "").strip() if isinstance(changes["name"], str) else ""
         if not name:
             raise InvalidInput("name is required.", details={"name": ["required"]})
         if (
@@ -258,7 +397,13 @@ def data_source_update(*, data_source: DataSource, **changes) -> DataSource:
         )
         if new_type != data_source.type and "connection_config" in changes:
             current_config = {}  # a new engine starts from the given settings only
-        config = connection_config_validate(type=new_type, connection_config=_merge(current_config, config_changes))
+        config = connection_config_validate(
+            type=new_type,
+            connection_config=_merge(current_config, config_changes),
+            workspace_id=data_source.workspace_id,
+        )
+        if new_type == DataSource.Type.SQLITE:
+            sqlite_file_ensure(workspace_id=data_source.workspace_id, path=config["path"], create=create_file)
         if "credentials" in changes:
             credential_changes = changes["credentials"]
             if credential_changes is not None and not isinstance(credential_changes, dict):
@@ -267,6 +412,7 @@ def data_source_update(*, data_source: DataSource, **changes) -> DataSource:
             secrets = credentials_validate(type=new_type, credentials=_merge(base, credential_changes or {}))
         else:
             secrets = credentials_validate(type=new_type, credentials=decrypt_json(data_source.credentials_encrypted))
+        connection_host_check(type=new_type, connection_config=config)
         unchanged = (
             new_type == data_source.type
             and config == current_config
@@ -364,23 +510,43 @@ def _scalar_ok(value: Any) -> bool:
 
 
 def query_execute(
-    *, data_source: DataSource, query: str, max_rows: int = 1000, parameters: dict | None = None
+    *,
+    data_source: DataSource,
+    query: str,
+    max_rows: int | None = None,
+    parameters: dict | None = None,
+    timeout_ms_cap: int | None = None,
 ) -> QueryResult:
-    """Run one guarded read-only statement against the source (see datasources.sqlguard)."""
-    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or not 1 <= max_rows <= MAX_ROWS_LIMIT:
+    """Run one guarded read-only statement against the source (see datasources.sqlguard).
+
+    The dialect the query is parsed, guarded and bound in is the connector's, not the
+    source's label. Rows are capped at ``max_rows`` and at the source's row limit
+    (else its workspace's), and the result at the source's observation byte limit;
+    a cut result says ``truncated`` and carries a ``note``. ``timeout_ms_cap`` lowers
+    the statement timeout (a caller with its own deadline: the query must end first)."""
+    row_limit = data_source.effective_row_limit
+    if max_rows is not None and (
+        not isinstance(max_rows, int) or isinstance(max_rows, bool) or not 1 <= max_rows <= MAX_ROWS_LIMIT
+    ):
         raise InvalidInput(
             f"max_rows must be between 1 and {MAX_ROWS_LIMIT}.", details={"max_rows": [f"1..{MAX_ROWS_LIMIT}"]}
         )
+    max_rows = min(max_rows or row_limit, row_limit)
+    if not isinstance(query, str):
+        raise InvalidInput("query must be text.", details={"query": ["must be a string"]})
+    storable_check(query, "query")
     if parameters is not None and not isinstance(parameters, dict):
         raise InvalidInput(
             "parameters must be an object of named values.", details={"parameters": ["must be {name: value}"]}
         )
     parameters = parameters or {}
+    storable_check(parameters, "parameters")
     tables = _cached_tables(data_source)
     config = ConnectionConfig.model_validate(data_source.connection_config or {})
+    connector = _connector(data_source)
     verdict = query_check(
         sql=query,
-        dialect=data_source.type,
+        dialect=connector.dialect,
         allowed_tables=[t.table_name for t in tables],
         schema_name=config.schema_name,
     )
@@ -398,13 +564,17 @@ def query_execute(
             "parameter values must be scalars or lists of scalars.",
             details={f"parameters.{n}": ["bad type"] for n in bad},
         )
-    if data_source.type == DataSource.Type.POSTGRESQL:
+    if connector.dialect == DataSource.Type.POSTGRESQL:
         bound: Any = [parameters[name] for name in verdict.parameter_names]
     else:
         bound = {name: parameters[name] for name in verdict.parameter_names}
     try:
-        raw = _connector(data_source).run_read_query(
-            sql=verdict.sql, parameters=bound, max_rows=max_rows, timeout_ms=config.statement_timeout_ms
+        raw = connector.run_read_query(
+            sql=verdict.sql,
+            parameters=bound,
+            max_rows=max_rows,
+            timeout_ms=min(data_source.effective_timeout_ms, timeout_ms_cap or data_source.effective_timeout_ms),
+            max_bytes=data_source.effective_byte_limit,
         )
     except connectors.ConnectorError as exc:
         _raise_for(exc)
@@ -415,6 +585,8 @@ def query_execute(
         execution_time_ms=raw.execution_time_ms,
         truncated=raw.truncated,
         tables=verdict.tables,
+        total_available=raw.total_available,
+        note=raw.note,
     )
 
 
@@ -469,6 +641,8 @@ def write_back_execute(
     NULL), so a mass change of a whole table is impossible through this path."""
     if data_source.access_level != DataSource.AccessLevel.READ_WRITE:
         raise PermissionDenied("This data source is read only; write-back is not allowed.")
+    storable_check(data, "data")
+    storable_check(conditions, "conditions")
     if operation not in WRITE_OPERATIONS:
         raise InvalidInput(
             f"operation must be one of {', '.join(WRITE_OPERATIONS)}.", details={"operation": ["invalid choice"]}

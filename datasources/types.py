@@ -18,7 +18,8 @@ class ConnectionConfig(BaseModel):
     path: str | None = None  # sqlite file
     sslmode: str | None = None
     schema_name: str | None = Field(default=None, alias="schema")
-    statement_timeout_ms: int = Field(default=10_000, ge=100, le=300_000)
+    # Overrides the source's query_timeout_seconds when set (finer than seconds).
+    statement_timeout_ms: int | None = Field(default=None, ge=100, le=300_000)
 
 
 class ColumnInfo(BaseModel):
@@ -55,6 +56,8 @@ class QueryResult(BaseModel):
     execution_time_ms: int
     truncated: bool = False
     tables: list[str] = Field(default_factory=list)
+    total_available: int | None = None  # rows the query produced, when known without more work
+    note: str | None = None  # why rows or values were cut
 
 
 class WriteResult(BaseModel):

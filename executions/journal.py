@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connections, transaction
 
+from common.text import json_storable
 from executions.engine.contracts import Step
 from executions.engine.runner import RunInterrupted
 from executions.engine.state import RunState
@@ -55,7 +56,8 @@ def step_columns(step: Step) -> dict:
 
 
 def step_row(execution_id: int, step: Step) -> ExecutionStep:
-    return ExecutionStep(execution_id=execution_id, **step_columns(step))
+    """An unsaved row; text PostgreSQL cannot store (NUL, lone surrogates) is escaped."""
+    return ExecutionStep(execution_id=execution_id, **json_storable(step_columns(step)))
 
 
 def step_from_row(row: ExecutionStep) -> Step:
@@ -286,8 +288,16 @@ _django_json_default = DjangoJSONEncoder().default
 def _json(value) -> str:
     """JSON text for the journal statement. orjson: several times faster than the
     standard library on the step payloads serialised every turn; values it does not
-    know (Decimal, lazy strings) are converted as Django's encoder does."""
-    return orjson.dumps(value, default=_django_json_default, option=orjson.OPT_NON_STR_KEYS).decode()
+    know (Decimal, lazy strings) are converted as Django's encoder does. A NUL
+    (``\\u0000``, which jsonb refuses) or a lone surrogate (which orjson refuses) is
+    escaped (common.text) rather than failing the flush on every retry."""
+    try:
+        text = orjson.dumps(value, default=_django_json_default, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:
+        text = b"\\u0000"  # not valid UTF-8 (a lone surrogate): take the escaping path below
+    if b"\\u0000" in text:
+        text = orjson.dumps(json_storable(value), default=_django_json_default, option=orjson.OPT_NON_STR_KEYS)
+    return text.decode()
 
 
 def _execute_prepared(db, sql: str, params: dict) -> list[tuple]:

@@ -88,7 +88,7 @@ def user_context_build(*, user, workspace) -> UserContext:
         workspace_id=workspace.pk,
         roles=workspace_roles(user=user, workspace=workspace),
         permissions=sorted(workspace_permissions(user=user, workspace=workspace)),
-        attributes={"time_zone": workspace.time_zone},
+        attributes={"time_zone": workspace.time_zone, "observation_byte_limit": workspace.observation_byte_limit},
     )
 
 

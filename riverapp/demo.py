@@ -53,12 +53,16 @@ class SeedReport:
         return bool(self.created)
 
 
-# Relative to RIVER_SQLITE_DATA_DIR, the only place SQLite data sources may live.
+# Relative to the demo workspace's directory, RIVER_SQLITE_DATA_DIR/<workspace id>/,
+# the only place the workspace's SQLite data sources may live.
 DEMO_DATABASE = "demo/support.sqlite3"
 
 
-def demo_database_path() -> Path:
-    return Path(settings.RIVER_SQLITE_DATA_DIR) / DEMO_DATABASE
+def demo_database_path(workspace_id: int | None = None) -> Path:
+    """The support database's file; by default the seeded demo workspace's."""
+    if workspace_id is None:
+        workspace_id = Workspace.objects.get(organization__slug=ORG_SLUG, slug=WORKSPACE_SLUG).pk
+    return Path(settings.RIVER_SQLITE_DATA_DIR) / str(workspace_id) / DEMO_DATABASE
 
 
 # --- The support database -------------------------------------------------------
@@ -475,12 +479,6 @@ def _agent(*, workspace: Workspace, owner, data_source: DataSource, spec: dict, 
 def demo_seed(*, refresh_data: bool = False) -> SeedReport:
     """Create whatever part of the demo is missing. Safe to run any number of times."""
     report = SeedReport(created=[])
-    path = demo_database_path()
-    report.database_path = path
-    if refresh_data or not path.exists():
-        demo_database_build(path=path)
-        report.created.append(f"demo database {path}")
-
     with transaction.atomic():
         org, created = Organization.objects.get_or_create(slug=ORG_SLUG, defaults={"name": ORG_NAME})
         if created:
@@ -490,6 +488,16 @@ def demo_seed(*, refresh_data: bool = False) -> SeedReport:
         )
         if created:
             report.created.append(f"workspace {workspace.name}")
+
+    # The file lives in the workspace's own directory, so it is built once the
+    # workspace exists (and outside a transaction: no I/O inside one).
+    path = demo_database_path(workspace.pk)
+    report.database_path = path
+    if refresh_data or not path.exists():
+        demo_database_build(path=path)
+        report.created.append(f"demo database {path}")
+
+    with transaction.atomic():
         admin = _admin(report)
         _, created = OrganizationMember.objects.get_or_create(
             organization=org, user=admin, defaults={"role": OrganizationMember.OrgRole.ADMIN}

@@ -117,3 +117,27 @@ def validate_redis_url(name: str, url: str | None) -> str | None:
     if urlparse(url).scheme not in {"redis", "rediss"}:
         raise ImproperlyConfigured(f"{name} must start with redis:// or rediss://, got {url!r}")
     return url
+
+
+def env_network_allow_list(name: str, default: list[str]) -> list[str]:
+    """Comma-separated entries, each ``public``, an IP address, a CIDR range or a host name."""
+    import ipaddress
+    import re
+
+    entries = env_list(name, default)
+    label = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+    hostname = re.compile(rf"^(?=.{{1,253}}$){label}(\.{label})*\.?$")
+    for entry in entries:
+        if entry.lower() == "public":
+            continue
+        try:
+            ipaddress.ip_network(entry.strip("[]"), strict=False)
+            continue
+        except ValueError:
+            pass
+        last = entry.rstrip(".").rsplit(".", 1)[-1]
+        if not hostname.match(entry) or last.isdigit():
+            raise ImproperlyConfigured(
+                f"{name} entries must be 'public', an IP address, a CIDR range or a host name, got {entry!r}"
+            )
+    return entries

@@ -17,6 +17,7 @@ from riverapp.env import (
     env_bool,
     env_int,
     env_list,
+    env_network_allow_list,
     env_str,
     env_timezone,
     validate_redis_url,
@@ -259,6 +260,10 @@ RIVER_STORAGE_QUOTA_BYTES = env_int("RIVER_STORAGE_QUOTA_BYTES", 5 * 1024**3, mi
 # SQLite data sources may only live under this directory (relative paths resolve here),
 # so a workspace cannot point a data source at River's own database or any other file.
 RIVER_SQLITE_DATA_DIR = Path(env_str("RIVER_SQLITE_DATA_DIR") or VAR_DIR / "datasources")
+# Where network data sources (PostgreSQL) may connect: "public" (any globally routable
+# address), IPs, CIDR ranges and host names. Loopback, private and link-local addresses
+# need an explicit entry; River's own database, cache and broker are refused always.
+RIVER_DATA_SOURCE_ALLOWED_HOSTS = env_network_allow_list("RIVER_DATA_SOURCE_ALLOWED_HOSTS", ["public"])
 RIVER_ADMIN_PASSWORD = env_str("RIVER_ADMIN_PASSWORD") or None
 RIVER_APPROVAL_REMINDER_MINUTES = env_int("RIVER_APPROVAL_REMINDER_MINUTES", 60, minimum=1)
 

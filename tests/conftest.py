@@ -97,3 +97,13 @@ def api_client_for():
 
 
 from tests.fakes.openai_server import fake_openai  # noqa: E402,F401 - shared fixture
+
+
+@pytest.fixture(autouse=True)
+def _no_dns_for_data_sources(monkeypatch):
+    """Data source hosts are resolved before River connects (datasources.network).
+    In tests a name resolves only when listed here, so no test sends a DNS query."""
+    from datasources import network
+
+    known = {"localhost": ["127.0.0.1"]}
+    monkeypatch.setattr(network, "resolver", lambda host, port: list(known.get(host.lower().rstrip("."), [])))

@@ -10,6 +10,9 @@ os.environ.setdefault("DEBUG", "true")
 os.environ.setdefault("SECRET_KEY", "river-tests-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/river")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
+# The suite's PostgreSQL data sources live on this machine (tests/datasources/fixtures.py
+# reaches them through a local relay, since River's own database port is refused).
+os.environ.setdefault("RIVER_DATA_SOURCE_ALLOWED_HOSTS", "127.0.0.1")
 
 from riverapp.settings import *  # noqa: E402,F403
 

@@ -21,6 +21,7 @@ import pydantic
 
 from agents.types import Tier
 from common.errors import pydantic_details
+from common.text import json_storable, text_storable
 from executions.engine import context as ctxmod
 from executions.engine import gate
 from executions.engine.contracts import (
@@ -37,6 +38,7 @@ from executions.engine.contracts import (
     Usage,
 )
 from executions.engine.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall
+from executions.engine.observation import observation_byte_limit, observation_fit
 from executions.engine.state import RUNNER_MODEL, RunState, call_hash, step
 from executions.engine.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from governance.types import Decision
@@ -177,6 +179,9 @@ def _tool_message(call_id: str, name: str, payload, *, ok: bool) -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": f"[Tool Result] Tool '{name}' {verb}: {body}"}
 
 
+_STORED_TEXT = frozenset({"input", "output", "messages", "error"})
+
+
 def _summarise(value, limit: int = 240) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -194,6 +199,9 @@ class Engine:
 
     # --- bookkeeping -----------------------------------------------------------------
     def _add(self, state: RunState, step_type: StepType, **fields):
+        # Model replies and tool arguments may carry NUL or lone surrogates: escaped
+        # here, so neither the journal nor the run's result refuses them (common.text).
+        fields = {key: json_storable(value) if key in _STORED_TEXT else value for key, value in fields.items()}
         new = step(state, step_type, **fields)
         state.apply(new)
         self.journal.record(state, new)
@@ -546,6 +554,9 @@ class Engine:
 
         if error is not None:
             status = StepStatus.FAILED
+            limit = observation_byte_limit(request.user_context.attributes)
+            error = ToolError(error.kind, text_storable(str(error.message))[:limit],
+                              observation_fit(error.details, limit=limit))
             body = {"error": {"code": _KIND_CODES[error.kind], "message": error.message, "details": error.details},
                     "status": "timeout" if error.kind == ToolErrorKind.TIMEOUT else "error", "attempts": attempts + 1}
             self._add(state, StepType.OBSERVATION, tool_name=call.name, tool_category=tool.category.value,
@@ -556,7 +567,9 @@ class Engine:
             result = output.model_dump(mode="json") if isinstance(output, pydantic.BaseModel) else output
             result = tool.output_model.model_validate(result).model_dump(mode="json")
             withheld = self._export_check(state, call, tool, args, result)
-            shown = withheld or result
+            shown = withheld or observation_fit(
+                result, limit=observation_byte_limit(request.user_context.attributes)
+            )
             observed = {"result": shown, "_dispatched": True, "summary": _summarise(shown, 300),
                         "llm_usage": sub_usage}
             if call.name == "execute_query" and not withheld:
@@ -633,6 +646,25 @@ class Engine:
         return Outcome(status=status, error=error if status == ResponseStatus.FAILED else None)
 
 
+DATA_TOOLS = frozenset({"execute_query", "write_back"})
+WRITE_DATA_TOOLS = frozenset({"write_back"})
+
+
+def summary_build(state: RunState) -> str:
+    """The run's summary: the final answer, unless every data tool call failed, in
+    which case it says so first: an answer without data must not read as one with it."""
+    answer = state.final_answer or ""
+    data_calls = [a for a in state.actions_taken if a.tool_name in DATA_TOOLS]
+    if not data_calls or any(a.status == StepStatus.COMPLETED.value for a in data_calls):
+        return answer
+    failures = "; ".join(f"{a.tool_name}: {a.result_summary or a.status}" for a in data_calls[-3:])
+    wrote = any(a.tool_name in WRITE_DATA_TOOLS for a in data_calls)
+    head = (f"{'Nothing was written' if wrote else 'No data was retrieved'}: "
+            f"{'the' if len(data_calls) == 1 else 'all ' + str(len(data_calls))} "
+            f"data tool call{'' if len(data_calls) == 1 else 's'} failed ({failures}).")
+    return f"{head} The agent's reply below is not based on data.\n\n{answer}" if answer else head
+
+
 def response_build(state: RunState, outcome: Outcome) -> ExecutionResponse:
     """ExecutionResponse from a state and how the segment ended."""
     usage = Usage(
@@ -648,7 +680,7 @@ def response_build(state: RunState, outcome: Outcome) -> ExecutionResponse:
         execution_id=state.request.execution_id,
         status=outcome.status,
         result=ExecutionResult(
-            summary=state.final_answer or "",
+            summary=summary_build(state),
             actions_taken=state.actions_taken,
             recommendations=state.recommendations,
             output_artifacts=state.output_artifacts,

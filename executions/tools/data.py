@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from common.errors import Conflict, InvalidInput, NotFound, PermissionDenied, RiverError
 from datasources import services as ds_services
 from datasources.catalog import CatalogMatch, catalog_search
+from datasources.connectors import SUPPORTED_TYPES
 from datasources.errors import DataSourceUnavailable, QueryTimedOut
 from datasources.selectors import data_source_files_usage, data_source_get_in_workspace, data_sources_in_workspace
 from datasources.types import TableInfo
@@ -33,6 +34,7 @@ from tenancy.selectors import require_permission, workspace_get_for_user
 
 T = TypeVar("T")
 TIMEOUT_SECONDS = 30.0
+QUERY_DEADLINE_MARGIN_MS = 12_000  # connecting may take up to 10 s (connectors.CONNECT_TIMEOUT_SECONDS)
 
 
 class _Input(BaseModel):
@@ -91,12 +93,15 @@ def _require_bound(ctx: ToolContext, data_source_id: int) -> None:
 
 class CreateDataSourceInput(_Input):
     name: str = Field(min_length=1, max_length=200, description="Data source display name.")
-    type: str = Field(description='Connector type: "postgresql" or "sqlite".')
+    type: str = Field(description=f"Connector type, one of: {', '.join(SUPPORTED_TYPES)}.")
     connection_config: dict[str, Any] = Field(
         description="Connection parameters: host, port, database, sslmode, schema (postgresql) or path (sqlite)."
     )
     credentials: dict[str, Any] = Field(description="Authentication credentials: user and password ({} for sqlite).")
     description: str = Field(default="", description="Human-readable description.")
+    create_file: bool = Field(
+        default=False, description="sqlite only: create an empty database file if the path does not exist."
+    )
 
 
 class CreateDataSourceOutput(BaseModel):
@@ -115,6 +120,7 @@ def create_data_source(ctx: ToolContext, args: CreateDataSourceInput) -> CreateD
             connection_config=args.connection_config,
             credentials=args.credentials,
             description=args.description,
+            create_file=args.create_file,
         )
     )
     return CreateDataSourceOutput(
@@ -189,7 +195,12 @@ def discover_schema(ctx: ToolContext, args: DataSourceIdInput) -> DiscoverSchema
 class ExecuteQueryInput(_Input):
     data_source_id: int = Field(description="Target data source (one bound to this agent).")
     query: str = Field(min_length=1, description="One read-only SQL SELECT; use :name placeholders for values.")
-    max_rows: int = Field(default=1000, ge=1, le=ds_services.MAX_ROWS_LIMIT, description="Maximum rows to return.")
+    max_rows: int | None = Field(
+        default=None,
+        ge=1,
+        le=ds_services.MAX_ROWS_LIMIT,
+        description="Maximum rows to return (at most the source's row limit, which is also the default).",
+    )
     parameters: dict[str, Any] | None = Field(
         default=None, description="Values for the query's :name placeholders, bound by the driver."
     )
@@ -202,14 +213,23 @@ class ExecuteQueryOutput(BaseModel):
     execution_time_ms: int
     truncated: bool = False
     tables: list[str] = Field(default_factory=list)
+    total_available: int | None = None
+    note: str | None = None
 
 
 def execute_query(ctx: ToolContext, args: ExecuteQueryInput) -> ExecuteQueryOutput:
     _require_bound(ctx, args.data_source_id)
     source = _data_source(ctx, args.data_source_id)
+    # The statement must time out before the engine gives up on the tool: a statement
+    # timeout is reported and not retried, a tool timeout is retried (another query).
+    tool_seconds = ctx.agent.model_settings.timeout_seconds or TIMEOUT_SECONDS
     result = _call(
         lambda: ds_services.query_execute(
-            data_source=source, query=args.query, max_rows=args.max_rows, parameters=args.parameters
+            data_source=source,
+            query=args.query,
+            max_rows=args.max_rows,
+            parameters=args.parameters,
+            timeout_ms_cap=max(1000, int(tool_seconds * 1000) - QUERY_DEADLINE_MARGIN_MS),
         )
     )
     return ExecuteQueryOutput.model_validate(result.model_dump())
@@ -393,7 +413,7 @@ def _execution_tool(name, description, input_model, output_model, handler, permi
 
 CREATE_DATA_SOURCE = _execution_tool(
     "create_data_source",
-    "Register a new PostgreSQL or SQLite data source in this workspace.",
+    "Register a new data source in this workspace (types: " + ", ".join(SUPPORTED_TYPES) + ").",
     CreateDataSourceInput,
     CreateDataSourceOutput,
     create_data_source,

@@ -6,7 +6,9 @@ Import the fixtures into a test module with ``from tests.datasources.fixtures im
 
 from __future__ import annotations
 
+import socket
 import sqlite3
+import threading
 import uuid
 
 import psycopg
@@ -87,10 +89,67 @@ TICKETS = [
 CHARGES = [(1, 1, "120.50", "paid"), (2, 2, "35.00", "refunded"), (3, 3, "99.99", "paid"), (4, 1, "10.00", "failed")]
 
 
+class TcpRelay:
+    """Forwards connections from 127.0.0.1:<port> to the test PostgreSQL server.
+
+    River refuses its own database's host and port as a data source, and the suite has
+    one PostgreSQL server; the relay gives the test data sources an endpoint of their
+    own on this machine (as a customer database on another port would have)."""
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True, name="pg-relay").start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            source.close()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.listener.close()
+
+
 @pytest.fixture(scope="session")
-def pg_server():
+def pg_relay():
+    relay = TcpRelay((PG_HOST, PG_PORT))
+    yield relay
+    relay.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server(pg_relay):
     """A throwaway database plus a login role that may read and write its tables but is
-    not a superuser; dropped at the end of the session."""
+    not a superuser; dropped at the end of the session. Data sources reach it through
+    ``pg_relay`` (the returned port)."""
     suffix = uuid.uuid4().hex[:8]
     database = f"river_data_ext_{suffix}"
     role = f"river_data_reader_{suffix}"
@@ -99,7 +158,7 @@ def pg_server():
         admin.execute(f'CREATE DATABASE "{database}"')
         admin.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{password}'")
     try:
-        yield {"host": PG_HOST, "port": PG_PORT, "database": database, "user": role, "password": password}
+        yield {"host": PG_HOST, "port": pg_relay.port, "database": database, "user": role, "password": password}
     finally:
         with psycopg.connect(**PG_ADMIN) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
@@ -150,8 +209,10 @@ def sqlite_dir(tmp_path, settings):
 
 
 @pytest.fixture
-def sqlite_file(sqlite_dir):
-    path = sqlite_dir / "support.sqlite3"
+def sqlite_file(sqlite_dir, workspace):
+    """The support database in ``workspace``'s directory (RIVER_SQLITE_DATA_DIR/<id>/)."""
+    path = sqlite_dir / str(workspace.pk) / "support.sqlite3"
+    path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path)
     try:
         conn.executescript(SUPPORT_SCHEMA_SQLITE)

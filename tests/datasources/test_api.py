@@ -179,7 +179,9 @@ def test_admin_blank_credentials_keep_the_stored_ones(admin_client, pg_source, p
         "name": "Renamed",
         "description": "",
         "type": "postgresql",
-        "connection_config": json.dumps({"host": "127.0.0.1", "port": 5432, "database": pg_tables["database"]}),
+        "connection_config": json.dumps(
+            {"host": "127.0.0.1", "port": pg_tables["port"], "database": pg_tables["database"]}
+        ),
         "credentials": "",
         "access_level": "read_write",
         "classifications": "{}",

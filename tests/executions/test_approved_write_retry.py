@@ -280,7 +280,9 @@ def test_approved_write_that_fails_permanently_fails_the_run_and_tells_the_appro
     assert "approved write_back call failed" in execution.error["message"]
     assert "stack depth limit exceeded" in execution.error["message"]
     assert execution.error["details"]["approved_call_failed"] is True
-    assert (execution.result or {}).get("summary", "") == ""
+    summary = (execution.result or {}).get("summary", "")
+    assert summary.startswith("Nothing was written: the data tool call failed (write_back:")
+    assert "all done" not in summary
     observation = execution.steps.filter(step_type="observation", tool_name="write_back").get()
     assert observation.status == "failed"
     assert sleeps.delays == []  # permanent: not retried

@@ -40,7 +40,7 @@ SPEC = {
 FIELDS = {
     "create_data_source": (
         {"name", "type", "connection_config", "credentials"},
-        {"name", "type", "connection_config", "credentials", "description"},
+        {"name", "type", "connection_config", "credentials", "description", "create_file"},
         {"success", "data_source_id", "message"},
     ),
     "update_data_source": ({"data_source_id", "updates"}, {"data_source_id", "updates"}, {"success", "message"}),
@@ -50,7 +50,7 @@ FIELDS = {
     "execute_query": (
         {"data_source_id", "query"},
         {"data_source_id", "query", "max_rows", "parameters"},
-        {"columns", "rows", "total_rows", "execution_time_ms", "truncated", "tables"},
+        {"columns", "rows", "total_rows", "execution_time_ms", "truncated", "tables", "total_available", "note"},
     ),
     "write_back": (
         {"data_source_id", "table_name", "operation", "data"},
@@ -165,7 +165,8 @@ def test_viewer_lacks_what_writing_tools_need(name):
 
 @pytest.fixture
 def foreign_source(other_workspace, sqlite_dir):
-    (sqlite_dir / "foreign.sqlite3").write_bytes(b"")
+    (sqlite_dir / str(other_workspace.pk)).mkdir(parents=True, exist_ok=True)
+    (sqlite_dir / str(other_workspace.pk) / "foreign.sqlite3").write_bytes(b"")
     return data_source_create(
         workspace=other_workspace,
         name="Foreign",

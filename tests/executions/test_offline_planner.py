@@ -282,7 +282,8 @@ def support_source(workspace, tmp_path, settings):
     from datasources import services as data_sources
 
     settings.RIVER_SQLITE_DATA_DIR = str(tmp_path)
-    path = tmp_path / "support.db"
+    path = tmp_path / str(workspace.pk) / "support.db"
+    path.parent.mkdir()
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE tickets (id INTEGER PRIMARY KEY, subject TEXT NOT NULL, priority TEXT, status TEXT, "
                "created_at TIMESTAMP)")

@@ -48,8 +48,10 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     ({"DEBUG": "true", "RIVER_DB_POOL_TIMEOUT_SECONDS": "soon"}, "RIVER_DB_POOL_TIMEOUT_SECONDS must be an integer"),
     ({"DEBUG": "true", "RIVER_DB_POOL_MIN_SIZE": "8", "RIVER_DB_POOL_MAX_SIZE": "4"},
      "RIVER_DB_POOL_MIN_SIZE (8) must not exceed RIVER_DB_POOL_MAX_SIZE (4)"),
+    ({"DEBUG": "true", "RIVER_DATA_SOURCE_ALLOWED_HOSTS": "public,db/x"},
+     "RIVER_DATA_SOURCE_ALLOWED_HOSTS entries must be"),
 ], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "pool_max_size", "pool_timeout",
-        "pool_min_over_max"])
+        "pool_min_over_max", "data_source_allowed_hosts"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0
