@@ -143,7 +143,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
         model = AuditLogEntry
         fields = [
             "id", "organization_id", "workspace_id", "seq", "event_type", "actor_id", "actor_label",
-            "execution_id", "agent_id", "policy_id", "approval_id", "details", "created_at", "prev_hash",
+            "execution_id", "agent_id", "policy_id", "approval_id", "details", "created_at", "key_id", "prev_hash",
             "entry_hash",
         ]
 
@@ -217,7 +217,26 @@ class AuditVerify(APIView):
         parameters=[OpenApiParameter("organization_id", type=int, required=False)],
         responses=inline_serializer(
             "AuditVerification",
-            {"ok": serializers.BooleanField(), "organizations": serializers.ListField(child=serializers.DictField())},
+            {
+                "ok": serializers.BooleanField(),
+                "organizations": inline_serializer(
+                    "AuditChainReport",
+                    {
+                        "organization_id": serializers.IntegerField(),
+                        "verdict": serializers.CharField(
+                            help_text="ok | broken at entry N | truncated after anchor K | empty but anchored"
+                        ),
+                        "ok": serializers.BooleanField(),
+                        "entries_checked": serializers.IntegerField(),
+                        "anchors_checked": serializers.IntegerField(),
+                        "pending": serializers.IntegerField(),
+                        "first_broken": serializers.DictField(allow_null=True),
+                        "rejected_anchors": serializers.ListField(child=serializers.IntegerField()),
+                        "detail": serializers.CharField(),
+                    },
+                    many=True,
+                ),
+            },
         ),
     )
     def get(self, request):

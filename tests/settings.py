@@ -10,6 +10,7 @@ os.environ.setdefault("DEBUG", "true")
 os.environ.setdefault("SECRET_KEY", "river-tests-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/river")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
+os.environ.setdefault("RIVER_AUDIT_HMAC_KEYS", "tests:cml2ZXItdGVzdHMtb25seS1hdWRpdC1obWFjLWtleSE=")
 
 from riverapp.settings import *  # noqa: E402,F403
 
