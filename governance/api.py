@@ -152,9 +152,12 @@ def _int_param(params, name: str) -> int | None:
     if not params.get(name):
         return None
     try:
-        return int(params[name])
+        value = int(params[name])
     except ValueError:
         raise InvalidInput("Invalid filter.", details={name: ["must be an integer"]}) from None
+    if not -(2**63) <= value < 2**63:
+        raise InvalidInput("Invalid filter.", details={name: ["is out of range"]})
+    return value
 
 
 def _uuid_param(params, name: str) -> UUID | None:
