@@ -197,8 +197,11 @@ class AuditList(ListAPIView):
     def get_queryset(self):
         params = self.request.query_params
         queryset = audit_entries_for_user(user=self.request.user)
-        if params.get("event_type"):
-            queryset = queryset.filter(event_type=params["event_type"])
+        event_type = params.get("event_type")
+        if event_type:
+            if "\x00" in event_type or len(event_type) > 60:
+                raise InvalidInput("Invalid filter.", details={"event_type": ["must be at most 60 characters, no NUL"]})
+            queryset = queryset.filter(event_type=event_type)
         for name in ("execution_id", "organization_id", "workspace_id"):
             value = _int_param(params, name)
             if value is not None:

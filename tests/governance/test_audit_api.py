@@ -59,7 +59,10 @@ def test_filters(api_client_for, org_admin, entries):
 
 
 @pytest.mark.parametrize(
-    ("param", "value"), [("since", "yesterday"), ("execution_id", "x"), ("agent_id", "not-a-uuid")]
+    ("param", "value"), [
+        ("since", "yesterday"), ("until", "2024-13-45T99:00:00"), ("execution_id", "x"), ("execution_id", "9" * 30),
+        ("agent_id", "not-a-uuid"), ("event_type", "a\x00b"), ("event_type", "x" * 61), ("workspace_id", "\x00"),
+    ]
 )
 def test_bad_filters_are_400(api_client_for, org_admin, entries, param, value):
     response = api_client_for(org_admin).get("/api/v1/audit/", {param: value})
