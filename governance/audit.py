@@ -22,8 +22,10 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from uuid import UUID
 
 from django.conf import settings
@@ -66,11 +68,34 @@ def _mac(key_id: str, message: str) -> str | None:
     return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 
 
-def _canonical(entry: AuditLogEntry) -> str:
+def _number(value):
+    """A number as the canonical form sees it: PostgreSQL's jsonb may give 1e20 back
+    as an integer, so ints and floats are compared by their normalized decimal."""
+    return {"#": str(Decimal(repr(value)).normalize())}
+
+
+def _canonical_json(value):
+    """Stable across a database round trip and injective: a number becomes
+    ``{"#": decimal}``, and a real object that has a ``#`` or ``{}`` key is wrapped
+    as ``{"{}": object}``, so the two can never be confused."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        return _number(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return [_canonical_json(item) for item in value]
+    if isinstance(value, dict):
+        body = {key: _canonical_json(item) for key, item in value.items()}
+        return {"{}": body} if "#" in body or "{}" in body else body
+    return str(value)
+
+
+def _content_canonical(entry: AuditLogEntry) -> str:
     body = {
         "organization": entry.organization_id,
         "workspace": entry.workspace_id,
-        "seq": entry.seq,
         "event_type": entry.event_type,
         "actor": entry.actor_id,
         "actor_label": entry.actor_label,
@@ -78,17 +103,32 @@ def _canonical(entry: AuditLogEntry) -> str:
         "agent_id": str(entry.agent_id) if entry.agent_id else None,
         "policy_id": str(entry.policy_id) if entry.policy_id else None,
         "approval_id": str(entry.approval_id) if entry.approval_id else None,
-        "details": entry.details,
+        "details": _canonical_json(entry.details),
         "created_at": entry.created_at.isoformat(),
         "key_id": entry.key_id,
-        "prev_hash": entry.prev_hash,
     }
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def _chain_canonical(entry: AuditLogEntry) -> str:
+    body = {
+        "organization": entry.organization_id,
+        "seq": entry.seq,
+        "prev_hash": entry.prev_hash,
+        "content_hash": entry.content_hash,
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def content_mac(entry: AuditLogEntry) -> str | None:
+    """The MAC of what the entry says, computed when it is written; ``None`` if the
+    key its ``key_id`` names is unknown."""
+    return _mac(entry.key_id, _content_canonical(entry))
 
 
 def entry_mac(entry: AuditLogEntry) -> str | None:
-    """The entry's MAC under the key its ``key_id`` names; ``None`` if that key is unknown."""
-    return _mac(entry.key_id, _canonical(entry))
+    """The chain link: the entry's position, its predecessor and its content MAC."""
+    return _mac(entry.key_id, _chain_canonical(entry))
 
 
 def _anchor_canonical(anchor: AuditAnchor) -> str:
@@ -114,7 +154,9 @@ def _json_safe(value):
     """JSON-ready, with NUL characters replaced: PostgreSQL's jsonb refuses them, and an
     audit write must not fail on hostile text (a tool argument, a model's output)."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if isinstance(value, dict):
         return {_json_safe(str(key)): _json_safe(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -144,9 +186,9 @@ def audit_record(
 
     The entry is pending until the caller commits; the sealer then chains it. If
     the caller rolls back, the entry never existed."""
-    entry = AuditLogEntry.objects.create(
-        organization_id=organization_id,
-        workspace_id=workspace_id,
+    entry = AuditLogEntry(
+        organization_id=int(organization_id),
+        workspace_id=int(workspace_id) if workspace_id is not None else None,
         seq=None,
         event_type=_json_safe(event_type)[:60],
         actor=actor if getattr(actor, "pk", None) else None,
@@ -157,7 +199,10 @@ def audit_record(
         approval_id=_uuid(approval_id),
         details=_json_safe(json.loads(json.dumps(details or {}, default=str))),
         created_at=timezone.now(),
+        key_id=current_key_id(),
     )
+    entry.content_hash = content_mac(entry)
+    entry.save(force_insert=True)
     transaction.on_commit(lambda: _seal_after_commit(organization_id))
     return entry
 
@@ -200,13 +245,14 @@ def _seal_batch(organization_id: int) -> int:
     if not pending:
         return 0
     seq, prev_hash = _head(organization_id)
-    key_id = current_key_id()
     for entry in pending:
         seq += 1
-        entry.seq, entry.key_id, entry.prev_hash = seq, key_id, prev_hash
-        entry.entry_hash = entry_mac(entry)
+        entry.seq, entry.prev_hash = seq, prev_hash
+        # A row someone inserted with a key id River does not have is still chained
+        # (under the current key) so the chain goes on; verification names it.
+        entry.entry_hash = entry_mac(entry) or _mac(current_key_id(), _chain_canonical(entry))
         prev_hash = entry.entry_hash
-    AuditLogEntry.objects.bulk_update(pending, ["seq", "key_id", "prev_hash", "entry_hash"])
+    AuditLogEntry.objects.bulk_update(pending, ["seq", "prev_hash", "entry_hash"])
     return len(pending)
 
 
@@ -411,12 +457,15 @@ def _walk_chain(organization_id: int, report: ChainReport, anchored_seqs: set[in
             broken = BrokenLink(entry.seq, PREV_HASH_MISMATCH, entry.pk,
                                 "prev_hash does not match the previous entry's MAC")
         else:
-            mac = entry_mac(entry)
-            if mac is None:
+            content, link = content_mac(entry), entry_mac(entry)
+            if content is None or link is None:
                 broken = BrokenLink(entry.seq, UNKNOWN_KEY, entry.pk,
                                     f"key id {entry.key_id!r} is not in RIVER_AUDIT_HMAC_KEYS")
-            elif not hmac.compare_digest(mac, entry.entry_hash):
-                broken = BrokenLink(entry.seq, HASH_MISMATCH, entry.pk, "the entry's content does not match its MAC")
+            elif not hmac.compare_digest(content, entry.content_hash):
+                broken = BrokenLink(entry.seq, HASH_MISMATCH, entry.pk,
+                                    "the entry's content does not match its MAC (edited, or not written by River)")
+            elif not hmac.compare_digest(link, entry.entry_hash):
+                broken = BrokenLink(entry.seq, HASH_MISMATCH, entry.pk, "the entry's chain MAC does not match")
         if broken is not None:
             report.first_broken = broken
             break

@@ -90,10 +90,11 @@ class ApprovalRequest(models.Model):
 class AuditLogEntry(models.Model):
     """Append-only, HMAC-chained per organization (see governance.audit and docs/audit.md).
 
-    An entry is inserted *pending* (``seq`` empty) in its caller's transaction and
-    sealed after commit by the organization's single sealer, which fills ``seq``,
-    ``key_id``, ``prev_hash`` and ``entry_hash`` once; the database trigger refuses
-    every other UPDATE, and every DELETE and TRUNCATE.
+    An entry is inserted *pending* (``seq`` empty) in its caller's transaction, with
+    ``content_hash`` (its content's MAC under the key ``key_id`` names), and sealed
+    after commit by the organization's single sealer, which fills ``seq``,
+    ``prev_hash`` and ``entry_hash`` once; the database trigger refuses every other
+    UPDATE, and every DELETE and TRUNCATE.
 
     The organization, workspace and actor are kept as plain ids (no database
     constraint, nothing cascades): deleting any of them archives the entries in
@@ -121,13 +122,20 @@ class AuditLogEntry(models.Model):
     details = models.JSONField(default=dict)
     created_at = models.DateTimeField(default=timezone.now)
     key_id = models.CharField(max_length=32, blank=True)
+    content_hash = models.CharField(max_length=64, blank=True)
     prev_hash = models.CharField(max_length=64, blank=True)
     entry_hash = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["organization_id", "seq", "id"]
         verbose_name_plural = "audit log entries"
-        constraints = [models.UniqueConstraint(fields=["organization", "seq"], name="uniq_audit_seq")]
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "seq"], name="uniq_audit_seq"),
+            # A copied row (a replayed entry) is refused outright.
+            models.UniqueConstraint(
+                fields=["content_hash"], condition=models.Q(content_hash__gt=""), name="uniq_audit_content_hash"
+            ),
+        ]
         indexes = [
             models.Index(
                 fields=["organization", "id"], condition=models.Q(seq__isnull=True), name="audit_pending_idx"

@@ -2,8 +2,8 @@
 written before keyed MACs existed are re-sealed under the current audit key.
 
 On ``governance_auditlogentry`` the trigger allows one kind of UPDATE only: the
-sealer filling ``seq``, ``key_id``, ``prev_hash`` and ``entry_hash`` of a pending
-entry, once, with every other column unchanged. ``governance_auditanchor`` allows
+sealer filling ``seq``, ``prev_hash`` and ``entry_hash`` of a pending entry, once,
+with every other column unchanged. ``governance_auditanchor`` allows
 no UPDATE at all. DELETE and TRUNCATE are refused on both unless the session set
 ``river.audit_maintenance = 'on'`` *and* its role is a member of
 ``river_audit_maintenance`` (docs/audit.md: River's runtime role must not be).
@@ -31,8 +31,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         IF OLD.seq IS NULL AND NEW.seq IS NOT NULL
-           AND (to_jsonb(NEW) - ARRAY['seq', 'key_id', 'prev_hash', 'entry_hash'])
-             = (to_jsonb(OLD) - ARRAY['seq', 'key_id', 'prev_hash', 'entry_hash']) THEN
+           AND (to_jsonb(NEW) - ARRAY['seq', 'prev_hash', 'entry_hash'])
+             = (to_jsonb(OLD) - ARRAY['seq', 'prev_hash', 'entry_hash']) THEN
             RETURN NEW;
         END IF;
     ELSIF river_audit_maintenance_allowed() THEN
@@ -111,10 +111,9 @@ END;
 $$;
 """
 
-_SEAL_COLUMNS = ("seq", "key_id", "prev_hash", "entry_hash")
 _CONTENT = (
     "id", "organization_id", "workspace_id", "event_type", "actor_id", "actor_label", "execution_id", "agent_id",
-    "policy_id", "approval_id", "details", "created_at",
+    "policy_id", "approval_id", "details", "created_at", "key_id", "content_hash",
 )
 _CONTENT_CHANGED = " OR ".join(f"NEW.{column} IS NOT OLD.{column}" for column in _CONTENT)
 
@@ -156,29 +155,32 @@ def _legacy_hash(entry) -> str:
 
 
 def _reseal_legacy(apps):
-    """Re-seal unkeyed entries with the current key, after checking their old chain:
-    a broken legacy chain stops the migration rather than being blessed by a new MAC."""
-    from governance.audit import GENESIS, current_key_id, entry_mac
+    """Re-seal unkeyed entries with the current key, as far as their old chain checks
+    out. From the first bad link on they keep their empty key id, so verification
+    reports that organization as ``broken at entry N`` instead of the migration
+    blessing tampered (or mis-hashed) history with a valid MAC."""
+    from governance.audit import GENESIS, content_mac, current_key_id, entry_mac
 
     entry_model = apps.get_model("governance", "AuditLogEntry")
     legacy = entry_model.objects.filter(key_id="", seq__isnull=False)
     key_id = current_key_id()
     for organization_id in sorted(set(legacy.values_list("organization_id", flat=True))):
         rows = list(entry_model.objects.filter(organization_id=organization_id, seq__isnull=False).order_by("seq"))
-        expected, prev = 1, GENESIS
+        expected, prev, intact = 1, GENESIS, []
         for row in rows:
             if row.seq != expected or row.prev_hash != prev or _legacy_hash(row) != row.entry_hash:
-                raise RuntimeError(
-                    f"the audit chain of organization {organization_id} is broken at seq {expected}; "
-                    "refusing to re-seal it under the new key (see docs/audit.md)"
-                )
+                print(f"\n  audit chain of organization {organization_id} broken at seq {expected}: "
+                      "left unsealed from there (verify_audit reports it)")
+                break
+            intact.append(row)
             expected, prev = row.seq + 1, row.entry_hash
         prev = GENESIS
-        for row in rows:
+        for row in intact:
             row.key_id, row.prev_hash = key_id, prev
+            row.content_hash = content_mac(row)
             row.entry_hash = entry_mac(row)
             prev = row.entry_hash
-        entry_model.objects.bulk_update(rows, ["key_id", "prev_hash", "entry_hash"])
+        entry_model.objects.bulk_update(intact, ["key_id", "content_hash", "prev_hash", "entry_hash"])
 
 
 def forwards(apps, schema_editor):

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -21,6 +21,8 @@ from governance.audit import (
     HASH_MISMATCH,
     MISSING_SEQ,
     UNKNOWN_KEY,
+    _chain_canonical,
+    _content_canonical,
     audit_anchor,
     audit_maintenance,
     audit_record,
@@ -87,7 +89,8 @@ def test_a_sealed_chain_verifies_ok_per_organization(chain, org, other_org):
 
 def test_entries_are_pending_until_sealed_in_id_order(org):
     written = [audit_record(organization_id=org.pk, event_type=f"e{i}") for i in range(3)]
-    assert [entry.seq for entry in written] == [None, None, None]
+    assert [(entry.seq, entry.key_id) for entry in written] == [(None, "tests")] * 3
+    assert all(len(entry.content_hash) == 64 for entry in written)
     assert audit_seal(organization_id=org.pk) == 3
     assert audit_seal(organization_id=org.pk) == 0
     sealed = dict(AuditLogEntry.objects.filter(organization_id=org.pk).values_list("pk", "seq"))
@@ -117,6 +120,11 @@ def test_an_edited_timestamp_is_broken_at_that_entry(chain, org):
     assert _report(org).verdict == "broken at entry 2"
 
 
+def _forge(key: bytes, message: str) -> str:
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest() if key else \
+        hashlib.sha256(message.encode()).hexdigest()
+
+
 @pytest.mark.parametrize("forger_key", [b"", b"a guessed key, e.g. SECRET_KEY"], ids=["sha256", "wrong-key"])
 def test_a_rehashed_chain_without_the_audit_key_does_not_verify(chain, org, forger_key):
     """The attacker rewrites entry 2 and re-chains everything after it, computing each
@@ -124,18 +132,38 @@ def test_a_rehashed_chain_without_the_audit_key_does_not_verify(chain, org, forg
     prev = chain[0].entry_hash
     with superuser_bypass():
         for entry in chain[1:]:
-            entry.details = {"n": "forged"} if entry.seq == 2 else entry.details
+            if entry.seq == 2:
+                entry.details = {"n": "forged"}
+                entry.content_hash = _forge(forger_key, _content_canonical(entry))
             entry.prev_hash = prev
-            from governance.audit import _canonical
-
-            body = _canonical(entry).encode()
-            digest = hmac.new(forger_key, body, hashlib.sha256).hexdigest() if forger_key else \
-                hashlib.sha256(body).hexdigest()
-            AuditLogEntry.objects.filter(pk=entry.pk).update(details=entry.details, prev_hash=prev, entry_hash=digest)
-            prev = digest
+            entry.entry_hash = _forge(forger_key, _chain_canonical(entry))
+            AuditLogEntry.objects.filter(pk=entry.pk).update(
+                details=entry.details, content_hash=entry.content_hash, prev_hash=prev, entry_hash=entry.entry_hash
+            )
+            prev = entry.entry_hash
     report = _report(org)
     assert report.verdict == "broken at entry 2"
     assert report.first_broken.reason == HASH_MISMATCH
+
+
+def test_a_row_inserted_behind_rivers_back_is_sealed_but_does_not_verify(chain, org):
+    """Whoever can INSERT into the table but lacks the key cannot make a believable
+    entry: the sealer chains it (so the chain goes on) and verification names it."""
+    forged = AuditLogEntry(organization_id=org.pk, event_type="approval_approved", actor_label="ceo",
+                           details={"approved": True}, created_at=timezone.now(), key_id="tests")
+    forged.content_hash = _forge(b"guess", _content_canonical(forged))
+    AuditLogEntry.objects.bulk_create([forged])  # a plain INSERT, not audit_record
+    audit_record(organization_id=org.pk, event_type="later, genuine")
+    report = _report(org)
+    assert (report.verdict, report.first_broken.reason, report.entries_checked) == \
+        ("broken at entry 6", HASH_MISMATCH, 6)
+
+
+def test_a_replayed_copy_of_an_entry_is_refused(chain):
+    copy = AuditLogEntry.objects.get(pk=chain[1].pk)
+    copy.pk, copy.seq, copy.prev_hash, copy.entry_hash = None, None, "", ""
+    with pytest.raises(IntegrityError), transaction.atomic():
+        copy.save(force_insert=True)
 
 
 def test_an_unknown_key_id_is_broken(chain, org):
@@ -244,7 +272,8 @@ def test_an_anchor_is_logged_once_per_head_without_the_key(chain, org, caplog):
 def test_hostile_details_are_stored_and_verify(org):
     audit_record(
         organization_id=org.pk, event_type="x\x00y" * 40, actor_label="\x00" * 500,
-        details={"nul\x00key": ["a\x00b", {"deep": "\x00"}], "big": 10**30, "emoji": "\U0001f600", "float": 1.5},
+        details={"nul\x00key": ["a\x00b", {"deep": "\x00"}], "big": 10**30, "emoji": "\U0001f600", "float": 1.5,
+                 "exp": 1e20, "tiny": 1.5e-7, "inf": float("inf"), "lone": "\ud800", "#": {"#": "1"}, "{}": [1.0, 1]},
     )
     report = _report(org)
     assert (report.verdict, report.entries_checked) == ("ok", 1)

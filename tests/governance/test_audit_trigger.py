@@ -55,6 +55,8 @@ def test_a_pending_entry_may_only_be_sealed_once_with_its_content_unchanged(org)
     pending = audit_record(organization_id=org.pk, event_type="pending", details={"n": 1})
     _refused("UPDATE governance_auditlogentry SET details = '{\"n\": 2}' WHERE id = %s", [pending.pk])
     _refused("UPDATE governance_auditlogentry SET seq = 1, event_type = 'other' WHERE id = %s", [pending.pk])
+    _refused("UPDATE governance_auditlogentry SET seq = 1, key_id = 'other' WHERE id = %s", [pending.pk])
+    _refused("UPDATE governance_auditlogentry SET seq = 1, content_hash = 'f' WHERE id = %s", [pending.pk])
     assert audit_seal(organization_id=org.pk) == 1
     _refused("UPDATE governance_auditlogentry SET seq = 7, entry_hash = '' WHERE id = %s", [pending.pk])
 
