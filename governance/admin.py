@@ -2,7 +2,15 @@ from django import forms
 from django.contrib import admin, messages
 
 from common.errors import InvalidInput
-from governance.models import ApprovalRequest, AuditLogEntry, Notification, Policy, PolicyCounter, WorkspaceSettings
+from governance.models import (
+    ApprovalRequest,
+    AuditAnchor,
+    AuditLogEntry,
+    Notification,
+    Policy,
+    PolicyCounter,
+    WorkspaceSettings,
+)
 from governance.services import policy_admin_delete, policy_admin_saved, policy_validate
 from governance.types import PolicyScope
 
@@ -119,6 +127,13 @@ class AuditLogEntryAdmin(_ReadOnlyAdmin):
             else:
                 messages.error(request, f"{text}. {report.detail or report.first_broken.detail}")
         return super().changelist_view(request, extra_context=extra_context)
+
+
+@admin.register(AuditAnchor)
+class AuditAnchorAdmin(_ReadOnlyAdmin):
+    """Checkpoints of each organization's audit chain (docs/audit.md); view only."""
+
+    list_display = ["organization_id", "number", "entry_count", "key_id", "created_at"]
 
 
 @admin.register(PolicyCounter)

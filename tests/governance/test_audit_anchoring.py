@@ -50,3 +50,13 @@ def test_the_admin_changelist_shows_each_verdict(admin_client, org, other_org):
     shown = [str(message) for message in response.context["messages"]]
     assert any(f"organization {org.pk}: ok (1 entries, 1 anchors)" in text for text in shown)
     assert any(f"organization {other_org.pk}: empty but anchored" in text for text in shown)
+
+
+def test_anchors_are_view_only_in_the_admin(admin_client, org):
+    audit_record(organization_id=org.pk, event_type="a")
+    anchor = audit_anchor_task.run() and AuditAnchor.objects.get(organization_id=org.pk)
+    assert admin_client.get("/admin/governance/auditanchor/").status_code == 200
+    assert admin_client.get(f"/admin/governance/auditanchor/{anchor.pk}/delete/").status_code == 403
+    assert admin_client.post(f"/admin/governance/auditanchor/{anchor.pk}/change/", {"entry_count": 9}).status_code \
+        == 403
+    assert AuditAnchor.objects.get(pk=anchor.pk).entry_count == 1
