@@ -18,6 +18,7 @@ See docs/audit.md for the threat model.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -203,8 +204,21 @@ def audit_record(
     )
     entry.content_hash = content_mac(entry)
     entry.save(force_insert=True)
-    transaction.on_commit(lambda: _seal_after_commit(organization_id))
+    _seal_on_commit(entry.organization_id)
     return entry
+
+
+def _seal_on_commit(organization_id: int) -> None:
+    """Once per organization per transaction: the sealer chains all of them anyway.
+    A callback dropped with a rolled-back savepoint is no longer in the list, so
+    it is registered again."""
+    db = transaction.get_connection()
+    for _savepoints, callback, _robust in getattr(db, "run_on_commit", ()):
+        if getattr(callback, "audit_organization_id", None) == organization_id:
+            return
+    callback = functools.partial(_seal_after_commit, organization_id)
+    callback.audit_organization_id = organization_id
+    transaction.on_commit(callback)
 
 
 def _seal_after_commit(organization_id: int) -> None:

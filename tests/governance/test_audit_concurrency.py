@@ -87,3 +87,19 @@ def test_concurrent_writers_get_one_gapless_chain(org):
         list(range(1, 41))
     report = audit_verify(organization_id=org.pk).organizations[0]
     assert (report.verdict, report.entries_checked, report.pending) == ("ok", 40, 0)
+
+
+def test_entries_are_sealed_at_commit_even_after_a_rolled_back_savepoint(org):
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                audit_record(organization_id=org.pk, event_type="rolled back")
+                raise RuntimeError("undo the savepoint")
+        except RuntimeError:
+            pass
+        for i in range(3):
+            audit_record(organization_id=org.pk, event_type=f"kept {i}")
+        assert AuditLogEntry.objects.filter(organization_id=org.pk, seq__isnull=True).count() == 3
+    # Committed: sealed by the one after-commit sealer, with no verification call.
+    assert list(AuditLogEntry.objects.filter(organization_id=org.pk).order_by("seq")
+                .values_list("seq", "event_type")) == [(1, "kept 0"), (2, "kept 1"), (3, "kept 2")]
