@@ -143,8 +143,8 @@ class AuditEntrySerializer(serializers.ModelSerializer):
         model = AuditLogEntry
         fields = [
             "id", "organization_id", "workspace_id", "seq", "event_type", "actor_id", "actor_label",
-            "execution_id", "agent_id", "policy_id", "approval_id", "details", "created_at", "key_id", "prev_hash",
-            "entry_hash",
+            "execution_id", "agent_id", "policy_id", "approval_id", "details", "created_at", "key_id", "content_hash",
+            "prev_hash", "entry_hash",
         ]
 
 

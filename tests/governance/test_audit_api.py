@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from governance.audit import audit_anchor, audit_maintenance, audit_record
+from governance.audit import audit_anchor, audit_maintenance, audit_record, audit_verify
 from governance.models import AuditLogEntry
 
 
@@ -30,6 +30,14 @@ def entries(org, workspace, other_org, other_workspace):
 def _ids(response):
     assert response.status_code == 200, response.content
     return {row["id"] for row in response.json()["results"]}
+
+
+def test_entries_carry_their_key_id_and_macs(api_client_for, org_admin, org, entries):
+    audit_verify(organization_id=org.pk)  # seals the pending entries
+    rows = api_client_for(org_admin).get("/api/v1/audit/").json()["results"]
+    assert {row["key_id"] for row in rows} == {"tests"}
+    assert all(len(row["content_hash"]) == 64 and len(row["entry_hash"]) == 64 for row in rows)
+    assert sorted(row["seq"] for row in rows) == [1, 2, 3]
 
 
 def test_member_sees_their_workspace_entries_only(api_client_for, member, entries):
