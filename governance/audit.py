@@ -71,7 +71,9 @@ def _mac(key_id: str, message: str) -> str | None:
 
 def _number(value):
     """A number as the canonical form sees it: PostgreSQL's jsonb may give 1e20 back
-    as an integer, so ints and floats are compared by their normalized decimal."""
+    as an integer and -0.0 as 0.0, so numbers are compared by their normalized decimal."""
+    if value == 0:  # jsonb has no negative zero
+        return {"#": "0"}
     return {"#": str(Decimal(repr(value)).normalize())}
 
 
