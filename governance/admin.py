@@ -1,8 +1,16 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from common.errors import InvalidInput
-from governance.models import ApprovalRequest, AuditLogEntry, Notification, Policy, PolicyCounter, WorkspaceSettings
+from governance.models import (
+    ApprovalRequest,
+    AuditAnchor,
+    AuditLogEntry,
+    Notification,
+    Policy,
+    PolicyCounter,
+    WorkspaceSettings,
+)
 from governance.services import policy_admin_delete, policy_admin_saved, policy_validate
 from governance.types import PolicyScope
 
@@ -100,11 +108,32 @@ class ApprovalRequestAdmin(_ReadOnlyAdmin):
 
 @admin.register(AuditLogEntry)
 class AuditLogEntryAdmin(_ReadOnlyAdmin):
-    """Append-only: no add, change or delete, even for superusers."""
+    """Append-only: no add, change or delete, even for superusers. The changelist
+    shows each organization's verification verdict (entries of deleted
+    organizations included, by id)."""
 
-    list_display = ["organization", "seq", "event_type", "actor_label", "execution_id", "created_at"]
-    list_filter = ["event_type", "organization"]
+    list_display = ["organization_id", "seq", "event_type", "actor_label", "execution_id", "key_id", "created_at"]
+    list_filter = ["event_type"]
     search_fields = ["event_type", "actor_label"]
+
+    def changelist_view(self, request, extra_context=None):
+        from governance.audit import audit_verify
+
+        for report in audit_verify().organizations:
+            text = f"Audit trail of organization {report.organization_id}: {report.verdict} " \
+                   f"({report.entries_checked} entries, {report.anchors_checked} anchors)"
+            if report.ok:
+                messages.success(request, text)
+            else:
+                messages.error(request, f"{text}. {report.detail or report.first_broken.detail}")
+        return super().changelist_view(request, extra_context=extra_context)
+
+
+@admin.register(AuditAnchor)
+class AuditAnchorAdmin(_ReadOnlyAdmin):
+    """Checkpoints of each organization's audit chain (docs/audit.md); view only."""
+
+    list_display = ["organization_id", "number", "entry_count", "key_id", "created_at"]
 
 
 @admin.register(PolicyCounter)

@@ -143,8 +143,8 @@ class AuditEntrySerializer(serializers.ModelSerializer):
         model = AuditLogEntry
         fields = [
             "id", "organization_id", "workspace_id", "seq", "event_type", "actor_id", "actor_label",
-            "execution_id", "agent_id", "policy_id", "approval_id", "details", "created_at", "prev_hash",
-            "entry_hash",
+            "execution_id", "agent_id", "policy_id", "approval_id", "details", "created_at", "key_id", "content_hash",
+            "prev_hash", "entry_hash",
         ]
 
 
@@ -152,9 +152,12 @@ def _int_param(params, name: str) -> int | None:
     if not params.get(name):
         return None
     try:
-        return int(params[name])
+        value = int(params[name])
     except ValueError:
         raise InvalidInput("Invalid filter.", details={name: ["must be an integer"]}) from None
+    if not -(2**63) <= value < 2**63:
+        raise InvalidInput("Invalid filter.", details={name: ["is out of range"]})
+    return value
 
 
 def _uuid_param(params, name: str) -> UUID | None:
@@ -194,8 +197,11 @@ class AuditList(ListAPIView):
     def get_queryset(self):
         params = self.request.query_params
         queryset = audit_entries_for_user(user=self.request.user)
-        if params.get("event_type"):
-            queryset = queryset.filter(event_type=params["event_type"])
+        event_type = params.get("event_type")
+        if event_type:
+            if "\x00" in event_type or len(event_type) > 60:
+                raise InvalidInput("Invalid filter.", details={"event_type": ["must be at most 60 characters, no NUL"]})
+            queryset = queryset.filter(event_type=event_type)
         for name in ("execution_id", "organization_id", "workspace_id"):
             value = _int_param(params, name)
             if value is not None:
@@ -217,7 +223,26 @@ class AuditVerify(APIView):
         parameters=[OpenApiParameter("organization_id", type=int, required=False)],
         responses=inline_serializer(
             "AuditVerification",
-            {"ok": serializers.BooleanField(), "organizations": serializers.ListField(child=serializers.DictField())},
+            {
+                "ok": serializers.BooleanField(),
+                "organizations": inline_serializer(
+                    "AuditChainReport",
+                    {
+                        "organization_id": serializers.IntegerField(),
+                        "verdict": serializers.CharField(
+                            help_text="ok | broken at entry N | truncated after anchor K | empty but anchored"
+                        ),
+                        "ok": serializers.BooleanField(),
+                        "entries_checked": serializers.IntegerField(),
+                        "anchors_checked": serializers.IntegerField(),
+                        "pending": serializers.IntegerField(),
+                        "first_broken": serializers.DictField(allow_null=True),
+                        "rejected_anchors": serializers.ListField(child=serializers.IntegerField()),
+                        "detail": serializers.CharField(),
+                    },
+                    many=True,
+                ),
+            },
         ),
     )
     def get(self, request):

@@ -88,13 +88,32 @@ class ApprovalRequest(models.Model):
 
 
 class AuditLogEntry(models.Model):
-    """Append-only and hash-chained per organization (see governance.audit)."""
+    """Append-only, HMAC-chained per organization (see governance.audit and docs/audit.md).
 
-    organization = models.ForeignKey("tenancy.Organization", on_delete=models.PROTECT, related_name="audit_entries")
-    workspace = models.ForeignKey("tenancy.Workspace", null=True, blank=True, on_delete=models.PROTECT)
-    seq = models.PositiveBigIntegerField()
+    An entry is inserted *pending* (``seq`` empty) in its caller's transaction, with
+    ``content_hash`` (its content's MAC under the key ``key_id`` names), and sealed
+    after commit by the organization's single sealer, which fills ``seq``,
+    ``prev_hash`` and ``entry_hash`` once; the database trigger refuses every other
+    UPDATE, and every DELETE and TRUNCATE.
+
+    The organization, workspace and actor are kept as plain ids (no database
+    constraint, nothing cascades): deleting any of them archives the entries in
+    place instead of deleting or rewriting them.
+    """
+
+    organization = models.ForeignKey(
+        "tenancy.Organization", on_delete=models.DO_NOTHING, db_constraint=False, related_name="audit_entries"
+    )
+    workspace = models.ForeignKey(
+        "tenancy.Workspace", null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False,
+        related_name="+",
+    )
+    seq = models.PositiveBigIntegerField(null=True, blank=True)
     event_type = models.CharField(max_length=60, db_index=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False,
+        related_name="+",
+    )
     actor_label = models.CharField(max_length=200, blank=True)
     execution_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     agent_id = models.UUIDField(null=True, blank=True)
@@ -102,16 +121,54 @@ class AuditLogEntry(models.Model):
     approval_id = models.UUIDField(null=True, blank=True)
     details = models.JSONField(default=dict)
     created_at = models.DateTimeField(default=timezone.now)
-    prev_hash = models.CharField(max_length=64)
-    entry_hash = models.CharField(max_length=64)
+    key_id = models.CharField(max_length=32, blank=True)
+    content_hash = models.CharField(max_length=64, blank=True)
+    prev_hash = models.CharField(max_length=64, blank=True)
+    entry_hash = models.CharField(max_length=64, blank=True)
 
     class Meta:
-        ordering = ["organization", "seq"]
+        ordering = ["organization_id", "seq", "id"]
         verbose_name_plural = "audit log entries"
-        constraints = [models.UniqueConstraint(fields=["organization", "seq"], name="uniq_audit_seq")]
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "seq"], name="uniq_audit_seq"),
+            # A copied row (a replayed entry) is refused outright.
+            models.UniqueConstraint(
+                fields=["content_hash"], condition=models.Q(content_hash__gt=""), name="uniq_audit_content_hash"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["organization", "id"], condition=models.Q(seq__isnull=True), name="audit_pending_idx"
+            )
+        ]
 
     def __str__(self) -> str:
-        return f"#{self.seq} {self.event_type}"
+        return f"#{self.seq or 'pending'} {self.event_type}"
+
+
+class AuditAnchor(models.Model):
+    """A checkpoint of one organization's chain: its head's count and digest.
+
+    Written periodically (``governance.audit_anchor``) and logged, so that deleting
+    the newest entries, or all of them, is detected by ``audit_verify``. Append-only
+    like the entries, and MACed with the audit key."""
+
+    organization_id = models.BigIntegerField()
+    number = models.PositiveBigIntegerField()
+    entry_count = models.PositiveBigIntegerField()
+    head_hash = models.CharField(max_length=64)
+    key_id = models.CharField(max_length=32)
+    anchor_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["organization_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["organization_id", "number"], name="uniq_audit_anchor_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"anchor {self.number} of organization {self.organization_id} ({self.entry_count} entries)"
 
 
 class WorkspaceSettings(models.Model):

@@ -52,3 +52,13 @@ def prune_counters() -> int:
     from governance.counters import counter_prune
 
     return counter_prune()
+
+
+@shared_task(name="governance.audit_anchor")
+def audit_anchor() -> int:
+    """Seal pending audit entries and anchor every chain head that moved (beat:
+    every RIVER_AUDIT_ANCHOR_SECONDS). Safe to run twice: an unchanged head is not
+    anchored again, and anchors are written under each organization's sealer lock."""
+    from governance.audit import audit_anchor_all
+
+    return len(audit_anchor_all())

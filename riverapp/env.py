@@ -141,3 +141,40 @@ def env_network_allow_list(name: str, default: list[str]) -> list[str]:
                 f"{name} entries must be 'public', an IP address, a CIDR range or a host name, got {entry!r}"
             )
     return entries
+
+
+_KEY_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def env_hmac_keys(name: str, *, min_bytes: int = 32) -> dict[str, bytes] | None:
+    """``kid1:base64secret,kid2:base64secret`` as an ordered ``{kid: secret}``; the
+    first key is the current one. ``None`` when unset or empty. Errors name the
+    variable and the key id, never the secret."""
+    import base64
+    import binascii
+
+    raw = (os.environ.get(name) or "").strip()
+    if not raw:
+        return None
+    keys: dict[str, bytes] = {}
+    for position, item in enumerate(raw.split(","), start=1):
+        key_id, sep, encoded = item.strip().partition(":")
+        if not sep or not key_id:
+            raise ImproperlyConfigured(f"{name}: entry {position} must look like key_id:base64secret")
+        if len(key_id) > 32 or not set(key_id) <= _KEY_ID_CHARS:
+            raise ImproperlyConfigured(
+                f"{name}: key id in entry {position} must be 1-32 letters, digits, '_', '.' or '-'"
+            )
+        if key_id in keys:
+            raise ImproperlyConfigured(f"{name}: key id {key_id!r} appears twice")
+        encoded = encoded.strip()
+        try:
+            secret = base64.b64decode(encoded.replace("-", "+").replace("_", "/"), validate=True)
+        except (binascii.Error, ValueError):
+            raise ImproperlyConfigured(f"{name}: the secret of key {key_id!r} is not valid base64") from None
+        if len(secret) < min_bytes:
+            raise ImproperlyConfigured(
+                f"{name}: the secret of key {key_id!r} must decode to at least {min_bytes} bytes"
+            )
+        keys[key_id] = secret
+    return keys

@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from riverapp.env import (
     database_from_url,
     env_bool,
+    env_hmac_keys,
     env_int,
     env_list,
     env_network_allow_list,
@@ -54,6 +55,27 @@ SECRET_KEY = _secret_key()
 # Data source credentials and provider API keys are encrypted with this key; it
 # defaults to one derived from SECRET_KEY so rotating SECRET_KEY needs care (docs/settings.md).
 RIVER_ENCRYPTION_KEY = env_str("RIVER_ENCRYPTION_KEY") or SECRET_KEY
+
+
+def _audit_hmac_keys() -> dict[str, bytes]:
+    """The audit trail's HMAC keys, separate from SECRET_KEY (docs/audit.md)."""
+    keys = env_hmac_keys("RIVER_AUDIT_HMAC_KEYS")
+    if keys:
+        return keys
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "RIVER_AUDIT_HMAC_KEYS is not set. River refuses to start with DEBUG off and no audit key; "
+            "set it to key_id:base64secret (32+ random bytes), e.g. audit1:$(head -c 32 /dev/urandom | base64)."
+        )
+    key_file = VAR_DIR / "audit_hmac_key"
+    if not key_file.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(secrets.token_bytes(32).hex())
+        key_file.chmod(0o600)
+    return {"dev": bytes.fromhex(key_file.read_text().strip())}
+
+
+RIVER_AUDIT_HMAC_KEYS = _audit_hmac_keys()
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -238,11 +260,16 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": RIVER_SEGMENT_HARD_LIMI
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TIMEZONE = TIME_ZONE
+# How often the chain heads of the audit trail are anchored (docs/audit.md).
+RIVER_AUDIT_ANCHOR_SECONDS = env_int("RIVER_AUDIT_ANCHOR_SECONDS", 300, minimum=10)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "executions-watchdog": {"task": "executions.watchdog", "schedule": timedelta(seconds=30)},
     "executions-expire-approvals": {"task": "executions.expire_approvals", "schedule": timedelta(seconds=60)},
     "governance-prune-counters": {"task": "governance.prune_counters", "schedule": timedelta(hours=24)},
+    "governance-audit-anchor": {
+        "task": "governance.audit_anchor", "schedule": timedelta(seconds=RIVER_AUDIT_ANCHOR_SECONDS)
+    },
 }
 
 # River's own knobs.

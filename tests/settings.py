@@ -13,6 +13,7 @@ os.environ.setdefault("LOG_LEVEL", "WARNING")
 # The suite's PostgreSQL data sources live on this machine (tests/datasources/fixtures.py
 # reaches them through a local relay, since River's own database port is refused).
 os.environ.setdefault("RIVER_DATA_SOURCE_ALLOWED_HOSTS", "127.0.0.1")
+os.environ.setdefault("RIVER_AUDIT_HMAC_KEYS", "tests:cml2ZXItdGVzdHMtb25seS1hdWRpdC1obWFjLWtleSE=")
 
 from riverapp.settings import *  # noqa: E402,F403
 

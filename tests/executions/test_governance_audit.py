@@ -15,7 +15,7 @@ def test_durable_run_audits_each_decision(workspace, owner):
         text_reply("done"),
     ])
     assert execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
-    entries = AuditLogEntry.objects.filter(event_type="governance_decision", execution_id=execution.pk).order_by("seq")
+    entries = AuditLogEntry.objects.filter(event_type="governance_decision", execution_id=execution.pk).order_by("id")
     assert [(e.details["tool_name"], e.details["decision"]) for e in entries] == [
         ("test_echo", "PROCEED"), ("test_write", "BLOCKED"),
     ]

@@ -112,7 +112,7 @@ def test_health_degrades_after_three_failures_goes_critical_at_five_and_one_succ
     agent.refresh_from_db()
     assert (agent.health, agent.consecutive_failures) == (Agent.Health.HEALTHY, 0)
 
-    changes = AuditLogEntry.objects.filter(event_type="agent_health_changed", agent_id=agent.pk).order_by("seq")
+    changes = AuditLogEntry.objects.filter(event_type="agent_health_changed", agent_id=agent.pk).order_by("id")
     assert [(e.details["from"], e.details["to"]) for e in changes] == [
         ("healthy", "degraded"), ("degraded", "critical"), ("critical", "healthy"),
     ]

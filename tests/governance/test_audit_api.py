@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from governance.audit import audit_record
+from governance.audit import audit_anchor, audit_maintenance, audit_record, audit_verify
 from governance.models import AuditLogEntry
 
 
@@ -30,6 +30,14 @@ def entries(org, workspace, other_org, other_workspace):
 def _ids(response):
     assert response.status_code == 200, response.content
     return {row["id"] for row in response.json()["results"]}
+
+
+def test_entries_carry_their_key_id_and_macs(api_client_for, org_admin, org, entries):
+    audit_verify(organization_id=org.pk)  # seals the pending entries
+    rows = api_client_for(org_admin).get("/api/v1/audit/").json()["results"]
+    assert {row["key_id"] for row in rows} == {"tests"}
+    assert all(len(row["content_hash"]) == 64 and len(row["entry_hash"]) == 64 for row in rows)
+    assert sorted(row["seq"] for row in rows) == [1, 2, 3]
 
 
 def test_member_sees_their_workspace_entries_only(api_client_for, member, entries):
@@ -59,7 +67,10 @@ def test_filters(api_client_for, org_admin, entries):
 
 
 @pytest.mark.parametrize(
-    ("param", "value"), [("since", "yesterday"), ("execution_id", "x"), ("agent_id", "not-a-uuid")]
+    ("param", "value"), [
+        ("since", "yesterday"), ("until", "2024-13-45T99:00:00"), ("execution_id", "x"), ("execution_id", "9" * 30),
+        ("agent_id", "not-a-uuid"), ("event_type", "a\x00b"), ("event_type", "x" * 61), ("workspace_id", "\x00"),
+    ]
 )
 def test_bad_filters_are_400(api_client_for, org_admin, entries, param, value):
     response = api_client_for(org_admin).get("/api/v1/audit/", {param: value})
@@ -67,23 +78,41 @@ def test_bad_filters_are_400(api_client_for, org_admin, entries, param, value):
     assert param in response.json()["error"]["details"]
 
 
-def test_verify_for_org_admins(api_client_for, org_admin, org, entries):
+def test_verify_reports_each_verdict_for_org_admins(api_client_for, org_admin, org, entries):
     client = api_client_for(org_admin)
     data = client.get("/api/v1/audit/verify").json()
     assert data["ok"] is True
-    assert data["organizations"] == [
-        {"organization_id": org.pk, "ok": True, "entries_checked": 3, "first_broken": None}
-    ]
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+    [report] = data["organizations"]
+    assert {key: report[key] for key in ("organization_id", "verdict", "ok", "entries_checked", "first_broken")} \
+        == {"organization_id": org.pk, "verdict": "ok", "ok": True, "entries_checked": 3, "first_broken": None}
+    audit_anchor(organization_id=org.pk)
+    with audit_maintenance():
+        AuditLogEntry.objects.filter(organization_id=org.pk, seq=3).delete()
+    report = client.get("/api/v1/audit/verify", {"organization_id": org.pk}).json()["organizations"][0]
+    assert (report["verdict"], report["ok"], report["anchors_checked"]) == ("truncated after anchor 1", False, 1)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
             cursor.execute("SET LOCAL session_replication_role = replica")
-        AuditLogEntry.objects.filter(pk=entries["run"].pk).update(execution_id=43)
-        if connection.vendor == "postgresql":
+            AuditLogEntry.objects.filter(pk=entries["run"].pk).update(execution_id=43)
             cursor.execute("SET LOCAL session_replication_role = origin")
-    data = client.get("/api/v1/audit/verify", {"organization_id": org.pk}).json()
-    assert data["ok"] is False
-    assert data["organizations"][0]["first_broken"]["seq"] == 2
-    assert data["organizations"][0]["first_broken"]["reason"] == "hash mismatch"
+        report = client.get("/api/v1/audit/verify").json()["organizations"][0]
+        assert report["verdict"] == "broken at entry 2"
+        assert report["first_broken"]["reason"] == "hash mismatch"
+
+
+def test_verify_never_reports_another_organization(api_client_for, org_admin, other_org, entries):
+    data = api_client_for(org_admin).get("/api/v1/audit/verify").json()
+    assert other_org.pk not in {report["organization_id"] for report in data["organizations"]}
+    response = api_client_for(org_admin).get("/api/v1/audit/verify", {"organization_id": other_org.pk})
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize("value", ["x", "1e3", "\x00", "9" * 40])
+def test_verify_with_a_bad_organization_id_is_a_400_or_404(api_client_for, org_admin, entries, value):
+    response = api_client_for(org_admin).get("/api/v1/audit/verify", {"organization_id": value})
+    assert response.status_code in (400, 404)
+    if response.status_code == 400:
+        assert "organization_id" in response.json()["error"]["details"]
 
 
 def test_verify_refuses_non_admins(api_client_for, member, outsider, org, entries):

@@ -59,7 +59,7 @@ def test_admin_save_and_delete_are_audited(org, workspace):
     model_admin.save_model(request, policy, form, change=False)
     assert policy.created_by == admin_user
     model_admin.delete_model(request, policy)
-    events = list(AuditLogEntry.objects.order_by("seq").values_list("event_type", flat=True))
+    events = list(AuditLogEntry.objects.order_by("id").values_list("event_type", flat=True))
     assert events == ["policy_created", "policy_deleted"]
     assert not Policy.objects.exists()
 

@@ -28,6 +28,32 @@ def test_starts_with_secret_key_and_debug_off():
     assert result.returncode == 0, result.stderr
 
 
+def test_refuses_to_start_without_an_audit_key_in_production():
+    result = _check({"DEBUG": "false", "SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "example.com",
+                     "RIVER_AUDIT_HMAC_KEYS": ""})
+    assert result.returncode != 0
+    assert "RIVER_AUDIT_HMAC_KEYS is not set" in result.stderr
+
+
+def test_audit_keys_parse_in_order_and_errors_never_show_the_secret(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from riverapp.env import env_hmac_keys
+
+    first, second = "A" * 44, "B" * 44  # 33 bytes each once decoded
+    monkeypatch.setenv("RIVER_AUDIT_HMAC_KEYS", f" new:{first} , old:{second}")
+    keys = env_hmac_keys("RIVER_AUDIT_HMAC_KEYS")
+    assert list(keys) == ["new", "old"] and all(len(secret) == 33 for secret in keys.values())
+    monkeypatch.setenv("RIVER_AUDIT_HMAC_KEYS", f"new:{first},new:{second}")
+    with pytest.raises(ImproperlyConfigured, match="appears twice") as caught:
+        env_hmac_keys("RIVER_AUDIT_HMAC_KEYS")
+    assert second not in str(caught.value)
+    monkeypatch.setenv("RIVER_AUDIT_HMAC_KEYS", "k1:secret-that-is-not-base64!!")
+    with pytest.raises(ImproperlyConfigured) as caught:
+        env_hmac_keys("RIVER_AUDIT_HMAC_KEYS")
+    assert "secret-that" not in str(caught.value)
+
+
 def test_database_url_prepare_threshold_defaults_and_parses():
     from riverapp.env import database_from_url
 
@@ -50,8 +76,13 @@ def test_database_url_prepare_threshold_defaults_and_parses():
      "RIVER_DB_POOL_MIN_SIZE (8) must not exceed RIVER_DB_POOL_MAX_SIZE (4)"),
     ({"DEBUG": "true", "RIVER_DATA_SOURCE_ALLOWED_HOSTS": "public,db/x"},
      "RIVER_DATA_SOURCE_ALLOWED_HOSTS entries must be"),
+    ({"DEBUG": "true", "RIVER_AUDIT_HMAC_KEYS": "no-colon"}, "RIVER_AUDIT_HMAC_KEYS: entry 1 must look like"),
+    ({"DEBUG": "true", "RIVER_AUDIT_HMAC_KEYS": "k1:not base64!"}, "RIVER_AUDIT_HMAC_KEYS: the secret of key 'k1'"),
+    ({"DEBUG": "true", "RIVER_AUDIT_HMAC_KEYS": "k1:c2hvcnQ="}, "must decode to at least 32 bytes"),
+    ({"DEBUG": "true", "RIVER_AUDIT_ANCHOR_SECONDS": "1"}, "RIVER_AUDIT_ANCHOR_SECONDS must be at least 10"),
 ], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "pool_max_size", "pool_timeout",
-        "pool_min_over_max", "data_source_allowed_hosts"])
+        "pool_min_over_max", "data_source_allowed_hosts", "audit_key_shape", "audit_key_base64",
+        "audit_key_length", "audit_anchor_seconds"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0

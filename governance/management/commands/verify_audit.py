@@ -4,7 +4,10 @@ from governance.audit import audit_verify
 
 
 class Command(BaseCommand):
-    help = "Verify the audit trail's hash chains; exit 1 and print the first broken link if any is broken."
+    help = (
+        "Verify the audit trail: one verdict per organization (ok, broken at entry N, truncated after anchor K, "
+        "empty but anchored); exits 1 unless every verdict is ok."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--organization", type=int, default=None, help="only this organization id")
@@ -12,19 +15,23 @@ class Command(BaseCommand):
     def handle(self, *args, organization, **options):
         result = audit_verify(organization_id=organization)
         for report in result.organizations:
-            if report.ok:
-                self.stdout.write(f"organization {report.organization_id}: ok ({report.entries_checked} entries)")
-            else:
-                link = report.first_broken
-                self.stdout.write(
-                    f"organization {report.organization_id}: BROKEN at seq {link.seq}: {link.reason} ({link.detail})"
+            line = f"organization {report.organization_id}: {report.verdict} ({report.entries_checked} entries, " \
+                   f"{report.anchors_checked} anchors)"
+            if report.first_broken is not None:
+                line += f": {report.first_broken.reason} ({report.first_broken.detail})"
+            elif report.detail:
+                line += f": {report.detail}"
+            self.stdout.write(line)
+            if report.rejected_anchors:
+                self.stderr.write(
+                    f"organization {report.organization_id}: ignored anchor(s) {report.rejected_anchors} "
+                    "whose MAC does not verify (not written by River)"
                 )
         if not result.organizations:
             self.stdout.write("no audit entries")
         if not result.ok:
-            broken = [r for r in result.organizations if not r.ok]
-            first = broken[0]
+            failing = [report for report in result.organizations if not report.ok]
             raise CommandError(
-                f"audit chain broken in {len(broken)} organization(s); first: organization {first.organization_id} "
-                f"seq {first.first_broken.seq} ({first.first_broken.reason})"
+                f"audit trail not ok in {len(failing)} organization(s); first: organization "
+                f"{failing[0].organization_id}: {failing[0].verdict}"
             )

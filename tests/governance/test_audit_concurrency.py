@@ -1,0 +1,105 @@
+"""Two runs of one organization write audit entries without waiting on each other's lock."""
+
+import threading
+import time
+
+import pytest
+from django.db import close_old_connections, connection, transaction
+
+from governance.audit import audit_record, audit_verify
+from governance.models import AuditLogEntry
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="needs concurrent transactions"),
+]
+
+DEADLINE = 20.0
+
+
+def test_an_open_transaction_with_an_entry_does_not_block_another_runs_entry(org):
+    opened, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def run_a():
+        try:
+            with transaction.atomic():
+                audit_record(organization_id=org.pk, event_type="governance_decision", execution_id=1)
+                opened.set()
+                # Hold the transaction (as a governed turn does until its flush
+                # commits) until run B has finished, or give up at the deadline.
+                release.wait(DEADLINE)
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+        finally:
+            close_old_connections()
+            connection.close()
+
+    holder = threading.Thread(target=run_a)
+    holder.start()
+    try:
+        assert opened.wait(DEADLINE), "run A never opened its transaction"
+        started = time.monotonic()
+        with transaction.atomic():
+            audit_record(organization_id=org.pk, event_type="governance_decision", execution_id=2)
+        elapsed = time.monotonic() - started
+        # B committed and was sealed while A's transaction is still open.
+        assert holder.is_alive() and not release.is_set()
+        b_entry = AuditLogEntry.objects.get(execution_id=2)
+        assert b_entry.seq == 1
+        assert not AuditLogEntry.objects.filter(execution_id=1).exists()  # A is not committed yet
+    finally:
+        release.set()
+        holder.join(DEADLINE)
+    assert not holder.is_alive() and not errors, errors
+    # B's write did not wait for A (it would have until the deadline with a lock).
+    assert elapsed < DEADLINE / 4, f"run B waited {elapsed:.2f}s"
+    a_entry = AuditLogEntry.objects.get(execution_id=1)
+    assert a_entry.seq == 2  # sealed after A's commit, after B's
+    report = audit_verify(organization_id=org.pk).organizations[0]
+    assert (report.verdict, report.entries_checked) == ("ok", 2)
+
+
+def test_concurrent_writers_get_one_gapless_chain(org):
+    """Eight threads, five entries each, every one its own transaction: the sealer
+    orders them into a single verified chain with no gap and no duplicate seq."""
+    start = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def writer(n: int):
+        try:
+            start.wait(DEADLINE)
+            for i in range(5):
+                with transaction.atomic():
+                    audit_record(organization_id=org.pk, event_type="write", details={"writer": n, "i": i})
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(DEADLINE * 2)
+    assert not errors, errors
+    assert sorted(AuditLogEntry.objects.filter(organization_id=org.pk).values_list("seq", flat=True)) == \
+        list(range(1, 41))
+    report = audit_verify(organization_id=org.pk).organizations[0]
+    assert (report.verdict, report.entries_checked, report.pending) == ("ok", 40, 0)
+
+
+def test_entries_are_sealed_at_commit_even_after_a_rolled_back_savepoint(org):
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                audit_record(organization_id=org.pk, event_type="rolled back")
+                raise RuntimeError("undo the savepoint")
+        except RuntimeError:
+            pass
+        for i in range(3):
+            audit_record(organization_id=org.pk, event_type=f"kept {i}")
+        assert AuditLogEntry.objects.filter(organization_id=org.pk, seq__isnull=True).count() == 3
+    # Committed: sealed by the one after-commit sealer, with no verification call.
+    assert list(AuditLogEntry.objects.filter(organization_id=org.pk).order_by("seq")
+                .values_list("seq", "event_type")) == [(1, "kept 0"), (2, "kept 1"), (3, "kept 2")]
