@@ -1,7 +1,9 @@
 from django import forms
 from django.contrib import admin
+from django.db import models
 
 from common.errors import InvalidInput
+from common.formfields import BoundedJSONField
 from governance.models import ApprovalRequest, AuditLogEntry, Notification, Policy, PolicyCounter, WorkspaceSettings
 from governance.services import policy_admin_delete, policy_admin_saved, policy_validate
 from governance.types import PolicyScope
@@ -19,6 +21,7 @@ class PolicyAdminForm(forms.ModelForm):
         model = Policy
         fields = ["organization", "workspace", "scope", "name", "description", "policy_type", "conditions",
                   "enforcement", "enabled"]
+        field_classes = {"conditions": BoundedJSONField}
 
     def clean(self):
         cleaned = super().clean()
@@ -117,6 +120,7 @@ class PolicyCounterAdmin(_ReadOnlyAdmin):
 class WorkspaceSettingsAdmin(admin.ModelAdmin):
     # approval_notification_config is validated by its pydantic schema on clean.
     list_display = ["workspace", "updated_at"]
+    formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
 
 
 @admin.register(Notification)
