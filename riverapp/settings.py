@@ -17,6 +17,7 @@ from riverapp.env import (
     env_bool,
     env_int,
     env_list,
+    env_password,
     env_str,
     env_timezone,
     validate_redis_url,
@@ -236,6 +237,8 @@ RIVER_STORAGE_QUOTA_BYTES = env_int("RIVER_STORAGE_QUOTA_BYTES", 5 * 1024**3, mi
 # so a workspace cannot point a data source at River's own database or any other file.
 RIVER_SQLITE_DATA_DIR = Path(env_str("RIVER_SQLITE_DATA_DIR") or VAR_DIR / "datasources")
 RIVER_ADMIN_PASSWORD = env_str("RIVER_ADMIN_PASSWORD") or None
+# The demo's second person, who approves what the admin's runs ask for (segregation of duties).
+RIVER_APPROVER_PASSWORD = env_password("RIVER_APPROVER_PASSWORD", min_length=12)
 RIVER_APPROVAL_REMINDER_MINUTES = env_int("RIVER_APPROVAL_REMINDER_MINUTES", 60, minimum=1)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
