@@ -205,3 +205,22 @@ def test_unknown_fields_are_refused_by_name(workspace, owner, api_client_for):
     assert "query_row_limit" in response.json()["error"]["details"]
     workspace.refresh_from_db()
     assert workspace.allow_self_approval is False
+
+
+def test_the_starter_is_not_notified_to_approve_their_own_run(workspace, owner, editor):
+    from governance.models import Notification, WorkspaceSettings
+    from governance.notifications import approval_notifications_send
+
+    WorkspaceSettings.objects.update_or_create(
+        workspace=workspace, defaults={"approval_notification_config": {"in_app": {"enabled": True}}})
+    _, approval = paused_run_started_by(owner, workspace, owner)
+    Notification.objects.all().delete()
+
+    approval_notifications_send(approval_id=approval.pk)
+
+    assert set(Notification.objects.values_list("user__username", flat=True)) == {"editor"}
+    workspace.allow_self_approval = True
+    workspace.save(update_fields=["allow_self_approval"])
+    Notification.objects.all().delete()
+    approval_notifications_send(approval_id=approval.pk)
+    assert set(Notification.objects.values_list("user__username", flat=True)) == {"editor", "owner"}
