@@ -224,3 +224,32 @@ def test_the_starter_is_not_notified_to_approve_their_own_run(workspace, owner, 
     Notification.objects.all().delete()
     approval_notifications_send(approval_id=approval.pk)
     assert set(Notification.objects.values_list("user__username", flat=True)) == {"editor", "owner"}
+
+
+def test_the_stateless_continue_refuses_the_runs_own_user_as_approver(workspace, org_admin):
+    from common.errors import PermissionDenied
+    from executions.engine.contracts import ContinuationRequest
+    from executions.stateless import execute, execute_continue
+    from tests.executions import engine_support
+
+    request = engine_support.request_for(tools=["test_write"], action_level="act_with_approval")
+    request.user_context.org_id, request.user_context.workspace_id = workspace.organization_id, workspace.pk
+    request.user_context.user_id = org_admin.pk
+    paused = execute(user=org_admin, auth=None, request=request,
+                     llm=ScriptedLLM([tool_reply("test_write", {"text": "x"}, call_id="w")]))
+    assert paused.status.value == "awaiting_approval"
+
+    def resolve(resolved_by: str):
+        return execute_continue(user=org_admin, auth=None, llm=ScriptedLLM([tool_reply("finalize", {"answer": "ok"})]),
+                                continuation=ContinuationRequest.model_validate({
+                                    "execution_id": paused.execution_id, "continuation_type": "approval_resolved",
+                                    "approval_resolution": {"status": "approved", "resolved_by": resolved_by},
+                                    "serialized_state": paused.serialized_state}))
+
+    engine_support.CALLS.clear()
+    with pytest.raises(PermissionDenied) as refused:
+        resolve(f" {org_admin.pk}")
+    assert refused.value.code == "self_approval_forbidden"
+    assert engine_support.CALLS == []
+    assert resolve("someone-else").status.value == "success"
+    assert engine_support.CALLS == [("test_write", {"text": "x"})]
