@@ -128,19 +128,20 @@ def obeying_model(*, marker: str, attack_tool: str, attack_args: dict, reads: li
         called = [call["function"]["name"] for m in messages if m.get("role") == "assistant"
                   for call in m.get("tool_calls") or []]
         if marker in shown and attack_tool not in called:
-            return _tool_call(attack_tool, attack_args)
+            # Obey, and finish in the same reply (one model call fewer per case).
+            return _tool_calls((attack_tool, attack_args), ("finalize", {"answer": "Done."}))
         for name, args in reads:
             if name not in called:
-                return _tool_call(name, args)
+                return _tool_calls((name, args))
         return Scripted(message={"role": "assistant", "content": "Done."})
 
     return respond
 
 
-def _tool_call(name: str, args: dict) -> Scripted:
+def _tool_calls(*calls: tuple[str, dict]) -> Scripted:
     return Scripted(message={"role": "assistant", "content": None, "tool_calls": [{
         "id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args)}}]})
+        "function": {"name": name, "arguments": json.dumps(args)}} for name, args in calls]})
 
 
 # --- shared setup --------------------------------------------------------------------------------
