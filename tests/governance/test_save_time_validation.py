@@ -254,3 +254,59 @@ def test_version_admin_form_shows_an_error_not_a_500(workspace, owner, rules):
     form = response.context["adminform"].form
     assert form.errors
     assert AgentVersion.objects.count() == before
+
+
+_json_leaf = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
+              | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40))
+_json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=12)
+_rules = st.fixed_dictionaries({}, optional={
+    "require_approval_for": _json | st.lists(st.sampled_from(["write_back", "execute_query", "x"]), max_size=3),
+    "auto_approve_conditions": _json | st.lists(st.fixed_dictionaries(
+        {"tool": st.sampled_from(["write_back", "execute_query", ""]), "condition": st.text(max_size=60)}),
+        max_size=2),
+    "approver_roles": _json | st.lists(st.sampled_from(["admin", "editor", "root"]), max_size=2),
+    "escalation_timeout_minutes": _json,
+})
+_model_config = st.fixed_dictionaries({}, optional={
+    name: _json for name in ("max_turns", "token_budget", "timeout_seconds", "llm_timeout_seconds",
+                             "preferred_tier")})
+
+
+@pytest.mark.django_db
+def test_version_api_never_fails_with_a_server_error_on_any_json(workspace, owner, api_client_for):
+    agent = make_agent(workspace=workspace, owner=owner)
+    client = api_client_for(owner)
+    url = f"/api/v1/agents/{agent.pk}/versions/"
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(rules=_rules | _json, model_config=_model_config | _json)
+    def post(rules, model_config):
+        before = AgentVersion.objects.count()
+        response = client.post(url, _version_body(approval_rules=rules, model_config=model_config), format="json")
+        assert response.status_code in (201, 400), response.content[:300]
+        if response.status_code == 400:
+            assert response.json()["error"]["details"]
+            assert AgentVersion.objects.count() == before
+
+    post()
+
+
+@pytest.mark.django_db
+def test_policy_api_never_fails_with_a_server_error_on_any_conditions(workspace, owner, api_client_for):
+    client = api_client_for(owner)
+    grammar_soup = st.text(alphabet="()[]-,'\" .<>=!0123456789eE_abcdnortwxyzINOTAND", max_size=120)
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(conditions=_json | st.fixed_dictionaries({"expression": grammar_soup | st.text(max_size=80)}),
+           policy_type=st.none() | st.sampled_from(["content", "data_export_limit", "nope"]))
+    def post(conditions, policy_type):
+        before = Policy.objects.count()
+        body = {"name": "p", "scope": "workspace", "workspace_id": workspace.pk, "enforcement": "block",
+                "conditions": conditions, "policy_type": policy_type}
+        response = client.post("/api/v1/policies/", body, format="json")
+        assert response.status_code in (201, 400), response.content[:300]
+        if response.status_code == 400:
+            assert Policy.objects.count() == before
+
+    post()
