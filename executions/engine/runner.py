@@ -441,7 +441,7 @@ class Engine:
         return None
 
     def _approval_gate(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict, verdict, *,
-                       confidence: float | None, common: dict, policy: dict) -> Outcome | None:
+                       confidence: float | None, common: dict, policy: dict, extra_risk: str = "") -> Outcome | None:
         """APPROVAL_REQUIRED: pause for a human, unless one of the agent's auto-approve
         conditions explicitly holds for this call (then None: go on)."""
         rules = state.request.agent_config.approval_rules
@@ -449,7 +449,8 @@ class Engine:
             tool_name=call.name,
             proposed_payload=args,
             reasoning_summary=self._reasoning_summary(state),
-            risk_context=(f"{'Write' if tool.writes else 'Execution'} tool {call.name}. {verdict.reason}"),
+            risk_context=(f"{'Write' if tool.writes else 'Execution'} tool {call.name}. {verdict.reason}"
+                          + (f" {extra_risk}" if extra_risk else "")),
             confidence_score=confidence,
             auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
         )
@@ -580,8 +581,11 @@ class Engine:
                       "policy_id": verdict.policy_id, "policy_type": verdict.policy_type,
                       "enforcement": verdict.enforcement, "warnings": verdict.warnings, "point": "after_query",
                       "total_rows": result.get("total_rows"), "tables": list(result.get("tables") or [])}
-            outcome = self._approval_gate(state, call, tool, args, verdict, confidence=self._confidence(state),
-                                          common=common, policy=policy)
+            tables = ", ".join(result.get("tables") or []) or "unknown tables"
+            outcome = self._approval_gate(
+                state, call, tool, args, verdict, confidence=self._confidence(state), common=common, policy=policy,
+                extra_risk=f"Data export of {result.get('total_rows')} row(s) from {tables}; the rows are shown "
+                           "to the agent only once this is approved.")
             return outcome  # None when an auto-approve condition held
         self._add(state, StepType.GOVERNANCE_CHECK, tool_name=call.name, call_id=call.id, input=args,
                   governance_decision=verdict.decision, status=StepStatus.BLOCKED,

@@ -58,6 +58,7 @@ def test_an_export_that_needs_approval_pauses_without_showing_rows(workspace, ow
     assert approval.tool_name == "execute_query" and approval.status == ApprovalRequest.Status.PENDING
     assert approval.proposed_payload["query"] == QUERY
     assert "Ticket export" in approval.risk_context
+    assert "Data export of 6 row(s) from tickets" in approval.risk_context
     assert SECRET_SUBJECT not in _everything_the_run_holds(execution)
     assert SECRET_SUBJECT not in json.dumps(approval.proposed_payload)
     assert AuditLogEntry.objects.filter(event_type="approval_requested", approval_id=approval.pk).exists()
