@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 from agents.models import Agent, AgentMemory, AgentVersion
 from agents.services import agent_transition, agent_version_create, agent_version_spec
 from common.errors import RiverError
+from common.formfields import BoundedJSONField
 
 
 class AgentVersionInline(admin.TabularInline):
@@ -81,6 +82,9 @@ class AgentVersionForm(forms.ModelForm):
             "notification_config",
             "data_sources",
         ]
+        field_classes = {
+            name: BoundedJSONField for name in ("model_config", "tools", "approval_rules", "notification_config")
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -129,7 +129,7 @@ class AgentSerializer(serializers.ModelSerializer):
 
 
 class AgentCreateSerializer(_StrictInput):
-    workspace = serializers.IntegerField()
+    workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     business_function = serializers.ChoiceField(choices=Agent._meta.get_field("business_function").choices)
@@ -190,7 +190,9 @@ class AgentVersionCreateSerializer(_StrictInput):
     tools = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     approval_rules = PydanticField(ApprovalRules, required=False)
     notification_config = PydanticField(NotificationConfig, required=False)
-    data_sources = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
+    data_sources = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False, default=list, max_length=100
+    )
 
 
 # ---------------------------------------------------------------- views

@@ -26,8 +26,14 @@ from agents.types import (
 )
 from common.errors import Conflict, InvalidInput, pydantic_details
 from governance.audit import audit_record
+from governance.checker import auto_approve_condition_validate
+from governance.expressions import ExpressionError
 from governance.selectors import approval_channels_active
 from tenancy.models import Workspace
+from tenancy.permissions import ORG_ADMIN_ROLE, Role
+
+# Roles an approval request may name: the workspace roles and organization admins.
+APPROVER_ROLES = frozenset(Role.values) | {ORG_ADMIN_ROLE}
 
 _EDITABLE_FIELDS = ("name", "description", "domain", "business_function")
 
@@ -121,6 +127,30 @@ def _parse(schema, value, field: str):
         raise InvalidInput(f"{field} is invalid.", details={field: pydantic_details(exc)}) from None
 
 
+def _approval_rules_problems(rules: ApprovalRules, tool_list: list[str]) -> dict:
+    """What is wrong with approval rules beyond their shape, by field.
+
+    Auto-approve conditions are checked like policies (grammar, known facts) and must
+    look at the call: a constant condition would let every write through unseen."""
+    problems: dict = {}
+    not_allowed = sorted(set(rules.require_approval_for) - set(tool_list))
+    if not_allowed:
+        problems["require_approval_for"] = [f"{name} is not among the version's tools." for name in not_allowed]
+    for index, rule in enumerate(rules.auto_approve_conditions):
+        field = f"auto_approve_conditions.{index}"
+        if rule.tool not in tool_list:
+            problems[f"{field}.tool"] = [f"{rule.tool} is not among the version's tools."]
+        try:
+            auto_approve_condition_validate(rule.condition)
+        except ExpressionError as exc:
+            problems[f"{field}.condition"] = [str(exc)]
+    unknown_roles = sorted(set(rules.approver_roles) - APPROVER_ROLES)
+    if unknown_roles:
+        allowed = ", ".join(sorted(APPROVER_ROLES))
+        problems["approver_roles"] = [f"Unknown role: {name} (one of: {allowed})." for name in unknown_roles]
+    return problems
+
+
 def agent_version_spec(
     *,
     agent: Agent,
@@ -170,11 +200,9 @@ def agent_version_spec(
         errors["tools"] = [f"Unknown tool: {name}." for name in unknown_tools]
     rules = parsed.get("approval_rules")
     if rules is not None:
-        not_allowed = sorted(set(rules.require_approval_for) - set(tool_list))
-        if not_allowed:
-            errors["approval_rules"] = {
-                "require_approval_for": [f"{name} is not among the version's tools." for name in not_allowed]
-            }
+        rule_errors = _approval_rules_problems(rules, tool_list)
+        if rule_errors:
+            errors["approval_rules"] = rule_errors
     ds_ids = list(dict.fromkeys(data_source_ids))
     foreign = data_source_ids_outside_workspace(workspace_id=agent.workspace_id, data_source_ids=ds_ids)
     if foreign:

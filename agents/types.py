@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 
 class BusinessFunction(StrEnum):
@@ -38,30 +39,53 @@ class Tier(StrEnum):
     CODING = "coding"
 
 
+def _not_a_boolean(value):
+    if isinstance(value, bool):
+        raise ValueError("must be a whole number, not true or false")
+    return value
+
+
+# A whole number for a setting: ``true`` is not 1. Each field gives its own range.
+Count = Annotated[int, BeforeValidator(_not_a_boolean)]
+
+MAX_TOKEN_BUDGET = 10_000_000
+MAX_ESCALATION_TIMEOUT_MINUTES = 30 * 24 * 60  # 30 days
+
+
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     preferred_tier: Tier | None = None
-    max_turns: int = Field(default=15, ge=1, le=100)
-    token_budget: int = Field(default=100_000, ge=100)
-    timeout_seconds: int = Field(default=30, ge=1, le=3600)
-    llm_timeout_seconds: int = Field(default=120, ge=1, le=3600)
+    max_turns: Count = Field(default=15, ge=1, le=100)
+    token_budget: Count = Field(default=100_000, ge=100, le=MAX_TOKEN_BUDGET)
+    timeout_seconds: Count = Field(default=30, ge=1, le=3600)
+    llm_timeout_seconds: Count = Field(default=120, ge=1, le=3600)
 
 
 class AutoApproveCondition(BaseModel):
+    """Skips one tool's approval when ``condition`` holds for the call. The condition
+    is checked when a version is saved (agents.services) and again at run time,
+    where anything that cannot be evaluated means "ask a human"."""
+
     model_config = ConfigDict(extra="forbid")
 
-    tool: str
+    tool: str = Field(min_length=1, max_length=100)
+    # No length rule here: the grammar's own limits apply when a version is saved, and
+    # a stored row from before them must still load (and then never auto-approve).
     condition: str
 
 
 class ApprovalRules(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    require_approval_for: list[str] = Field(default_factory=list)
-    auto_approve_conditions: list[AutoApproveCondition] = Field(default_factory=list)
-    approver_roles: list[str] = Field(default_factory=lambda: ["admin"])
-    escalation_timeout_minutes: int = Field(default=1440, ge=1)
+    require_approval_for: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        default_factory=list, max_length=50
+    )
+    auto_approve_conditions: list[AutoApproveCondition] = Field(default_factory=list, max_length=50)
+    approver_roles: list[Annotated[str, Field(min_length=1, max_length=50)]] = Field(
+        default_factory=lambda: ["admin"], max_length=20
+    )
+    escalation_timeout_minutes: Count = Field(default=1440, ge=1, le=MAX_ESCALATION_TIMEOUT_MINUTES)
 
 
 class NotificationConfig(BaseModel):

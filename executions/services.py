@@ -21,7 +21,7 @@ from django.utils import timezone
 from agents.models import Agent, AgentMemory, AgentVersion
 from agents.types import MemoryEntry
 from common.dberrors import Backoff, error_is_transient, retry_transient
-from common.errors import Conflict, InvalidInput, PermissionDenied
+from common.errors import Conflict, InvalidInput
 from datasources.selectors import data_source_prompt_metadata
 from executions.engine.contracts import (
     AgentConfig,
@@ -420,6 +420,7 @@ def _approval_open(execution: Execution, state: RunState):
         workspace_id=execution.workspace_id, execution_id=execution.pk, agent_id=execution.agent_id,
         call_id=pending.call_id, payload=pending.approval.model_dump(mode="json"),
         approver_roles=rules.approver_roles, escalation_timeout_minutes=rules.escalation_timeout_minutes,
+        run_started_by_id=execution.requested_by_id,
     )
 
 
@@ -692,12 +693,11 @@ def execution_approval_resolve(
 
     from common.errors import pydantic_details
     from executions.engine.tools import get_tool
-    from governance.approvals import approval_decide, approval_get_for_user, may_resolve
+    from governance.approvals import approval_authorize, approval_decide, approval_get_for_user
 
     approval = approval_get_for_user(user=user, approval_id=approval_id)
-    if not may_resolve(user=user, approval=approval):
-        # Checked again under the row lock; here so a non-approver learns 403, not 400.
-        raise PermissionDenied("Your role may not resolve this approval request.")
+    # Checked again under the row lock; here so a non-approver learns 403, not 400.
+    approval_authorize(user=user, approval=approval)
     if approval.status != approval.Status.PENDING:
         raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")
     if status == "edited_approved":

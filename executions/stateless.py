@@ -58,6 +58,26 @@ def _authorize(*, user, auth, request: ExecutionRequest) -> ExecutionRequest:
     return narrowed
 
 
+def _refuse_self_approval(*, request: ExecutionRequest, resolved_by: str) -> None:
+    """Segregation of duties on the stateless contract: the run's user or trigger
+    identity may not be named as its approver. The caller (an org admin or a service
+    token, see ``_authorize``) relays the approver's decision and is trusted to name
+    them, as it is trusted with the whole agent configuration."""
+    ctx = request.user_context
+    workspace = Workspace.objects.filter(pk=ctx.workspace_id, organization_id=ctx.org_id).first()
+    if workspace is None or workspace.allow_self_approval:
+        return
+    started_by = {str(ctx.user_id)}
+    if request.trigger_context.triggered_by:
+        started_by.add(str(request.trigger_context.triggered_by))
+    if str(resolved_by).strip() in started_by:
+        raise PermissionDenied(
+            "The run's own user may not resolve its approvals (segregation of duties); "
+            "a workspace admin can allow self-approval.",
+            code="self_approval_forbidden",
+        )
+
+
 def _sign(state: RunState) -> str:
     steps = [s.model_dump(mode="json") | {"messages": s.messages} for s in state.steps]
     body = {
@@ -153,6 +173,7 @@ def execute_continue(*, user, auth, continuation: ContinuationRequest, llm=None)
             raise InvalidInput("The run is waiting for an answer, not an approval.",
                                details={"continuation_type": ["expected interaction_response"]})
         resolution = continuation.approval_resolution.model_dump(mode="json")
+        _refuse_self_approval(request=state.request, resolved_by=resolution["resolved_by"])
         if resolution["status"] == "edited_approved":
             from executions.engine.tools import get_tool
 

@@ -21,7 +21,7 @@ from common.errors import NotFound, RiverError
 from executions import services
 from executions.engine.tools import get_tool
 from executions.selectors import execution_get_for_user
-from governance.approvals import approval_get_for_user, approvals_for_user, may_resolve
+from governance.approvals import approval_get_for_user, approvals_for_user, may_resolve, self_approval_refused
 from governance.models import ApprovalRequest
 
 RECENTLY_RESOLVED = 20
@@ -71,6 +71,7 @@ def approval_card(
         "approval": approval,
         "pending": approval.status == ApprovalRequest.Status.PENDING,
         "can_resolve": may_resolve(user=user, approval=approval),
+        "self_started": self_approval_refused(user=user, approval=approval),
         "proposed_json": _pretty(approval.proposed_payload),
         "editor_text": submitted.get("modified_args") or _pretty(approval.proposed_payload),
         "comment": submitted.get("resolution_comment", ""),

@@ -1,7 +1,9 @@
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 
 from common.errors import InvalidInput
+from common.formfields import BoundedJSONField
 from governance.models import (
     ApprovalRequest,
     AuditAnchor,
@@ -27,6 +29,7 @@ class PolicyAdminForm(forms.ModelForm):
         model = Policy
         fields = ["organization", "workspace", "scope", "name", "description", "policy_type", "conditions",
                   "enforcement", "enabled"]
+        field_classes = {"conditions": BoundedJSONField}
 
     def clean(self):
         cleaned = super().clean()
@@ -146,6 +149,7 @@ class PolicyCounterAdmin(_ReadOnlyAdmin):
 class WorkspaceSettingsAdmin(admin.ModelAdmin):
     # approval_notification_config is validated by its pydantic schema on clean.
     list_display = ["workspace", "updated_at"]
+    formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
 
 
 @admin.register(Notification)

@@ -1,7 +1,8 @@
 """REST endpoints of this app (mounted under /api/v1/ by riverapp.urls).
 
 Policies: ``/policies/`` (list, create) and ``/policies/<id>/`` (read, update,
-delete). Audit trail: ``/audit/`` (filtered list) and ``/audit/verify``.
+delete). Audit trail: ``/audit/`` (filtered list) and ``/audit/verify``. A
+workspace's self-approval switch: ``/workspaces/<id>/approval-settings``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from governance.audit import audit_verify
 from governance.models import AuditLogEntry, Policy
 from governance.selectors import audit_entries_for_user, policies_for_user, policy_get_for_user
 from governance.types import PolicyScope
-from tenancy.selectors import organizations_administered, workspaces_for_user
+from tenancy.selectors import organizations_administered, workspace_get_for_user, workspaces_for_user
 
 # --- policies ----------------------------------------------------------------------
 
@@ -50,10 +51,10 @@ def _model_choices(field: str):
 
 class PolicyWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
-    description = serializers.CharField(required=False, allow_blank=True, default="")
+    description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
     scope = serializers.ChoiceField(choices=_model_choices("scope"))
-    workspace_id = serializers.IntegerField(required=False, allow_null=True)
-    organization_id = serializers.IntegerField(required=False, allow_null=True)
+    workspace_id = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**63 - 1)
+    organization_id = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**63 - 1)
     policy_type = serializers.ChoiceField(choices=_model_choices("policy_type"), required=False, allow_null=True)
     conditions = serializers.JSONField(help_text='{"expression": "..."} or the keyed form')
     enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"))
@@ -62,7 +63,7 @@ class PolicyWriteSerializer(serializers.Serializer):
 
 class PolicyUpdateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, required=False)
-    description = serializers.CharField(required=False, allow_blank=True)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
     policy_type = serializers.ChoiceField(choices=_model_choices("policy_type"), required=False, allow_null=True)
     conditions = serializers.JSONField(required=False)
     enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"), required=False)
@@ -259,7 +260,41 @@ class AuditVerify(APIView):
         return Response(audit_verify(organization_ids=administered).as_dict())
 
 
+# --- workspace approval settings -----------------------------------------------------
+
+
+class WorkspaceApprovalSettingsSerializer(serializers.Serializer):
+    workspace_id = serializers.IntegerField(read_only=True)
+    allow_self_approval = serializers.BooleanField()
+
+
+class WorkspaceApprovalSettings(APIView):
+    """Segregation of duties for one workspace: may whoever started a run approve it?"""
+
+    @extend_schema(responses=WorkspaceApprovalSettingsSerializer)
+    def get(self, request, workspace_id: int):
+        workspace = workspace_get_for_user(user=request.user, workspace_id=workspace_id)
+        return Response({"workspace_id": workspace.pk, "allow_self_approval": workspace.allow_self_approval})
+
+    @extend_schema(request=WorkspaceApprovalSettingsSerializer, responses=WorkspaceApprovalSettingsSerializer)
+    def patch(self, request, workspace_id: int):
+        body = request.data if isinstance(request.data, dict) else None
+        if body is None:
+            raise InvalidInput("Send a JSON object.", details={"non_field_errors": ["Expected an object."]})
+        unknown = sorted(set(body) - {"allow_self_approval"})
+        if unknown:
+            raise InvalidInput("Unknown fields.", details={name: ["Unknown field."] for name in unknown})
+        if "allow_self_approval" not in body:
+            raise InvalidInput("Nothing to change.", details={"allow_self_approval": ["This field is required."]})
+        workspace = services.workspace_approval_settings_update(
+            actor=request.user, workspace_id=workspace_id, allow_self_approval=body["allow_self_approval"]
+        )
+        return Response({"workspace_id": workspace.pk, "allow_self_approval": workspace.allow_self_approval})
+
+
 urlpatterns = [
+    path("workspaces/<int:workspace_id>/approval-settings", WorkspaceApprovalSettings.as_view(),
+         name="workspace-approval-settings"),
     path("policies/", PolicyListCreate.as_view(), name="policy-list"),
     path("policies", PolicyListCreateNoSlash.as_view()),
     path("policies/<uuid:policy_id>/", PolicyDetail.as_view(), name="policy-detail"),

@@ -33,8 +33,12 @@ def approval_request_open(
     payload: dict,
     approver_roles: list[str],
     escalation_timeout_minutes: int,
+    run_started_by_id: int | None = None,
 ) -> ApprovalRequest:
-    """Idempotent per (execution, call): a re-run segment finds the same request."""
+    """Idempotent per (execution, call): a re-run segment finds the same request.
+
+    ``run_started_by_id`` is the user who started the run; segregation of duties
+    keeps them from resolving it (see ``approval_authorize``)."""
     existing = ApprovalRequest.objects.filter(execution_id=execution_id, tool_call_id=call_id).first()
     if existing is not None:
         return existing
@@ -51,6 +55,7 @@ def approval_request_open(
         confidence_score=payload.get("confidence_score"),
         auto_approve_eligible=bool(payload.get("auto_approve_eligible")),
         approver_roles=list(approver_roles),
+        run_started_by_id=run_started_by_id,
         expires_at=timezone.now() + timedelta(minutes=escalation_timeout_minutes),
     )
     audit_record(
@@ -86,10 +91,41 @@ def _role_allows(roles: set[str], approval: ApprovalRequest) -> bool:
     return ORG_ADMIN_ROLE in roles or bool(roles & set(approval.approver_roles or []))
 
 
+SELF_APPROVAL_MESSAGE = (
+    "You started this run, so someone else must resolve its approvals (segregation of duties). "
+    "A workspace admin can allow self-approval in the workspace settings."
+)
+
+
+def self_approval_refused(*, user, approval: ApprovalRequest) -> bool:
+    """Whether ``user`` started the run behind ``approval`` in a workspace that does
+    not allow self-approval. A run started through an API token counts as started by
+    the token's owner, so a second token or the browser does not get around it."""
+    return (
+        approval.run_started_by_id is not None
+        and approval.run_started_by_id == getattr(user, "pk", None)
+        and not approval.workspace.allow_self_approval
+    )
+
+
+def approval_authorize(*, user, approval: ApprovalRequest) -> None:
+    """Raise PermissionDenied unless ``user`` may resolve ``approval``: approve,
+    reject or edit. Every way in (API, pages, services) comes through here."""
+    if not _role_allows(_resolver_roles(user=user, workspace=approval.workspace), approval):
+        raise PermissionDenied("Your role may not resolve this approval request.")
+    if self_approval_refused(user=user, approval=approval):
+        raise PermissionDenied(SELF_APPROVAL_MESSAGE, code="self_approval_forbidden")
+
+
 def may_resolve(*, user, approval: ApprovalRequest) -> bool:
     """Workspace members holding approval:resolve whose role is one of the request's
-    approver roles; organization admins always."""
-    return _role_allows(_resolver_roles(user=user, workspace=approval.workspace), approval)
+    approver roles, and organization admins; never the person who started the run
+    unless the workspace allows self-approval."""
+    try:
+        approval_authorize(user=user, approval=approval)
+    except PermissionDenied:
+        return False
+    return True
 
 
 def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool = False) -> QuerySet:
@@ -102,7 +138,9 @@ def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool
         for approval in qs:
             if approval.workspace_id not in roles_by_workspace:
                 roles_by_workspace[approval.workspace_id] = _resolver_roles(user=user, workspace=approval.workspace)
-            if _role_allows(roles_by_workspace[approval.workspace_id], approval):
+            if _role_allows(roles_by_workspace[approval.workspace_id], approval) and not self_approval_refused(
+                user=user, approval=approval
+            ):
                 allowed.append(approval.pk)
         qs = qs.filter(pk__in=allowed)
     return qs.order_by("-created_at")
@@ -133,8 +171,7 @@ def approval_decide(
     """Record one decision. Caller runs this inside a transaction and queues the
     resume after it; a second decision on the same request gets 409."""
     approval = ApprovalRequest.objects.select_for_update().select_related("workspace").get(pk=approval_id)
-    if not may_resolve(user=user, approval=approval):
-        raise PermissionDenied("Your role may not resolve this approval request.")
+    approval_authorize(user=user, approval=approval)
     if approval.status != ApprovalRequest.Status.PENDING:
         raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")
     if approval.expires_at <= timezone.now():

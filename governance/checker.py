@@ -13,7 +13,9 @@ loosened: ``require_approval`` turns PROCEED into APPROVAL_REQUIRED, ``block``
 turns anything into BLOCKED.
 
 A condition that cannot be evaluated (a type mismatch, a malformed policy in an
-agent config) counts as matched: an unreadable policy must not grant anything.
+agent config) blocks the call, whatever the policy's enforcement: an unreadable
+policy must not grant anything. The reason names the policy and the error, and
+the engine's governance step (audited) carries it.
 """
 
 from __future__ import annotations
@@ -49,8 +51,27 @@ QUERY_NAMES = ("rows", "table", "query")
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 
-def action_level_decision(*, action_level: str, writes: bool, requires_approval: bool) -> Decision:
-    """The spec's action-level matrix, exactly."""
+ACTION_LEVELS = frozenset({READ_ONLY, RECOMMEND, ACT_WITH_APPROVAL, AUTOMATED})
+
+
+def action_level_decision(*, action_level: str, writes: bool, requires_approval: bool = False) -> Decision:
+    """The action-level matrix, read strictly.
+
+    - ``read_only``: reads proceed, writes are blocked.
+    - ``recommend``: nothing runs; every call is recorded as a suggestion.
+    - ``act_with_approval``: reads proceed; *every* write needs a human approval.
+      ``require_approval_for`` cannot loosen that (a write missing from the list
+      still pauses); only an explicit auto-approve condition that holds for the
+      call may exempt it, and that is decided after this, by the engine.
+    - ``automated``: everything proceeds (policies still apply).
+    - anything else (a typo, a new level this code does not know): blocked, reads
+      included. A level River cannot read must not grant anything.
+
+    ``requires_approval`` is kept for callers that pass it; it can only make a
+    decision stricter, and at act_with_approval writes need approval anyway.
+    """
+    if action_level not in ACTION_LEVELS:
+        return Decision.BLOCKED
     if action_level == RECOMMEND:
         return Decision.SUGGEST_ONLY
     if not writes:
@@ -58,10 +79,8 @@ def action_level_decision(*, action_level: str, writes: bool, requires_approval:
     if action_level == READ_ONLY:
         return Decision.BLOCKED
     if action_level == ACT_WITH_APPROVAL:
-        return Decision.APPROVAL_REQUIRED if requires_approval else Decision.PROCEED
-    if action_level == AUTOMATED:
-        return Decision.PROCEED
-    return Decision.BLOCKED
+        return Decision.APPROVAL_REQUIRED
+    return Decision.PROCEED
 
 
 # --- policy shapes -----------------------------------------------------------------
@@ -258,7 +277,9 @@ def _combine(
 ) -> GovernanceResult:
     decision = base
     enforcements = {m.enforcement for m in matches}
-    if Enforcement.BLOCK in enforcements:
+    broken = [m for m in matches if m.error]
+    if Enforcement.BLOCK in enforcements or broken:
+        # A condition that cannot be evaluated denies, whatever its enforcement says.
         decision = Decision.BLOCKED
     elif Enforcement.REQUIRE_APPROVAL in enforcements and base == Decision.PROCEED and approval_possible:
         decision = Decision.APPROVAL_REQUIRED
@@ -272,7 +293,7 @@ def _combine(
             warnings.append(_describe(match))
         if match.enforcement == Enforcement.LOG_ONLY:
             logger.info("governance %s: %s (execution %s)", point, _describe(match), execution_id)
-    strictest = _strictest(matches)
+    strictest = broken[0] if broken else _strictest(matches)
     reason = base_reason
     if strictest is not None and decision != base:
         reason = _describe(strictest)
@@ -305,7 +326,11 @@ def check_tool_call(facts: CallFacts, *, now: datetime | None = None, count: boo
         Decision.PROCEED: f"{facts.tool_name} is allowed at action level {facts.action_level}.",
         Decision.APPROVAL_REQUIRED: f"{facts.tool_name} needs human approval at action level {facts.action_level}.",
         Decision.SUGGEST_ONLY: f"Action level {facts.action_level}: {facts.tool_name} is recorded as a suggestion.",
-        Decision.BLOCKED: f"{facts.tool_name} writes, and action level {facts.action_level} forbids writes.",
+        Decision.BLOCKED: (
+            f"{facts.tool_name} writes, and action level {facts.action_level} forbids writes."
+            if facts.action_level in ACTION_LEVELS
+            else f"Unknown action level {facts.action_level!r}: nothing is allowed."
+        ),
     }[decision]
     if decision == Decision.BLOCKED or not facts.policies:
         return GovernanceResult(decision=decision, reason=reason)
@@ -400,13 +425,51 @@ def check_query_result(
                     execution_id=facts.execution_id, warnings=warnings)
 
 
+# The facts an auto-approve condition sees: the proposed call and the model's
+# reported confidence. Nothing else is known when the gate decides.
+AUTO_APPROVE_NAMES: dict[str, frozenset[str] | None] = {
+    "confidence_score": frozenset(),
+    "tool": frozenset({"name"}),
+    "args": None,
+}
+
+
+def auto_approve_condition_validate(condition) -> expressions.Node:
+    """Check an ``auto_approve_conditions`` entry: it parses, uses only the facts the
+    gate offers, and depends on them. A constant (``true``, ``1 == 1``) or a
+    condition that holds with every fact unknown (``true OR ...``,
+    ``confidence_score == null``) would approve writes unseen, so it is refused.
+    Raises ExpressionError."""
+    if not isinstance(condition, str) or not condition.strip():
+        raise expressions.ExpressionSyntaxError(0, "an auto-approve condition may not be empty")
+    tree = expressions.expression_validate(condition, known_names=True, names=AUTO_APPROVE_NAMES)
+    if not expressions.names_in(tree):
+        raise expressions.ExpressionSyntaxError(
+            0, "an auto-approve condition must look at the call (confidence_score, tool.name or args.*); "
+            "a constant condition would approve every call"
+        )
+    try:
+        holds_on_nothing = expressions.matches(tree, {})
+    except expressions.ExpressionError:
+        holds_on_nothing = False
+    if holds_on_nothing:
+        raise expressions.ExpressionSyntaxError(
+            0, "this condition holds even when nothing is known about the call (no confidence, no arguments), "
+            "so it would approve every call; compare a fact with a value instead"
+        )
+    return tree
+
+
 def auto_approve_matches(*, condition: str, facts: dict) -> bool:
-    """Whether an ``auto_approve_conditions`` entry holds. Any error means no: an
-    approval is only skipped when the condition clearly holds."""
+    """Whether an ``auto_approve_conditions`` entry holds. Any doubt means no: a
+    condition that is invalid, constant, or cannot be evaluated never skips an
+    approval; only one that clearly holds does. Arguments are compared in their
+    normalized form, as policies see them."""
     if isinstance(facts, dict) and "args" in facts:
         facts = {**facts, "args": policy_arguments(facts["args"])}
     try:
-        return expressions.matches(condition, facts)
+        tree = auto_approve_condition_validate(condition)
+        return expressions.matches(tree, facts)
     except expressions.ExpressionError as exc:
         logger.warning("auto-approve condition %r not applied: %s", condition, exc)
         return False

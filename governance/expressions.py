@@ -25,6 +25,7 @@ Errors carry the 0-based character offset of the offending token and a reason.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,30 +65,61 @@ class Token:
     pos: int
 
 
-_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+# Limits that keep every input, however hostile, a clean ExpressionSyntaxError (and
+# so a 400) rather than a RecursionError, a memory blow-up or a 500: conditions are
+# short in practice, and the parser recurses a few frames per nesting level.
+MAX_EXPRESSION_CHARS = 4000
+MAX_TOKENS = 1000
+MAX_DEPTH = 32  # parentheses, lists, function calls, NOT and unary minus, nested
+MAX_NUMBER_CHARS = 32
+MAX_NUMBER = 10**15
+
+_SPACE = frozenset(" \t\r\n")
+_DIGITS = frozenset("0123456789")
+_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"'}
 
 
+def _number(text: str, pos: int) -> int | float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ExpressionSyntaxError(pos, f"number longer than {MAX_NUMBER_CHARS} characters")
+    if any(c in text for c in ".eE"):
+        value = float(text)
+        if not math.isfinite(value) or abs(value) > MAX_NUMBER:
+            raise ExpressionSyntaxError(pos, f"number out of range (at most {MAX_NUMBER:.0e} either side of 0)")
+        return value
+    value = int(text)
+    if value > MAX_NUMBER:
+        raise ExpressionSyntaxError(pos, f"number out of range (at most {MAX_NUMBER:.0e} either side of 0)")
+    return value
+
+
 def tokenize(source: str) -> list[Token]:
+    if len(source) > MAX_EXPRESSION_CHARS:
+        raise ExpressionSyntaxError(
+            MAX_EXPRESSION_CHARS, f"expression longer than {MAX_EXPRESSION_CHARS} characters"
+        )
     tokens: list[Token] = []
     i, n = 0, len(source)
     while i < n:
+        if len(tokens) >= MAX_TOKENS:
+            raise ExpressionSyntaxError(i, f"expression has more than {MAX_TOKENS} tokens")
         ch = source[i]
-        if ch.isspace():
+        if ch in _SPACE:
             i += 1
             continue
-        if ch.isdigit():
+        if ch in _DIGITS:
             m = _NUMBER.match(source, i)
             text = m.group()
             end = m.end()
-            if end < n and (source[end].isalpha() or source[end] == "_"):
+            if end < n and (source[end] in _NAME_START or source[end] in _DIGITS):
                 raise ExpressionSyntaxError(end, f"unexpected character {source[end]!r} after number")
-            value: int | float = float(text) if any(c in text for c in ".eE") else int(text)
-            tokens.append(Token("NUMBER", value, i))
+            tokens.append(Token("NUMBER", _number(text, i), i))
             i = end
             continue
-        if ch.isalpha() or ch == "_":
+        if ch in _NAME_START:
             m = _NAME.match(source, i)
             text = m.group()
             if m.end() < n and source[m.end()] == ".":
@@ -116,6 +148,8 @@ def tokenize(source: str) -> list[Token]:
                 if c == ch:
                     i += 1
                     break
+                if ord(c) < 0x20 or c == "\x7f":
+                    raise ExpressionSyntaxError(i, f"control character {c!r} in a string (write \\n or \\t)")
                 chars.append(c)
                 i += 1
             tokens.append(Token("STRING", "".join(chars), start))
@@ -137,6 +171,10 @@ def tokenize(source: str) -> list[Token]:
             tokens.append(Token(ch, ch, i))
             i += 1
             continue
+        if not ch.isascii():
+            raise ExpressionSyntaxError(
+                i, f"unexpected non-ASCII character {ch!r}: names and operators are ASCII; quote other text"
+            )
         raise ExpressionSyntaxError(i, f"unexpected character {ch!r}")
     tokens.append(Token("EOF", None, n))
     return tokens
@@ -184,9 +222,10 @@ class Not:
 
 @dataclass(frozen=True)
 class BoolOp:
+    """``a OR b OR c`` is one node with three operands: a long chain stays shallow."""
+
     op: str  # "and" | "or"
-    left: Any
-    right: Any
+    operands: tuple
     pos: int
 
 
@@ -250,6 +289,7 @@ class _Parser:
     def __init__(self, source: str):
         self.tokens = tokenize(source)
         self.i = 0
+        self.depth = 0
 
     @property
     def tok(self) -> Token:
@@ -268,6 +308,15 @@ class _Parser:
             raise ExpressionSyntaxError(self.tok.pos, f"expected {what}, found {_describe(self.tok)}")
         return self.advance()
 
+    def enter(self, pos: int) -> None:
+        """One level deeper (parenthesis, list, call, NOT, unary minus); refused past MAX_DEPTH."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ExpressionSyntaxError(pos, f"nested more than {MAX_DEPTH} levels deep")
+
+    def leave(self) -> None:
+        self.depth -= 1
+
     def parse(self) -> Node:
         if self.tok.kind == "EOF":
             raise ExpressionSyntaxError(0, "empty expression")
@@ -278,22 +327,29 @@ class _Parser:
 
     def parse_or(self) -> Node:
         node = self.parse_and()
+        operands, pos = [node], None
         while self.at_kw("or"):
-            pos = self.advance().pos
-            node = BoolOp("or", node, self.parse_and(), pos)
-        return node
+            pos = pos if pos is not None else self.tok.pos
+            self.advance()
+            operands.append(self.parse_and())
+        return node if len(operands) == 1 else BoolOp("or", tuple(operands), pos)
 
     def parse_and(self) -> Node:
         node = self.parse_not()
+        operands, pos = [node], None
         while self.at_kw("and"):
-            pos = self.advance().pos
-            node = BoolOp("and", node, self.parse_not(), pos)
-        return node
+            pos = pos if pos is not None else self.tok.pos
+            self.advance()
+            operands.append(self.parse_not())
+        return node if len(operands) == 1 else BoolOp("and", tuple(operands), pos)
 
     def parse_not(self) -> Node:
         if self.at_kw("not"):
             pos = self.advance().pos
-            return Not(self.parse_not(), pos)
+            self.enter(pos)
+            node = Not(self.parse_not(), pos)
+            self.leave()
+            return node
         return self.parse_comparison()
 
     def parse_comparison(self) -> Node:
@@ -326,7 +382,10 @@ class _Parser:
     def parse_unary(self) -> Node:
         if self.tok.kind == "-":
             pos = self.advance().pos
-            return Neg(self.parse_unary(), pos)
+            self.enter(pos)
+            node = Neg(self.parse_unary(), pos)
+            self.leave()
+            return node
         return self.parse_primary()
 
     def parse_primary(self) -> Node:
@@ -339,12 +398,16 @@ class _Parser:
             return Literal({"true": True, "false": False, "null": None}[tok.value], tok.pos)
         if tok.kind == "(":
             self.advance()
+            self.enter(tok.pos)
             node = self.parse_or()
             self.expect(")", "')'")
+            self.leave()
             return node
         if tok.kind == "[":
             self.advance()
+            self.enter(tok.pos)
             items = self._arguments("]")
+            self.leave()
             return ListExpr(tuple(items), tok.pos)
         if tok.kind == "NAME":
             self.advance()
@@ -353,7 +416,9 @@ class _Parser:
                     known = ", ".join(sorted(FUNCTIONS))
                     raise ExpressionSyntaxError(tok.pos, f"unknown function {tok.value!r} (known: {known})")
                 self.advance()
+                self.enter(tok.pos)
                 args = self._arguments(")")
+                self.leave()
                 arity = FUNCTIONS[tok.value][0]
                 if len(args) != arity:
                     raise ExpressionSyntaxError(
@@ -385,11 +450,19 @@ def _check_boolean_shape(node: Node) -> None:
         raise ExpressionSyntaxError(node.pos, "a condition must be true or false, not a single value")
 
 
-@lru_cache(maxsize=1024)
 def parse(source: str) -> Node:
-    """Parse a condition into a tree (cached: trees are immutable)."""
+    """Parse a condition into a tree.
+
+    Any string at all gives a tree or an ExpressionSyntaxError with a position: the
+    limits above bound length, tokens, nesting and numbers."""
     if not isinstance(source, str):
         raise ExpressionSyntaxError(0, "the expression must be a string")
+    return _parse_cached(source)
+
+
+@lru_cache(maxsize=1024)
+def _parse_cached(source: str) -> Node:
+    # Cached: trees are immutable. Errors are not cached, they are raised again.
     node = _Parser(source).parse()
     _check_boolean_shape(node)
     return node
@@ -415,9 +488,12 @@ KNOWN_NAMES: dict[str, frozenset[str] | None] = {
 
 
 def walk(node: Node):
-    yield node
-    for child in _children(node):
-        yield from walk(child)
+    """Every node of the tree, parents first (iterative: no recursion limit to hit)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(_children(current)))
 
 
 def _children(node: Node) -> tuple:
@@ -427,7 +503,9 @@ def _children(node: Node) -> tuple:
         return node.args
     if isinstance(node, Neg | Not):
         return (node.operand,)
-    if isinstance(node, BoolOp | Compare):
+    if isinstance(node, BoolOp):
+        return node.operands
+    if isinstance(node, Compare):
         return (node.left, node.right)
     return ()
 
@@ -440,12 +518,12 @@ def functions_in(node: Node) -> list[Call]:
     return [n for n in walk(node) if isinstance(n, Call)]
 
 
-def _check_known(name: Name) -> None:
+def _check_known(name: Name, known: dict[str, frozenset[str] | None]) -> None:
     root, _, rest = name.path.partition(".")
-    if root not in KNOWN_NAMES:
-        known = ", ".join(sorted(KNOWN_NAMES))
-        raise ExpressionSyntaxError(name.pos, f"unknown name {name.path!r} (names start with one of: {known})")
-    allowed = KNOWN_NAMES[root]
+    if root not in known:
+        roots = ", ".join(sorted(known))
+        raise ExpressionSyntaxError(name.pos, f"unknown name {name.path!r} (names start with one of: {roots})")
+    allowed = known[root]
     if allowed is None:
         return
     if not rest and allowed:
@@ -458,12 +536,15 @@ def _check_known(name: Name) -> None:
         raise ExpressionSyntaxError(name.pos, f"unknown name {name.path!r} (known: {choices})")
 
 
-def expression_validate(source: str, *, known_names: bool = True) -> Node:
-    """Parse ``source`` and, with ``known_names``, refuse names River never provides."""
+def expression_validate(
+    source: str, *, known_names: bool = True, names: dict[str, frozenset[str] | None] | None = None
+) -> Node:
+    """Parse ``source`` and, with ``known_names``, refuse names River never provides
+    (``names`` narrows them for a context that offers fewer facts)."""
     tree = parse(source)
     if known_names:
         for name in names_in(tree):
-            _check_known(name)
+            _check_known(name, KNOWN_NAMES if names is None else names)
     return tree
 
 
@@ -573,12 +654,13 @@ def evaluate(node: Node, facts: dict) -> Any:
     if isinstance(node, Not):
         return not _truth(evaluate(node.operand, facts), node.pos, "NOT")
     if isinstance(node, BoolOp):
-        left = _truth(evaluate(node.left, facts), node.pos, node.op.upper())
-        if node.op == "and" and not left:
-            return False
-        if node.op == "or" and left:
-            return True
-        return _truth(evaluate(node.right, facts), node.pos, node.op.upper())
+        for operand in node.operands:
+            value = _truth(evaluate(operand, facts), node.pos, node.op.upper())
+            if node.op == "and" and not value:
+                return False
+            if node.op == "or" and value:
+                return True
+        return node.op == "and"
     if isinstance(node, Compare):
         left, right = evaluate(node.left, facts), evaluate(node.right, facts)
         if _names_identifier(node.left) or _names_identifier(node.right):
@@ -653,6 +735,8 @@ def keyed_to_expression(conditions: dict) -> str:
                 break
         if op in ("IN", "NOT IN") and not isinstance(value, list):
             raise ValueError(f"condition {key!r} needs a list")
+        if isinstance(value, list) and any(isinstance(item, list | dict) for item in value):
+            raise ValueError(f"condition {key!r}: a list may only hold strings, numbers, booleans or null")
         try:
             rendered = literal_source(value)
         except ValueError as exc:

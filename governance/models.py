@@ -68,6 +68,13 @@ class ApprovalRequest(models.Model):
     confidence_score = models.FloatField(null=True, blank=True)
     auto_approve_eligible = models.BooleanField(default=False)
     approver_roles = models.JSONField(default=list)
+    # Who started the run (its requester, whether signed in or through one of their
+    # API tokens). Segregation of duties: this person may not resolve the request
+    # unless the workspace allows self-approval. Null for runs nobody started
+    # (a trigger without a user), which any approver may resolve.
+    run_started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     expires_at = models.DateTimeField()
     reminder_sent_at = models.DateTimeField(null=True, blank=True)

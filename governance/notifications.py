@@ -141,6 +141,8 @@ def approval_notifications_send(*, approval_id: UUID | str, reminder: bool = Fal
     if config.in_app.enabled:
         title, body = _approval_text(approval, reminder=reminder)
         users = approvers_for(workspace=approval.workspace, roles=list(approval.approver_roles or []))
+        if approval.run_started_by_id and not approval.workspace.allow_self_approval:
+            users = users.exclude(pk=approval.run_started_by_id)  # they may not resolve it
         kind = APPROVAL_REMINDER if reminder else APPROVAL_REQUESTED
         _in_app(workspace_id=approval.workspace_id, users=users, kind=kind, title=title, body=body,
                 url=approval_url(approval.pk))

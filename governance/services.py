@@ -20,8 +20,14 @@ from governance.models import Policy
 from governance.selectors import policy_get_for_user
 from governance.types import Enforcement, PolicyScope, PolicyType
 from tenancy.models import Workspace
-from tenancy.permissions import POLICY_CREATE
-from tenancy.selectors import is_org_admin, require_permission, workspace_get_for_user, workspaces_for_user
+from tenancy.permissions import ORG_ADMIN_ROLE, POLICY_CREATE, Role
+from tenancy.selectors import (
+    is_org_admin,
+    require_permission,
+    workspace_get_for_user,
+    workspace_roles,
+    workspaces_for_user,
+)
 
 POLICY_CREATED = "policy_created"
 POLICY_UPDATED = "policy_updated"
@@ -229,3 +235,37 @@ def policy_admin_delete(*, policy: Policy, actor) -> None:
     with transaction.atomic():
         _audit(policy=policy, actor=actor, event_type=POLICY_DELETED, details={**_snapshot(policy), "via": "admin"})
         policy.delete()
+
+
+# --- workspace approval settings -----------------------------------------------------
+
+WORKSPACE_APPROVAL_SETTINGS_CHANGED = "workspace_approval_settings_changed"
+
+
+def workspace_approval_settings_update(*, actor, workspace_id, allow_self_approval) -> Workspace:
+    """Turn self-approval on or off for a workspace (segregation of duties).
+
+    Workspace admins and organization admins only; the change is audited. Only a
+    real boolean is accepted: "yes", 1 or "false" are refused, not guessed."""
+    workspace = workspace_get_for_user(user=actor, workspace_id=workspace_id)
+    roles = set(workspace_roles(user=actor, workspace=workspace))
+    if not roles & {Role.ADMIN, ORG_ADMIN_ROLE}:
+        raise PermissionDenied("Only workspace admins change approval settings.")
+    if not isinstance(allow_self_approval, bool):
+        raise InvalidInput(
+            "allow_self_approval must be true or false.", details={"allow_self_approval": ["Must be a boolean."]}
+        )
+    with transaction.atomic():
+        locked = Workspace.objects.select_for_update().get(pk=workspace.pk)
+        previous = locked.allow_self_approval
+        if previous != allow_self_approval:
+            locked.allow_self_approval = allow_self_approval
+            locked.save(update_fields=["allow_self_approval"])
+            audit_record(
+                organization_id=locked.organization_id,
+                workspace_id=locked.pk,
+                event_type=WORKSPACE_APPROVAL_SETTINGS_CHANGED,
+                actor=actor,
+                details={"allow_self_approval": {"from": previous, "to": allow_self_approval}},
+            )
+    return locked

@@ -34,6 +34,9 @@ from tenancy.permissions import Role
 ORG_NAME, ORG_SLUG = "Demo Org", "demo-org"
 WORKSPACE_NAME, WORKSPACE_SLUG = "Support", "support"
 ADMIN_USERNAME = "admin"
+# A second person for the approval gate: runs the admin starts need someone else's
+# approval (segregation of duties), so the demo seeds an editor who may approve.
+APPROVER_USERNAME = "approver"
 DATA_SOURCE_NAME = "Support desk (demo)"
 DATA_SEED = 20260522
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S"
@@ -46,6 +49,7 @@ SUPPORT_ANALYST = "Support Analyst"
 class SeedReport:
     created: list[str]
     admin_password: str | None = None  # set only when the admin was created with a generated password
+    approver_password: str | None = None  # likewise for the approver
     database_path: Path | None = None
 
     @property
@@ -455,6 +459,29 @@ def _admin(report: SeedReport):
     return admin
 
 
+def _approver(*, workspace: Workspace, report: SeedReport):
+    """The demo's approver: a workspace editor (editors hold approval:resolve and the
+    demo agent's approver_roles name them). Password from RIVER_APPROVER_PASSWORD, or
+    generated and reported once; never a fixed password."""
+    User = get_user_model()  # noqa: N806
+    approver = User.objects.filter(username=APPROVER_USERNAME).first()
+    if approver is None:
+        password = settings.RIVER_APPROVER_PASSWORD
+        if not password:
+            password = secrets.token_urlsafe(12)
+            report.approver_password = password
+        approver = User.objects.create_user(
+            username=APPROVER_USERNAME, email="approver@demo.example", password=password
+        )
+        report.created.append(f"user {APPROVER_USERNAME}")
+    _, created = Membership.objects.get_or_create(
+        workspace=workspace, user=approver, defaults={"role": Role.EDITOR}
+    )
+    if created:
+        report.created.append("workspace editor membership (approver)")
+    return approver
+
+
 def _agent(*, workspace: Workspace, owner, data_source: DataSource, spec: dict, report: SeedReport) -> Agent:
     agent = Agent.objects.filter(workspace=workspace, name=spec["name"]).first()
     if agent is not None:
@@ -507,6 +534,7 @@ def demo_seed(*, refresh_data: bool = False) -> SeedReport:
         _, created = Membership.objects.get_or_create(workspace=workspace, user=admin, defaults={"role": Role.ADMIN})
         if created:
             report.created.append("workspace admin membership")
+        _approver(workspace=workspace, report=report)
         _, created = WorkspaceSettings.objects.get_or_create(
             workspace=workspace, defaults={"approval_notification_config": {"in_app": {"enabled": True}}}
         )

@@ -20,6 +20,18 @@ def env_str(name: str, default: str | None = None) -> str | None:
     return default if value is None else value
 
 
+def env_password(name: str, *, min_length: int) -> str | None:
+    """An optional password: unset or empty means None (one is generated later)."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if len(value) < min_length or value != value.strip():
+        raise ImproperlyConfigured(
+            f"{name} must be at least {min_length} characters, without leading or trailing spaces"
+        )
+    return value
+
+
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None:

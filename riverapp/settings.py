@@ -19,6 +19,7 @@ from riverapp.env import (
     env_int,
     env_list,
     env_network_allow_list,
+    env_password,
     env_str,
     env_timezone,
     validate_redis_url,
@@ -292,6 +293,8 @@ RIVER_SQLITE_DATA_DIR = Path(env_str("RIVER_SQLITE_DATA_DIR") or VAR_DIR / "data
 # need an explicit entry; River's own database, cache and broker are refused always.
 RIVER_DATA_SOURCE_ALLOWED_HOSTS = env_network_allow_list("RIVER_DATA_SOURCE_ALLOWED_HOSTS", ["public"])
 RIVER_ADMIN_PASSWORD = env_str("RIVER_ADMIN_PASSWORD") or None
+# The demo's second person, who approves what the admin's runs ask for (segregation of duties).
+RIVER_APPROVER_PASSWORD = env_password("RIVER_APPROVER_PASSWORD", min_length=12)
 RIVER_APPROVAL_REMINDER_MINUTES = env_int("RIVER_APPROVAL_REMINDER_MINUTES", 60, minimum=1)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

@@ -34,8 +34,8 @@ class OrganizationMemberAdmin(admin.ModelAdmin):
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ["name", "organization", "slug", "status", "time_zone", "created_at"]
-    list_filter = ["status", "organization"]
+    list_display = ["name", "organization", "slug", "status", "time_zone", "allow_self_approval", "created_at"]
+    list_filter = ["status", "organization", "allow_self_approval"]
     search_fields = ["name", "slug", "organization__name"]
     prepopulated_fields = {"slug": ["name"]}
     autocomplete_fields = ["organization"]

@@ -35,7 +35,10 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 class WorkspaceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Workspace
-        fields = ["id", "organization", "name", "slug", "description", "status", "time_zone", "created_at"]
+        fields = ["id", "organization", "name", "slug", "description", "status", "time_zone", "allow_self_approval",
+                  "created_at"]
+        # Changed through PATCH /workspaces/<id>/approval-settings (admins, audited).
+        read_only_fields = ["allow_self_approval"]
 
 
 class WorkspaceDetailSerializer(WorkspaceSerializer):

@@ -89,7 +89,7 @@ def tool_schemas(request: ExecutionRequest) -> list[dict]:
 _CONSTRAINTS = {
     "read_only": "only read: any write tool is blocked",
     "recommend": "only recommend: execution tools are recorded as suggestions, not run",
-    "act_with_approval": "ask for human approval before the write tools named in your approval rules",
+    "act_with_approval": "wait for human approval before any write tool runs (River pauses the run for it)",
     "automated": "act on your own within the policies below",
 }
 

@@ -398,7 +398,9 @@ class Engine:
             self.journal.emit("interaction_required", {"turn": state.turn, **request.model_dump(mode="json")})
             return Outcome(status=ResponseStatus.AWAITING_INTERACTION)
 
-        if tool.category == ToolCategory.EXECUTION:
+        if tool.category == ToolCategory.EXECUTION or tool.writes:
+            # The registry says what writes, never the model: a writing tool is
+            # governed whatever its category.
             blocked = self._govern(state, call, tool, args, resolution)
             if blocked is not None:
                 return blocked if isinstance(blocked, Outcome) else None
@@ -467,32 +469,40 @@ class Engine:
                                                                                        ok=True)])
             return True
         if decision == Decision.APPROVAL_REQUIRED:
-            rules = state.request.agent_config.approval_rules
-            payload = ApprovalRequestPayload(
-                tool_name=call.name,
-                proposed_payload=args,
-                reasoning_summary=self._reasoning_summary(state),
-                risk_context=(f"{'Write' if tool.writes else 'Execution'} tool {call.name}. {verdict.reason}"),
-                confidence_score=confidence,
-                auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
-            )
-            condition = gate.auto_approved(state, call.name, {"confidence_score": confidence, "tool": {
-                "name": call.name}, "args": args})
-            if condition:
-                resolution = {"status": "approved", "resolved_by": "auto", "auto_approved": True,
-                              "condition": condition}
-                self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED,
-                          output={**policy, "approval_request": payload.model_dump(mode="json"),
-                                  "resolution": resolution}, **common)
-                if self.hooks:
-                    self.hooks.auto_approved(state, call_id=call.id, tool_name=call.name, arguments=args,
-                                             condition=condition)
-                return None
-            self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING,
-                      output={**policy, "approval_request": payload.model_dump(mode="json")}, **common)
-            return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
+            return self._approval_gate(state, call, tool, args, verdict, confidence=confidence, common=common,
+                                       policy=policy)
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED, output=policy, **common)
         return None
+
+    def _approval_gate(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict, verdict, *,
+                       confidence: float | None, common: dict, policy: dict, extra_risk: str = "") -> Outcome | None:
+        """APPROVAL_REQUIRED: pause for a human, unless one of the agent's auto-approve
+        conditions explicitly holds for this call (then None: go on)."""
+        rules = state.request.agent_config.approval_rules
+        payload = ApprovalRequestPayload(
+            tool_name=call.name,
+            proposed_payload=args,
+            reasoning_summary=self._reasoning_summary(state),
+            risk_context=(f"{'Write' if tool.writes else 'Execution'} tool {call.name}. {verdict.reason}"
+                          + (f" {extra_risk}" if extra_risk else "")),
+            confidence_score=confidence,
+            auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
+        )
+        condition = gate.auto_approved(state, call.name, {"confidence_score": confidence, "tool": {
+            "name": call.name}, "args": args})
+        if condition:
+            resolution = {"status": "approved", "resolved_by": "auto", "auto_approved": True,
+                          "condition": condition}
+            self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED,
+                      output={**policy, "approval_request": payload.model_dump(mode="json"),
+                              "resolution": resolution}, **common)
+            if self.hooks:
+                self.hooks.auto_approved(state, call_id=call.id, tool_name=call.name, arguments=args,
+                                         condition=condition)
+            return None
+        self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING,
+                  output={**policy, "approval_request": payload.model_dump(mode="json")}, **common)
+        return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
 
     def _blocked(self, state: RunState, call: LLMToolCall, args: dict, verdict, record: bool = True):
         if record:
@@ -505,7 +515,7 @@ class Engine:
                   messages=[_tool_message(call.id, call.name, body, ok=False)])
         return True
 
-    def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed, args: dict) -> None:
+    def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed, args: dict) -> Outcome | None:
         request = state.request
         if tool.writes:
             # Intent first, committed before the call leaves the process.
@@ -567,6 +577,8 @@ class Engine:
             result = output.model_dump(mode="json") if isinstance(output, pydantic.BaseModel) else output
             result = tool.output_model.model_validate(result).model_dump(mode="json")
             withheld = self._export_check(state, call, tool, args, result)
+            if isinstance(withheld, Outcome):
+                return withheld  # paused: the export waits for an approver; the query runs again after
             shown = withheld or observation_fit(
                 result, limit=observation_byte_limit(request.user_context.attributes)
             )
@@ -585,13 +597,35 @@ class Engine:
         })
         return None
 
-    def _export_check(self, state: RunState, call, tool: Tool, args: dict, result: dict) -> dict | None:
+    def _export_check(self, state: RunState, call, tool: Tool, args: dict, result: dict) -> dict | Outcome | None:
+        """Data export limits on a query's result, before the model sees it: None to
+        show it, a withheld body when blocked, an Outcome when it waits for approval.
+
+        A ``require_approval`` limit pauses the run like any approval; no rows are
+        kept in the request (it carries the query, the row count and the tables).
+        Once approved, the query runs again and its result is shown."""
         if call.name != "execute_query":
             return None
         verdict = gate.after_query(state, tool, args, rows=int(result.get("total_rows") or 0),
                                    tables=list(result.get("tables") or []))
         if verdict.decision in (Decision.PROCEED, Decision.SUGGEST_ONLY):
             return None
+        if verdict.decision == Decision.APPROVAL_REQUIRED:
+            resolution = state.resolutions.get(call.id) or {}
+            if resolution.get("status") in ("approved", "edited_approved"):
+                return None
+            common = {"tool_name": call.name, "tool_category": tool.category.value, "call_id": call.id,
+                      "input": args, "governance_decision": Decision.APPROVAL_REQUIRED}
+            policy = {"reason": verdict.reason, "policy_matched": verdict.policy_matched,
+                      "policy_id": verdict.policy_id, "policy_type": verdict.policy_type,
+                      "enforcement": verdict.enforcement, "warnings": verdict.warnings, "point": "after_query",
+                      "total_rows": result.get("total_rows"), "tables": list(result.get("tables") or [])}
+            tables = ", ".join(result.get("tables") or []) or "unknown tables"
+            outcome = self._approval_gate(
+                state, call, tool, args, verdict, confidence=self._confidence(state), common=common, policy=policy,
+                extra_risk=f"Data export of {result.get('total_rows')} row(s) from {tables}; the rows are shown "
+                           "to the agent only once this is approved.")
+            return outcome  # None when an auto-approve condition held
         self._add(state, StepType.GOVERNANCE_CHECK, tool_name=call.name, call_id=call.id, input=args,
                   governance_decision=verdict.decision, status=StepStatus.BLOCKED,
                   output={"reason": verdict.reason, "policy_matched": verdict.policy_matched, "point": "after_query"})

@@ -108,7 +108,8 @@ def _pause(model, org_admin, workspace, api_client_for):
 def _continue(client, body, resolution):
     return client.post("/api/v1/execute/continue", {
         "execution_id": body["execution_id"], "continuation_type": "approval_resolved",
-        "approval_resolution": {"resolved_by": "1", **resolution}, "serialized_state": body["serialized_state"],
+        "approval_resolution": {"resolved_by": "approver-7", **resolution},
+        "serialized_state": body["serialized_state"],
     }, format="json")
 
 

@@ -24,6 +24,7 @@ import itertools
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -47,6 +48,9 @@ class FakeOpenAI:
     model: str = "fake-model"
     script: list[Scripted] = field(default_factory=list)
     default: Scripted | None = None
+    # Consulted when the queue is empty, before ``default``: a function of the request
+    # body that returns the reply, for a model that reacts to what it is shown.
+    responder: Callable[[dict], Scripted] | None = None
     requests: list[dict] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     headers: list[dict] = field(default_factory=list)
@@ -97,6 +101,12 @@ class FakeOpenAI:
             self.default = self.script.pop(before)
         return self
 
+    def respond_with(self, responder: Callable[[dict], Scripted]) -> FakeOpenAI:
+        """Answer each request past the scripted queue with ``responder(request_body)``."""
+        with self._lock:
+            self.responder = responder
+        return self
+
     def _push(self, item: Scripted) -> FakeOpenAI:
         with self._lock:
             self.script.append(item)
@@ -124,10 +134,14 @@ class FakeOpenAI:
         self._thread.join(timeout=5)
 
     # --- serving --------------------------------------------------------------------
-    def _next(self) -> Scripted:
+    def _next(self, request: dict) -> Scripted:
         with self._lock:
             if self.script:
                 return self.script.pop(0)
+            responder = self.responder
+        if responder is not None:
+            return responder(request)
+        with self._lock:
             return self.default or Scripted(status=500, error="fake server script exhausted")
 
     def _body(self, request: dict, item: Scripted) -> dict:
@@ -166,7 +180,7 @@ class FakeOpenAI:
                     server.requests.append(request)
                     server.paths.append(self.path)
                     server.headers.append({k.lower(): v for k, v in self.headers.items()})
-                item = server._next()
+                item = server._next(request)
                 if item.delay and server._stopping.wait(item.delay):
                     return
                 if item.status != 200:

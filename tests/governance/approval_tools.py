@@ -76,3 +76,17 @@ for _tool in (
 ):
     if get_tool(_tool.name) is None:
         register(_tool)
+
+
+def requester_in(workspace):
+    """An analyst who starts the runs in approval tests. Segregation of duties keeps
+    a run's starter from approving it, so the approvers in these tests (owner,
+    editor, org admin) must not be the ones who started the run."""
+    from django.contrib.auth import get_user_model
+
+    from tenancy.models import Membership
+    from tenancy.permissions import Role
+
+    user, _ = get_user_model().objects.get_or_create(username=f"requester-{workspace.pk}")
+    Membership.objects.get_or_create(workspace=workspace, user=user, defaults={"role": Role.ANALYST})
+    return user

@@ -1,4 +1,8 @@
-"""The spec's action-level matrix, all twelve cells, through the checker."""
+"""The action-level matrix, all twelve cells, through the checker.
+
+River reads the spec's matrix strictly: at act_with_approval *every* write needs
+approval, including one missing from ``require_approval_for`` (the spec's cell says
+PROCEED; issue 11 closes that gap). Unknown levels deny everything."""
 
 import pytest
 
@@ -17,7 +21,7 @@ MATRIX = [
     ("recommend", WRITE_NOT_IN_RULES, Decision.SUGGEST_ONLY),
     ("act_with_approval", READ, Decision.PROCEED),
     ("act_with_approval", WRITE_IN_RULES, Decision.APPROVAL_REQUIRED),
-    ("act_with_approval", WRITE_NOT_IN_RULES, Decision.PROCEED),
+    ("act_with_approval", WRITE_NOT_IN_RULES, Decision.APPROVAL_REQUIRED),
     ("automated", READ, Decision.PROCEED),
     ("automated", WRITE_IN_RULES, Decision.PROCEED),
     ("automated", WRITE_NOT_IN_RULES, Decision.PROCEED),
@@ -43,5 +47,24 @@ def test_matrix_cell(level, column, expected):
     assert result.policy_matched is None
 
 
-def test_unknown_action_level_blocks_writes():
-    assert check_tool_call(facts(action_level="yolo", writes=True)).decision == Decision.BLOCKED
+@pytest.mark.parametrize("level", ["yolo", "", "Automated", "automated ", "AUTOMATED", "auto", "act_with_approval\x00"])
+@pytest.mark.parametrize("writes", [True, False])
+def test_unknown_action_level_blocks_reads_and_writes(level, writes):
+    result = check_tool_call(facts(action_level=level, writes=writes, tool_name="execute_query"))
+    assert result.decision == Decision.BLOCKED
+    assert "Unknown action level" in result.reason
+
+
+@pytest.mark.parametrize("rules", [[], ["execute_query"], ["some_other_tool"]])
+def test_act_with_approval_write_pauses_whatever_require_approval_for_says(rules):
+    result = check_tool_call(facts(action_level="act_with_approval", writes=True, require_approval_for=rules))
+    assert result.decision == Decision.APPROVAL_REQUIRED
+
+
+def test_a_log_only_or_warn_policy_cannot_loosen_act_with_approval():
+    from tests.governance.policy_support import policy
+
+    for enforcement in ("log_only", "warn"):
+        spec = policy("tool.name == 'write_back'", enforcement)
+        result = check_tool_call(facts(action_level="act_with_approval", policies=[spec]))
+        assert result.decision == Decision.APPROVAL_REQUIRED

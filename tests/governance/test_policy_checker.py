@@ -166,11 +166,20 @@ def test_unevaluable_condition_counts_as_matched():
     assert "could not evaluate" in result.matched[0].error
 
 
-def test_malformed_policy_in_agent_config_counts_as_matched():
-    spec = policy("rows >", "require_approval", "tool_restriction", "Broken")
-    result = check_tool_call(facts(policies=[spec]))
-    assert result.decision == Decision.APPROVAL_REQUIRED
-    assert "invalid condition" in result.matched[0].error
+def test_malformed_policy_in_agent_config_denies_whatever_its_enforcement():
+    for enforcement in ("require_approval", "warn", "log_only"):
+        spec = policy("rows >", enforcement, "tool_restriction", "Broken")
+        result = check_tool_call(facts(policies=[spec]))
+        assert result.decision == Decision.BLOCKED, enforcement
+        assert "invalid condition" in result.matched[0].error
+        assert "Broken" in result.reason and "invalid condition" in result.reason
+
+
+def test_unevaluable_warn_policy_blocks_instead_of_warning():
+    spec = policy("args.amount > 100", "warn", "content", "Amount watch")
+    result = check_tool_call(facts(policies=[spec], arguments={"amount": "lots"}))
+    assert result.decision == Decision.BLOCKED
+    assert "could not evaluate" in result.reason
 
 
 def test_log_only_is_logged(caplog):
@@ -192,3 +201,12 @@ def test_auto_approve_conditions(score, expected):
 def test_auto_approve_never_on_a_broken_condition():
     assert auto_approve_matches(condition="confidence_score >", facts={"confidence_score": 1.0}) is False
     assert auto_approve_matches(condition="confidence_score > 'x'", facts={"confidence_score": 1.0}) is False
+
+
+@pytest.mark.parametrize("condition", ["", "   ", "true", "TRUE", "1 == 1", "NOT false", "(true)", "'a' == 'a'",
+                                       "true OR confidence_score > 2 AND false", "confidence_score == null",
+                                       "NOT confidence_score > 0.5", "args.note != 'x'", "rows > 0",
+                                       "time.hour >= 0", "confidence_score > 0.9 OR 1 == 1"])
+def test_auto_approve_never_on_an_empty_constant_or_foreign_condition(condition):
+    facts_ = {"confidence_score": 0.99, "tool": {"name": "write_back"}, "args": {}, "rows": 5, "time": {"hour": 3}}
+    assert auto_approve_matches(condition=condition, facts=facts_) is False

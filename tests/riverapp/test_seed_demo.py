@@ -19,6 +19,7 @@ pytestmark = pytest.mark.django_db
 def demo_dirs(settings, tmp_path):
     settings.RIVER_SQLITE_DATA_DIR = tmp_path / "datasources"
     settings.RIVER_ADMIN_PASSWORD = None
+    settings.RIVER_APPROVER_PASSWORD = None
     return tmp_path
 
 
@@ -48,6 +49,27 @@ def test_seed_creates_the_demo_and_prints_a_generated_password_once():
     assert OrganizationMember.objects.get(organization=workspace.organization, user=admin).role == "admin"
     notification = WorkspaceSettings.objects.get(workspace=workspace).approval_notification_config
     assert notification["in_app"]["enabled"] is True
+
+
+def test_seed_creates_an_approver_with_a_password_shown_once(settings):
+    output = seed()
+    approver = get_user_model().objects.get(username="approver")
+    line = next(line for line in output.splitlines() if line.startswith("Demo approver login: approver / "))
+    password = line.split(" / ")[1]
+    assert approver.check_password(password) and password not in approver.password
+    assert not approver.is_staff and not approver.is_superuser
+    workspace = Workspace.objects.get(name="Support", organization__name="Demo Org")
+    assert Membership.objects.get(workspace=workspace, user=approver).role == "editor"
+    specialist = Agent.objects.get(name="L1 Support Specialist").current_version
+    assert "editor" in specialist.rules.approver_roles
+    assert "Demo approver login" not in seed()  # shown once
+
+
+def test_approver_password_comes_from_the_environment_when_set(settings):
+    settings.RIVER_APPROVER_PASSWORD = "a-chosen-approver-password"
+    output = seed()
+    assert "Demo approver login" not in output
+    assert get_user_model().objects.get(username="approver").check_password("a-chosen-approver-password")
 
 
 def test_demo_agents_are_active_with_the_spec_configuration():

@@ -10,6 +10,7 @@ from django.db import connection
 from riverapp import embedded
 
 DEMO_ADMIN = "admin"
+DEMO_APPROVER = "approver"
 
 
 class Command(BaseCommand):
@@ -44,6 +45,7 @@ class Command(BaseCommand):
         broker = "in-memory broker and channel layer" if settings.EMBEDDED else "Redis broker and channel layer"
         mode = f"{connection.vendor} database, {broker}"
         has_admin = get_user_model().objects.filter(username=DEMO_ADMIN).exists()
+        has_approver = get_user_model().objects.filter(username=DEMO_APPROVER).exists()
 
         def announce():
             background = "off" if no_worker else ("worker on, beat off" if no_beat else "on")
@@ -52,6 +54,11 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"Sign in at {url}accounts/login/ as {DEMO_ADMIN!r} with the password seed_demo printed "
                     "when it created the account (or RIVER_ADMIN_PASSWORD)."
+                )
+            if has_approver:
+                self.stdout.write(
+                    f"Approve the admin's runs as {DEMO_APPROVER!r} (password printed by seed_demo, or "
+                    f"RIVER_APPROVER_PASSWORD) at {url}approvals/: whoever starts a run may not approve it."
                 )
             self.stdout.write("Stop with Ctrl-C.")
             self.stdout.flush()

@@ -1,14 +1,14 @@
-"""``manage.py seed_demo``: create the demo organization, workspace, admin, data and agents."""
+"""``manage.py seed_demo``: create the demo organization, workspace, admin, approver, data and agents."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from riverapp.demo import ADMIN_USERNAME, demo_seed
+from riverapp.demo import ADMIN_USERNAME, APPROVER_USERNAME, demo_seed
 
 
 class Command(BaseCommand):
-    help = "Create the demo (idempotent): org, workspace, admin, support database and agents."
+    help = "Create the demo (idempotent): org, workspace, admin, approver, support database and agents."
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -30,5 +30,13 @@ class Command(BaseCommand):
                     f"Demo login: {ADMIN_USERNAME} / {report.admin_password}\n"
                     "This password is shown once and stored only as a hash; "
                     "set RIVER_ADMIN_PASSWORD before the first run to choose it."
+                )
+            )
+        if report.approver_password:
+            self.stdout.write(
+                self.style.WARNING(
+                    f"Demo approver login: {APPROVER_USERNAME} / {report.approver_password}\n"
+                    "Sign in as the approver to approve what the admin's runs ask for (whoever starts a run "
+                    "may not approve it). Shown once; set RIVER_APPROVER_PASSWORD before the first run to choose it."
                 )
             )
