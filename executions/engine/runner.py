@@ -404,7 +404,9 @@ class Engine:
             blocked = self._govern(state, call, tool, args, resolution)
             if blocked is not None:
                 return blocked if isinstance(blocked, Outcome) else None
-        self._dispatch(state, call, tool, parsed, args)
+        paused = self._dispatch(state, call, tool, parsed, args)
+        if paused is not None:
+            return paused
         if resolution is not None and resolution.get("status") != "rejected" and tool.writes:
             return self._approved_write_checked(state, call, resolution)
         return None

@@ -156,7 +156,7 @@ def test_write_back_column_names_are_folded_for_policies():
 
 
 def test_auto_approval_is_not_granted_by_respelling_the_table():
-    condition = "args.table_name != 'canary'"
+    condition = "args.table_name != null AND args.table_name != 'canary'"
     for spelling in WRITE_BACK_SPELLINGS:
         assert auto_approve_matches(condition=condition, facts={"args": {"table_name": spelling}}) is False
     assert auto_approve_matches(condition=condition, facts={"args": {"table_name": "tickets"}}) is True
