@@ -126,7 +126,10 @@ REDIS_URL = validate_redis_url("REDIS_URL", env_str("REDIS_URL"))
 EMBEDDED = REDIS_URL is None
 
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    # Short socket timeouts: the cache is advisory on the run path (provider health),
+    # so a stuck Redis costs a run a second or two, never a hung worker.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2}}}
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -229,6 +232,11 @@ RIVER_LEASE_SECONDS = env_int("RIVER_LEASE_SECONDS", 60, minimum=5)
 # engine goes on (executions.write_behind); false waits for every commit in turn.
 RIVER_JOURNAL_WRITE_BEHIND = env_bool("RIVER_JOURNAL_WRITE_BEHIND", True)
 RIVER_MAX_SEGMENT_ATTEMPTS = env_int("RIVER_MAX_SEGMENT_ATTEMPTS", 20, minimum=1)
+# The watchdog publishes a queued run's task again when its last publish is this old
+# (the message was lost: broker down at commit, Redis restarted without persistence),
+# and post-processes a finished run that is still not post-processed this long after
+# it ended. With the 30 s beat and the default lease, no run waits over 2 x lease.
+RIVER_WATCHDOG_GRACE_SECONDS = env_int("RIVER_WATCHDOG_GRACE_SECONDS", 60, minimum=1)
 RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS = env_int("RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS", 30, minimum=1)
 RIVER_PROMPT_INJECTION_DETECTION = env_bool("RIVER_PROMPT_INJECTION_DETECTION", True)
 RIVER_STORAGE_QUOTA_BYTES = env_int("RIVER_STORAGE_QUOTA_BYTES", 5 * 1024**3, minimum=0)

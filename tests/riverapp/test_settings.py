@@ -43,7 +43,8 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     ({"DEBUG": "true", "DATABASE_URL": "postgres://river@127.0.0.1/river?prepare_threshold=often"},
      "DATABASE_URL: prepare_threshold must be a whole number or 'none'"),
     ({"DEBUG": "true", "RIVER_JOURNAL_WRITE_BEHIND": "sometimes"}, "RIVER_JOURNAL_WRITE_BEHIND must be a boolean"),
-], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind"])
+    ({"DEBUG": "true", "RIVER_WATCHDOG_GRACE_SECONDS": "0"}, "RIVER_WATCHDOG_GRACE_SECONDS must be at least 1"),
+], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "watchdog_grace"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0
