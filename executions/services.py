@@ -345,7 +345,8 @@ def _segment_release(execution_id: int, token: str, exc: BaseException) -> None:
     kind = exc.__class__.__name__
     infra_fault_record(component="database", operation="run segment", exc=exc, subject=f"execution {execution_id}")
     try:
-        connection.close_if_unusable_or_obsolete()
+        if not connection.in_atomic_block:  # a worker: drop the connection the error broke
+            connection.close_if_unusable_or_obsolete()
         Execution.objects.filter(pk=execution_id, lease_token=token, status=Execution.Status.RUNNING).update(
             status=Execution.Status.QUEUED, lease_token="", lease_expires_at=None, published_at=None,
             infra_error=kind[:200],
@@ -353,7 +354,8 @@ def _segment_release(execution_id: int, token: str, exc: BaseException) -> None:
     except (DatabaseError, InterfaceError) as again:
         logger.warning("execution %s keeps its lease until it expires: the release failed too (%s)",
                        execution_id, again.__class__.__name__)
-        connection.close()
+        if not connection.in_atomic_block:
+            connection.close()
 
 
 def _run_end_failed(row: Execution, *, code: str, message: str) -> None:
