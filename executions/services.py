@@ -310,7 +310,14 @@ def llm_for_execution(execution: Execution):
 def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
     """Run turns until the run ends or pauses. Safe to call twice: only the caller
     that wins the lease runs; the other returns at once."""
-    token = execution_claim(execution_id=execution_id)
+    try:
+        token = execution_claim(execution_id=execution_id)
+    except (DatabaseError, InterfaceError) as exc:
+        # Nothing was claimed: the run keeps its state and the watchdog sends it again.
+        infra_fault_record(component="database", operation="claim", exc=exc, subject=f"execution {execution_id}")
+        if not connection.in_atomic_block:
+            connection.close()
+        return None
     if token is None:
         return None
     execution = Execution.objects.select_related("workspace", "agent").get(pk=execution_id)

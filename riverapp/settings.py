@@ -214,6 +214,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": RIVER_SEGMENT_HARD_LIMIT_SECONDS * 2}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis restarting must not end a worker or the segments it runs: reconnect for as
+# long as it takes, and let running segments finish (their lease fences them; a
+# redelivered message finds the run claimed or finished and does nothing).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
