@@ -320,12 +320,12 @@ def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
         return None
     if token is None:
         return None
-    execution = Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
-    if execution.attempts > settings.RIVER_MAX_SEGMENT_ATTEMPTS:
-        _segment_fail(execution, token, _gave_up_message(execution.attempts - 1, execution.infra_error),
-                      code="INFRASTRUCTURE_ERROR")
-        return ResponseStatus.FAILED.value
     try:
+        execution = Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
+        if execution.attempts > settings.RIVER_MAX_SEGMENT_ATTEMPTS:
+            _segment_fail(execution_id, token, _gave_up_message(execution.attempts - 1, execution.infra_error),
+                          code="INFRASTRUCTURE_ERROR")
+            return ResponseStatus.FAILED.value
         return _segment_run(execution, token, llm)
     except RunInterrupted:
         raise  # another worker holds the run now, or it was cancelled
@@ -337,7 +337,7 @@ def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
         return None
     except Exception as exc:  # noqa: BLE001 - a bug must end the run, not leave it running forever
         logger.exception("segment of execution %s crashed", execution_id)
-        _segment_fail(execution, token, f"internal error: {exc.__class__.__name__}")
+        _segment_fail(execution_id, token, f"internal error: {exc.__class__.__name__}")
         return ResponseStatus.FAILED.value
     finally:
         # Turns hand their events to the background publisher; the segment is over
@@ -382,10 +382,10 @@ def _run_end_failed(row: Execution, *, code: str, message: str) -> None:
     _post_process_on_commit(row.pk)
 
 
-def _segment_fail(execution: Execution, token: str, message: str, *, code: str = "AGENT_ERROR") -> None:
+def _segment_fail(execution_id: int, token: str, message: str, *, code: str = "AGENT_ERROR") -> None:
     """End a run that cannot go on (caller held its lease)."""
     with transaction.atomic():
-        row = Execution.objects.select_for_update().get(pk=execution.pk)
+        row = Execution.objects.select_for_update().get(pk=execution_id)
         if row.lease_token != token or row.status != Execution.Status.RUNNING:
             return
         _run_end_failed(row, code=code, message=message)

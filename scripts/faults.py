@@ -372,13 +372,15 @@ class Campaign:
         next_start = next_fault = started + 1.0
         next_tick = started
         faults = ["kill_worker", "restart_redis", "kill_child", "drop_database_connections"]
+        injected = 0
         while len(self.runs) < self.args.runs:
             now = time.monotonic()
             if now >= next_start:
                 self.guarded("start", self.start_one)
                 next_start = now + self.args.start_every
             if now >= next_fault:
-                fault = faults[sum(self.faults.values()) % len(faults)]
+                fault = faults[injected % len(faults)]
+                injected += 1
                 self.guarded(fault, getattr(self, fault))
                 next_fault = now + self.args.fault_every * self.rng.uniform(0.7, 1.3)
             if now >= next_tick:
@@ -401,7 +403,7 @@ class Campaign:
         try:
             action()
         except Exception as exc:  # noqa: BLE001 - counted and reported
-            self.driver_errors[f"{what}: {exc.__class__.__name__}"] += 1
+            self.driver_errors[f"{what}: {exc.__class__.__module__}.{exc.__class__.__name__}"] += 1
             connection.close()
 
     def tick(self) -> None:
