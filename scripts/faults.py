@@ -200,7 +200,7 @@ class Workers:
             proc = subprocess.Popen(  # noqa: S603 - this venv's celery, fixed arguments
                 [str(celery), "-A", "riverapp", "worker", "-P", "prefork", "-c", str(self.concurrency),
                  "--without-heartbeat", "--without-mingle", "--without-gossip",
-                 "-I", "tests.executions.durable_support", "-l", "warning", "-n", f"faults{index}@%h"],
+                 "-I", "tests.executions.durable_support", "-l", "info", "-n", f"faults{index}@%h"],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         self.procs.append(proc)
@@ -209,13 +209,29 @@ class Workers:
     def alive(self) -> list[subprocess.Popen]:
         return [p for p in self.procs if p.poll() is None]
 
-    def kill_worker(self, rng: random.Random) -> None:
-        """SIGKILL a whole worker (its children die with the session), start another."""
+    def ready(self, proc: subprocess.Popen) -> bool:
+        log = self.directory / f"worker-{self.procs.index(proc)}.log"
+        return "ready." in log.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not all(self.ready(p) for p in self.alive()):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"workers not ready within {timeout:g} s; logs in {self.directory}")
+            time.sleep(0.2)
+
+    def kill_worker(self, rng: random.Random) -> bool:
+        """SIGKILL a whole worker (its children die with the session), start another.
+        Only once every worker is ready: the campaign is about crashes, not about
+        running out of workers while replacements boot on a busy machine."""
+        if not all(self.ready(p) for p in self.alive()):
+            return False
         proc = rng.choice(self.alive())
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         self.killed["worker"] += 1
         self.start()
+        return True
 
     def kill_child(self, rng: random.Random) -> bool:
         """SIGKILL one prefork child; its parent replaces it."""
@@ -310,6 +326,7 @@ def main() -> int:  # noqa: C901, PLR0915 - one script, read top to bottom
     try:
         for _ in range(args.workers):
             workers.start()
+        workers.wait_ready()
         return Campaign(args, rng, workers, redis, markers).run()
     finally:
         workers.stop_all()
@@ -359,6 +376,7 @@ class Campaign:
         self.progress: dict[int, tuple] = {}
         self.since: dict[int, float] = {}
         self.stall: dict[int, float] = {}
+        self.stalled_in: dict[int, str] = {}
         self.faults = Counter()
         self.driver_errors = Counter()
         self.approved = 0
@@ -449,7 +467,9 @@ class Campaign:
             if waiting or self.progress.get(pk) != key:
                 self.progress[pk] = key
                 self.since[pk] = now
-            self.stall[pk] = max(self.stall.get(pk, 0.0), now - self.since[pk])
+            if now - self.since[pk] >= self.stall.get(pk, 0.0):
+                self.stall[pk] = now - self.since[pk]
+                self.stalled_in[pk] = status
 
     def all_done(self) -> bool:
         from executions.models import Execution
@@ -467,8 +487,10 @@ class Campaign:
     # --- faults ------------------------------------------------------------------
 
     def kill_worker(self) -> None:
-        self.workers.kill_worker(self.rng)
-        self.faults["worker SIGKILL"] += 1
+        if self.workers.kill_worker(self.rng):
+            self.faults["worker SIGKILL"] += 1
+        else:
+            self.faults["worker SIGKILL skipped (replacement still booting)"] += 1
 
     def kill_child(self) -> None:
         if self.workers.kill_child(self.rng):
@@ -509,7 +531,7 @@ class Campaign:
         writes = Counter(line.split()[1] for line in marker_lines(self.markers, "durable_write"))
         duplicates = {marker: n for marker, n in writes.items() if n > 1}
         limit = 2 * self.args.lease
-        stuck = {pk: round(s, 1) for pk, s in self.stall.items() if s > limit}
+        stuck = {pk: (round(s, 1), self.stalled_in[pk]) for pk, s in self.stall.items() if s > limit}
         not_post_processed = [
             pk for pk, row in rows.items() if row.is_terminal and (
                 row.post_processed_at is None or completed_events[pk] != 1
