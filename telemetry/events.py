@@ -57,9 +57,10 @@ async def _send_batch(groups: list[str], events: list[dict]) -> None:
             await asyncio.wait_for(layer.group_send(group, message), SEND_TIMEOUT_SECONDS)
     except Exception as exc:  # noqa: BLE001 - telemetry must never break a run
         # The events are journaled with their step; a client that reconnects replays them.
-        kinds = ", ".join(sorted({str(e.get("type", "?")) for e in events}))
-        infra_fault_record(component="channel_layer", operation="group_send", exc=exc,
-                           subject=f"{len(events)} event(s) ({kinds}) to {', '.join(groups)}")
+        infra_fault_record(component="channel_layer", operation="group_send", exc=exc, log=False)
+        kinds = ", ".join(str(e.get("type", "?")) for e in events)
+        logger.warning("could not publish %s event(s) to %s (%s); clients replay them from the journal",
+                       kinds, ", ".join(groups), exc.__class__.__name__)
 
 
 class _Publisher:

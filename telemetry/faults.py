@@ -20,11 +20,16 @@ _lock = threading.Lock()
 _counts: Counter[tuple[str, str]] = Counter()
 
 
-def infra_fault_record(*, component: str, operation: str, exc: BaseException, subject: str = "") -> None:
+def infra_fault_record(
+    *, component: str, operation: str, exc: BaseException, subject: str = "", log: bool = True
+) -> None:
     """Count and log one best-effort call that failed. ``subject`` names what it was
-    for (``execution 42``), never a value taken from the payload."""
+    for (``execution 42``), never a value taken from the payload. ``log=False`` for a
+    caller that writes its own line."""
     with _lock:
         _counts[(component, operation)] += 1
+    if not log:
+        return
     where = f" for {subject}" if subject else ""
     logger.warning("%s unavailable: %s%s failed (%s); carrying on", component, operation, where,
                    exc.__class__.__name__)
