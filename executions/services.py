@@ -651,7 +651,8 @@ def executions_requeue_stale(*, grace_seconds: int | None = None) -> list[int]:
     stale = [pk for pk, attempts in candidates if attempts < settings.RIVER_MAX_SEGMENT_ATTEMPTS]
     if not stale:
         return []
-    Execution.objects.filter(pk__in=stale).update(published_at=now)
+    # Same conditions again: a run claimed since the select keeps published_at NULL.
+    Execution.objects.filter(orphaned & unclaimed, pk__in=stale).update(published_at=now)
     from executions.tasks import run_segment
 
     sent = [execution_id for execution_id in stale if _task_send(run_segment, execution_id)]

@@ -7,6 +7,7 @@ on the spot, neither lets a write through, and neither can retry forever.
 
 from __future__ import annotations
 
+import time
 from unittest import mock
 
 import pytest
@@ -150,3 +151,37 @@ def _approver(workspace):
     user = get_user_model().objects.create_user(username="approver", password="pw-approver")
     Membership.objects.create(workspace=workspace, user=user, role=Role.ADMIN)
     return user
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lease_heartbeat_outlives_a_dropped_connection(workspace, owner, settings, sent):
+    from django.db.models import QuerySet
+
+    from executions.services import _LeaseHeartbeat
+    from telemetry.faults import infra_fault_count
+
+    settings.RIVER_LEASE_SECONDS = 5  # a beat every 1.67 s
+    agent = make_agent(workspace=workspace, owner=owner)
+    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    token = services.execution_claim(execution_id=execution.pk)
+    first_expiry = Execution.objects.get(pk=execution.pk).lease_expires_at
+    before = infra_fault_count(component="database", operation="lease renewal")
+    real_update = QuerySet.update
+    dropped = []
+
+    def update(self, **kwargs):
+        if "lease_expires_at" in kwargs and not dropped:
+            dropped.append(True)
+            raise OperationalError("terminating connection due to administrator command")
+        return real_update(self, **kwargs)
+
+    with mock.patch.object(QuerySet, "update", update), _LeaseHeartbeat(execution.pk, token):
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if Execution.objects.get(pk=execution.pk).lease_expires_at > first_expiry:
+                break
+            time.sleep(0.1)
+
+    assert dropped == [True]
+    assert infra_fault_count(component="database", operation="lease renewal") == before + 1
+    assert Execution.objects.get(pk=execution.pk).lease_expires_at > first_expiry  # renewed at the next beat
