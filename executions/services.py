@@ -212,7 +212,7 @@ def _queue_segment_on_commit(execution_id: int) -> None:
             return
         try:
             Execution.objects.filter(pk=execution_id, status=Execution.Status.QUEUED).update(published_at=None)
-        except DatabaseError as exc:  # the grace period covers it
+        except (DatabaseError, InterfaceError) as exc:  # the grace period covers it
             infra_fault_record(component="database", operation="mark unpublished", exc=exc,
                                subject=f"execution {execution_id}")
 
@@ -647,7 +647,7 @@ def executions_requeue_stale(*, grace_seconds: int | None = None) -> list[int]:
     candidates = list(Execution.objects.filter(orphaned & unclaimed).values_list("pk", "attempts")[:500])
     exhausted = [pk for pk, attempts in candidates if attempts >= settings.RIVER_MAX_SEGMENT_ATTEMPTS]
     for execution_id in exhausted:
-        execution_fail_exhausted(execution_id=execution_id)
+        _watchdog_step("fail", execution_fail_exhausted, execution_id)
     stale = [pk for pk, attempts in candidates if attempts < settings.RIVER_MAX_SEGMENT_ATTEMPTS]
     if not stale:
         return []
@@ -658,6 +658,16 @@ def executions_requeue_stale(*, grace_seconds: int | None = None) -> list[int]:
     sent = [execution_id for execution_id in stale if _task_send(run_segment, execution_id)]
     logger.warning("watchdog re-sent %d of %d stale execution(s): %s", len(sent), len(stale), stale[:20])
     return stale
+
+
+def _watchdog_step(what: str, service, execution_id: int) -> bool:
+    """One run's step of a watchdog pass; a run that keeps failing it is logged and
+    never stops the pass for the others."""
+    try:
+        return service(execution_id=execution_id)
+    except Exception:  # noqa: BLE001 - logged with its traceback; the next pass tries again
+        logger.exception("watchdog could not %s execution %s", what, execution_id)
+        return False
 
 
 def execution_fail_exhausted(*, execution_id: int) -> bool:
@@ -687,7 +697,8 @@ def executions_post_process_missed(*, grace_seconds: int | None = None, limit: i
             finished_at__lt=timezone.now() - timedelta(seconds=grace),
         ).order_by("finished_at").values_list("pk", flat=True)[:limit]
     )
-    done = [execution_id for execution_id in missed if execution_post_process(execution_id=execution_id)]
+    done = [execution_id for execution_id in missed
+            if _watchdog_step("post-process", execution_post_process, execution_id)]
     if done:
         logger.warning("watchdog post-processed %d finished execution(s) whose task was lost: %s",
                        len(done), done[:20])

@@ -233,3 +233,25 @@ def test_the_watchdog_failure_names_the_bound_and_the_last_infrastructure_error(
     assert "gave up after 3 segment attempts" in execution.error["message"]
     assert "OperationalError" in execution.error["message"]
     assert execution.lease_token == "" and execution.finished_at is not None
+
+
+def test_one_run_whose_post_processing_keeps_failing_does_not_hold_up_the_others(
+    agent, owner, broker, settings, monkeypatch, caplog
+):
+    settings.RIVER_WATCHDOG_GRACE_SECONDS = 60
+    first, second = _completed(agent, owner), _completed(agent, owner)  # their post_process never ran
+    Execution.objects.filter(pk__in=[first.pk, second.pk]).update(
+        finished_at=timezone.now() - timedelta(seconds=61))
+    real_update = services.agent_health_update
+
+    def health_update(*, agent_id, status, execution_id):
+        if execution_id == first.pk:
+            raise RuntimeError("bug in one run's post-processing")
+        return real_update(agent_id=agent_id, status=status, execution_id=execution_id)
+
+    monkeypatch.setattr(services, "agent_health_update", health_update)
+    assert services.executions_post_process_missed() == [second.pk]
+
+    first.refresh_from_db()
+    assert first.post_processed_at is None  # rolled back whole: the next pass tries again
+    assert "could not post-process execution" in caplog.text
