@@ -185,3 +185,28 @@ def test_the_lease_heartbeat_outlives_a_dropped_connection(workspace, owner, set
     assert dropped == [True]
     assert infra_fault_count(component="database", operation="lease renewal") == before + 1
     assert Execution.objects.get(pk=execution.pk).lease_expires_at > first_expiry  # renewed at the next beat
+
+
+def test_a_database_error_while_recording_the_end_finishes_the_run_on_retry_without_asking_again(
+    workspace, owner, sent, monkeypatch
+):
+    agent = make_agent(workspace=workspace, owner=owner)
+    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    real_end = services.execution_segment_end
+
+    def end_once_broken(**kwargs):
+        monkeypatch.setattr(services, "execution_segment_end", real_end)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(services, "execution_segment_end", end_once_broken)
+    llm = ScriptedLLM([text_reply("All done.")])
+    assert services.execution_run_segment(execution_id=execution.pk, llm=llm) is None
+    execution.refresh_from_db()
+    assert execution.status == Execution.Status.QUEUED
+
+    again = ScriptedLLM([])
+    assert services.execution_run_segment(execution_id=execution.pk, llm=again) == "success"
+    assert again.requests == []  # the committed final answer is replayed, not asked for again
+    execution.refresh_from_db()
+    assert execution.status == Execution.Status.COMPLETED and execution.result["summary"] == "All done."
+    assert ExecutionEvent.objects.filter(execution=execution, event_type="run_completed").count() == 1
