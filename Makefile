@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install install-dev lint bench migrate clean
+.PHONY: run test install install-dev lint bench faults migrate clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ lint: install-dev
 
 bench: install-dev
 	DEBUG=$${DEBUG:-true} DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/river_bench} $(PY) manage.py bench $(ARGS)
+
+# Fault campaign: a private Redis on FAULTS_REDIS_PORT (started and restarted by the
+# script) and a database of its own; see docs/faults.md.
+faults: install-dev
+	DEBUG=$${DEBUG:-true} DATABASE_URL=$${FAULTS_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/river_faults_campaign} REDIS_URL=redis://127.0.0.1:$${FAULTS_REDIS_PORT:-6390}/0 $(PY) scripts/faults.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -56,7 +56,14 @@ class Execution(models.Model):
     # Lease: the worker holding lease_token may run the loop until lease_expires_at.
     lease_token = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Claims of the current segment (reset when the run pauses); bounded by
+    # RIVER_MAX_SEGMENT_ATTEMPTS so infrastructure faults cannot re-queue it forever.
     attempts = models.PositiveIntegerField(default=0)
+    # When a run_segment message was last sent for this run: the watchdog sends it
+    # again when a queued run's message is older than its grace (lost or never sent).
+    published_at = models.DateTimeField(null=True, blank=True)
+    # Class of the last infrastructure error that interrupted a segment (no message).
+    infra_error = models.CharField(max_length=200, blank=True)
     # Built once per execution by the context builder: system prompt, tools, request.
     context = models.JSONField(default=dict, blank=True)
     # Written once when the run pauses for approval or interaction.

@@ -13,7 +13,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, InterfaceError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -41,6 +41,7 @@ from executions.models import Execution, ExecutionEvent, ExecutionStep
 from governance.audit import audit_record
 from governance.selectors import active_policies
 from telemetry.events import events_flush
+from telemetry.faults import infra_fault_record
 from tenancy.selectors import workspace_permissions, workspace_roles
 
 logger = logging.getLogger("river.executions")
@@ -160,7 +161,8 @@ def execution_start(
             "tool_schemas": state.tool_schemas,
             "security_events": detections,
         }
-        execution.save(update_fields=["context"])
+        execution.published_at = timezone.now()
+        execution.save(update_fields=["context", "published_at"])
         if detections:
             _security_event(execution, detections)
         _queue_segment_on_commit(execution.pk)
@@ -189,10 +191,35 @@ def _security_event(execution: Execution, detections: list[dict]) -> None:
     )
 
 
+def _task_send(task, execution_id: int) -> bool:
+    """Send a task message for a committed run. A broker that is down is counted and
+    logged, never raised: the row is the record, and the watchdog sends the message
+    again (a failed publish must not turn a committed start into a 500)."""
+    try:
+        task.delay(execution_id)
+    except Exception as exc:  # noqa: BLE001 - any broker failure; the watchdog recovers the run
+        infra_fault_record(component="broker", operation=f"publish {task.name}", exc=exc,
+                           subject=f"execution {execution_id}")
+        return False
+    return True
+
+
 def _queue_segment_on_commit(execution_id: int) -> None:
+    """After commit, send the run's segment. The caller set ``published_at`` in the
+    same transaction; if the send fails it is cleared, so the watchdog's next pass
+    sends it again instead of waiting out the grace period."""
     from executions.tasks import run_segment
 
-    transaction.on_commit(lambda: run_segment.delay(execution_id))
+    def send() -> None:
+        if _task_send(run_segment, execution_id):
+            return
+        try:
+            Execution.objects.filter(pk=execution_id, status=Execution.Status.QUEUED).update(published_at=None)
+        except (DatabaseError, InterfaceError) as exc:  # the grace period covers it
+            infra_fault_record(component="database", operation="mark unpublished", exc=exc,
+                               subject=f"execution {execution_id}")
+
+    transaction.on_commit(send)
 
 
 # --- running a segment -----------------------------------------------------------------
@@ -210,6 +237,7 @@ def execution_claim(*, execution_id: int) -> str | None:
             status=Execution.Status.RUNNING, lease_token=token,
             lease_expires_at=now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
             attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now),
+            published_at=None,  # the message that brought us here is consumed
         )
     )
     return token if claimed == 1 else None
@@ -239,9 +267,16 @@ class _LeaseHeartbeat:
         interval = max(1.0, settings.RIVER_LEASE_SECONDS / 3)
         try:
             while not self.stop_event.wait(interval):
-                Execution.objects.filter(
-                    pk=self.execution_id, lease_token=self.token, status=Execution.Status.RUNNING
-                ).update(lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS))
+                try:
+                    Execution.objects.filter(
+                        pk=self.execution_id, lease_token=self.token, status=Execution.Status.RUNNING
+                    ).update(lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS))
+                except (DatabaseError, InterfaceError) as exc:
+                    # A dropped connection: reconnect at the next beat. If the database
+                    # stays away the lease runs out and the journal's fence stops us.
+                    infra_fault_record(component="database", operation="lease renewal", exc=exc,
+                                       subject=f"execution {self.execution_id}")
+                    connection.close()
         finally:
             connection.close()
 
@@ -283,21 +318,34 @@ def llm_for_execution(execution: Execution):
 def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
     """Run turns until the run ends or pauses. Safe to call twice: only the caller
     that wins the lease runs; the other returns at once."""
-    token = execution_claim(execution_id=execution_id)
+    try:
+        token = execution_claim(execution_id=execution_id)
+    except (DatabaseError, InterfaceError) as exc:
+        # Nothing was claimed: the run keeps its state and the watchdog sends it again.
+        infra_fault_record(component="database", operation="claim", exc=exc, subject=f"execution {execution_id}")
+        if not connection.in_atomic_block:
+            connection.close()
+        return None
     if token is None:
         return None
-    execution = Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
-    if execution.attempts > settings.RIVER_MAX_SEGMENT_ATTEMPTS:
-        _segment_fail(execution, token, f"gave up after {execution.attempts - 1} segment attempts "
-                                        "(workers kept dying or the run kept crashing)")
-        return ResponseStatus.FAILED.value
     try:
+        execution = Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
+        if execution.attempts > settings.RIVER_MAX_SEGMENT_ATTEMPTS:
+            _segment_fail(execution_id, token, _gave_up_message(execution.attempts - 1, execution.infra_error),
+                          code="INFRASTRUCTURE_ERROR")
+            return ResponseStatus.FAILED.value
         return _segment_run(execution, token, llm)
-    except (RunInterrupted, DatabaseError):
-        raise  # handled by the caller's lease and the watchdog
+    except RunInterrupted:
+        raise  # another worker holds the run now, or it was cancelled
+    except (DatabaseError, InterfaceError) as exc:
+        # Infrastructure, not the run: hand the run back to the watchdog (bounded by
+        # RIVER_MAX_SEGMENT_ATTEMPTS). If the database is still away the release
+        # fails too, and the lease running out does the same job.
+        _segment_release(execution_id, token, exc)
+        return None
     except Exception as exc:  # noqa: BLE001 - a bug must end the run, not leave it running forever
         logger.exception("segment of execution %s crashed", execution_id)
-        _segment_fail(execution, token, f"internal error: {exc.__class__.__name__}")
+        _segment_fail(execution_id, token, f"internal error: {exc.__class__.__name__}")
         return ResponseStatus.FAILED.value
     finally:
         # Turns hand their events to the background publisher; the segment is over
@@ -305,24 +353,56 @@ def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
         events_flush()
 
 
-def _segment_fail(execution: Execution, token: str, message: str) -> None:
+def _segment_release(execution_id: int, token: str, exc: BaseException) -> None:
+    """Put a run whose segment hit an infrastructure error back in the queue, lease
+    dropped and ``published_at`` cleared, so the watchdog's next pass sends it again
+    (at most one attempt per pass: a database that is down cannot burn them all)."""
+    kind = exc.__class__.__name__
+    infra_fault_record(component="database", operation="run segment", exc=exc, subject=f"execution {execution_id}")
+    try:
+        if not connection.in_atomic_block:  # a worker: drop the connection the error broke
+            connection.close_if_unusable_or_obsolete()
+        Execution.objects.filter(pk=execution_id, lease_token=token, status=Execution.Status.RUNNING).update(
+            status=Execution.Status.QUEUED, lease_token="", lease_expires_at=None, published_at=None,
+            infra_error=kind[:200],
+        )
+    except (DatabaseError, InterfaceError) as again:
+        logger.warning("execution %s keeps its lease until it expires: the release failed too (%s)",
+                       execution_id, again.__class__.__name__)
+        if not connection.in_atomic_block:
+            connection.close()
+
+
+def _run_end_failed(row: Execution, *, code: str, message: str) -> None:
+    """End a running or queued run ``failed``: the status, its ``run_completed``
+    event and the post-processing in one transaction (caller holds the row lock)."""
+    row.status = Execution.Status.FAILED
+    row.finished_at = timezone.now()
+    row.lease_token = ""
+    row.lease_expires_at = None
+    row.error = {"code": code, "message": message, "recoverable": False, "details": {}}
+    row.save(update_fields=["status", "finished_at", "lease_token", "lease_expires_at", "error"])
+    event = ExecutionEvent.objects.create(
+        execution=row, seq=next_event_seq(row.pk), event_type="run_completed",
+        payload={"status": row.status, "turns_used": row.turn_count, "final_output_summary": message},
+    )
+    event_rows_publish(row, [event])
+    _post_process_on_commit(row.pk)
+
+
+def _segment_fail(execution_id: int, token: str, message: str, *, code: str = "AGENT_ERROR") -> None:
     """End a run that cannot go on (caller held its lease)."""
     with transaction.atomic():
-        row = Execution.objects.select_for_update().get(pk=execution.pk)
+        row = Execution.objects.select_for_update().get(pk=execution_id)
         if row.lease_token != token or row.status != Execution.Status.RUNNING:
             return
-        row.status = Execution.Status.FAILED
-        row.finished_at = timezone.now()
-        row.lease_token = ""
-        row.lease_expires_at = None
-        row.error = {"code": "AGENT_ERROR", "message": message, "recoverable": False, "details": {}}
-        row.save(update_fields=["status", "finished_at", "lease_token", "lease_expires_at", "error"])
-        event = ExecutionEvent.objects.create(
-            execution=row, seq=next_event_seq(row.pk), event_type="run_completed",
-            payload={"status": row.status, "turns_used": row.turn_count, "final_output_summary": message},
-        )
-        event_rows_publish(row, [event])
-        _post_process_on_commit(row.pk)
+        _run_end_failed(row, code=code, message=message)
+
+
+def _gave_up_message(attempts: int, infra_error: str) -> str:
+    last = f"; last infrastructure error: {infra_error}" if infra_error else ""
+    return (f"gave up after {attempts} segment attempts (workers kept dying or the database or broker "
+            f"kept failing{last})")
 
 
 def _segment_run(execution: Execution, token: str, llm) -> str | None:
@@ -387,7 +467,11 @@ def execution_segment_end(
         events = []
         if status in (Execution.Status.AWAITING_APPROVAL, Execution.Status.AWAITING_INTERACTION):
             row.context_snapshot = snapshot_build(state)
-            fields.append("context_snapshot")
+            # The segment got through: the attempt bound counts the next segment afresh,
+            # so a run with many approvals is not mistaken for one that keeps crashing.
+            row.attempts = 0
+            row.infra_error = ""
+            fields += ["context_snapshot", "attempts", "infra_error"]
             if status == Execution.Status.AWAITING_APPROVAL:
                 approval = _approval_open(row, state)
                 events.append(("approval_required", {
@@ -433,8 +517,8 @@ def _append_and_requeue(*, execution: Execution, expected_status: str, new_steps
         raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
     ExecutionStep.objects.bulk_create([step_row(execution.pk, s) for s in new_steps])
     execution.status = Execution.Status.QUEUED
-    execution.queued_at = timezone.now()  # the watchdog's lost-message rule counts from here
-    execution.save(update_fields=["status", "queued_at"])
+    execution.queued_at = execution.published_at = timezone.now()  # the watchdog's lost-message rule counts from here
+    execution.save(update_fields=["status", "queued_at", "published_at"])
     _queue_segment_on_commit(execution.pk)
 
 
@@ -550,31 +634,95 @@ def execution_end_expired(*, execution_id: int) -> None:
 # --- watchdog --------------------------------------------------------------------------
 
 
-def executions_requeue_stale(*, queued_grace_seconds: int = 120) -> list[int]:
-    """Runs whose worker died (lease expired) or whose task message was lost."""
+def executions_requeue_stale(*, grace_seconds: int | None = None) -> list[int]:
+    """Send the segment of every run no worker will otherwise pick up; returns their ids.
+
+    - running with an expired lease: its worker died or lost the database;
+    - queued: its message was never sent (a failed send) or is lost (Redis restarted
+      without persistence, a worker was killed holding it).
+
+    ``published_at`` is when a message was last sent and is cleared by the claim that
+    consumes it, so each such run is sent once, and again only when that message is
+    older than the grace without having been claimed.
+
+    A run that already used ``RIVER_MAX_SEGMENT_ATTEMPTS`` claims is ended ``failed``
+    here instead, with its ``run_completed`` event and post-processing. Sending twice
+    is harmless: only the compare-and-set claim runs a segment.
+    """
+    grace = settings.RIVER_WATCHDOG_GRACE_SECONDS if grace_seconds is None else grace_seconds
     now = timezone.now()
-    stale = list(
-        Execution.objects.filter(
-            Q(status=Execution.Status.RUNNING, lease_expires_at__lt=now)
-            | Q(status=Execution.Status.QUEUED, queued_at__lt=now - timedelta(seconds=queued_grace_seconds))
-        ).values_list("pk", flat=True)[:500]
-    )
+    unclaimed = Q(published_at__isnull=True) | Q(published_at__lt=now - timedelta(seconds=grace))
+    orphaned = Q(status=Execution.Status.RUNNING, lease_expires_at__lt=now) | Q(status=Execution.Status.QUEUED)
+    candidates = list(Execution.objects.filter(orphaned & unclaimed).values_list("pk", "attempts")[:500])
+    exhausted = [pk for pk, attempts in candidates if attempts >= settings.RIVER_MAX_SEGMENT_ATTEMPTS]
+    for execution_id in exhausted:
+        _watchdog_step("fail", execution_fail_exhausted, execution_id)
+    stale = [pk for pk, attempts in candidates if attempts < settings.RIVER_MAX_SEGMENT_ATTEMPTS]
+    if not stale:
+        return []
+    # Same conditions again: a run claimed since the select keeps published_at NULL.
+    Execution.objects.filter(orphaned & unclaimed, pk__in=stale).update(published_at=now)
     from executions.tasks import run_segment
 
-    for execution_id in stale:
-        run_segment.delay(execution_id)
-    if stale:
-        logger.warning("watchdog re-queued %d execution(s): %s", len(stale), stale[:20])
+    sent = [execution_id for execution_id in stale if _task_send(run_segment, execution_id)]
+    logger.warning("watchdog re-sent %d of %d stale execution(s): %s", len(sent), len(stale), stale[:20])
     return stale
+
+
+def _watchdog_step(what: str, service, execution_id: int) -> bool:
+    """One run's step of a watchdog pass; a run that keeps failing it is logged and
+    never stops the pass for the others."""
+    try:
+        return service(execution_id=execution_id)
+    except Exception:  # noqa: BLE001 - logged with its traceback; the next pass tries again
+        logger.exception("watchdog could not %s execution %s", what, execution_id)
+        return False
+
+
+def execution_fail_exhausted(*, execution_id: int) -> bool:
+    """The watchdog ends a run that is out of segment attempts and that no worker
+    holds (lease expired, or queued). Returns whether it ended it."""
+    now = timezone.now()
+    with transaction.atomic():
+        row = Execution.objects.select_for_update().defer("context").filter(pk=execution_id).first()
+        if row is None or row.attempts < settings.RIVER_MAX_SEGMENT_ATTEMPTS:
+            return False
+        held = row.status == Execution.Status.RUNNING and row.lease_expires_at is not None \
+            and row.lease_expires_at >= now
+        if row.status not in (Execution.Status.RUNNING, Execution.Status.QUEUED) or held:
+            return False
+        _run_end_failed(row, code="INFRASTRUCTURE_ERROR", message=_gave_up_message(row.attempts, row.infra_error))
+    logger.warning("watchdog failed execution %s: out of segment attempts", execution_id)
+    return True
+
+
+def executions_post_process_missed(*, grace_seconds: int | None = None, limit: int = 200) -> list[int]:
+    """Post-process finished runs whose ``post_process`` message was lost (broker down
+    at commit, Redis restarted, worker killed). The claim inside makes it once only."""
+    grace = settings.RIVER_WATCHDOG_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    missed = list(
+        Execution.objects.filter(
+            status__in=Execution.TERMINAL, post_processed_at__isnull=True,
+            finished_at__lt=timezone.now() - timedelta(seconds=grace),
+        ).order_by("finished_at").values_list("pk", flat=True)[:limit]
+    )
+    done = [execution_id for execution_id in missed
+            if _watchdog_step("post-process", execution_post_process, execution_id)]
+    if done:
+        logger.warning("watchdog post-processed %d finished execution(s) whose task was lost: %s",
+                       len(done), done[:20])
+    return done
 
 
 # --- post-execution processing -----------------------------------------------------------
 
 
 def _post_process_on_commit(execution_id: int) -> None:
+    """Send ``post_process`` after commit; if the broker is down the watchdog's
+    ``executions_post_process_missed`` does it after the grace period."""
     from executions.tasks import post_process
 
-    transaction.on_commit(lambda: post_process.delay(execution_id))
+    transaction.on_commit(lambda: _task_send(post_process, execution_id))
 
 
 HEALTH_DEGRADED_AFTER = 3
@@ -584,21 +732,35 @@ _NEUTRAL = {Execution.Status.CANCELLED, Execution.Status.APPROVAL_EXPIRED}
 
 
 def execution_post_process(*, execution_id: int) -> bool:
-    """Spec step 9, exactly once per run: health, memory write-back (its own task),
-    notifications. Returns False when another call already did it."""
-    claimed = Execution.objects.filter(pk=execution_id, post_processed_at__isnull=True).filter(
-        status__in=Execution.TERMINAL
-    ).update(post_processed_at=timezone.now())
-    if claimed != 1:
-        return False
-    execution = Execution.objects.select_related("agent", "workspace", "agent_version").get(pk=execution_id)
-    agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk)
-    if execution.status == Execution.Status.COMPLETED:
-        from executions.tasks import write_memory
+    """Spec step 9, exactly once per run: health, memory write-back, notifications.
+    Returns False when another call already did it.
 
-        transaction.on_commit(lambda: write_memory.delay(execution_id))
-    _notify_outcome(execution)
+    The claim (``post_processed_at``), the health update and the memory row commit
+    together, so a worker killed half-way leaves nothing done and the watchdog does
+    it all again; a second caller finds the claim taken. Notifications go out after
+    that commit (network calls stay outside transactions)."""
+    with transaction.atomic():
+        claimed = Execution.objects.filter(pk=execution_id, post_processed_at__isnull=True).filter(
+            status__in=Execution.TERMINAL
+        ).update(post_processed_at=timezone.now())
+        if claimed != 1:
+            return False
+        execution = Execution.objects.select_related("agent", "workspace", "agent_version").get(pk=execution_id)
+        agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk)
+        if execution.status == Execution.Status.COMPLETED:
+            _memory_write_best_effort(execution_id)
+        _notify_outcome(execution)
     return True
+
+
+def _memory_write_best_effort(execution_id: int) -> None:
+    """Memory is best effort: a failure is logged and rolled back to its savepoint,
+    and never changes the run or the rest of its post-processing."""
+    try:
+        with transaction.atomic():
+            memory_write(execution_id=execution_id)
+    except Exception:  # noqa: BLE001 - memory is best-effort by design
+        logger.exception("memory write-back failed for execution %s (run status unchanged)", execution_id)
 
 
 def agent_health_update(*, agent_id, status: str, execution_id: int) -> None:

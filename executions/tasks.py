@@ -18,9 +18,12 @@ def run_segment(execution_id: int) -> str | None:
 
 @shared_task(name="executions.watchdog")
 def watchdog() -> int:
-    from executions.services import executions_requeue_stale
+    """Periodic: re-send the runs no worker will pick up (or fail those out of
+    attempts), then post-process finished runs whose task was lost."""
+    from executions.services import executions_post_process_missed, executions_requeue_stale
 
-    return len(executions_requeue_stale())
+    requeued = executions_requeue_stale()
+    return len(requeued) + len(executions_post_process_missed())
 
 
 @shared_task(name="executions.post_process", acks_late=True)
@@ -28,19 +31,6 @@ def post_process(execution_id: int) -> bool:
     from executions.services import execution_post_process
 
     return execution_post_process(execution_id=execution_id)
-
-
-@shared_task(name="executions.write_memory", acks_late=True)
-def write_memory(execution_id: int) -> bool:
-    """Best effort: a failure is logged and never changes the run's status."""
-    from executions.services import memory_write
-
-    try:
-        memory_write(execution_id=execution_id)
-    except Exception:  # noqa: BLE001 - memory is best-effort by design
-        logger.exception("memory write-back failed for execution %s (run status unchanged)", execution_id)
-        return False
-    return True
 
 
 @shared_task(name="executions.expire_approvals")

@@ -174,7 +174,10 @@ REDIS_URL = validate_redis_url("REDIS_URL", env_str("REDIS_URL"))
 EMBEDDED = REDIS_URL is None
 
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    # Short socket timeouts: the cache is advisory on the run path (provider health),
+    # so a stuck Redis costs a run a second or two, never a hung worker.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2}}}
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -259,6 +262,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": RIVER_SEGMENT_HARD_LIMIT_SECONDS * 2}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis restarting must not end a worker or the segments it runs: reconnect for as
+# long as it takes, and let running segments finish (their lease fences them; a
+# redelivered message finds the run claimed or finished and does nothing).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TIMEZONE = TIME_ZONE
 # How often the chain heads of the audit trail are anchored (docs/audit.md).
@@ -282,6 +290,11 @@ RIVER_LEASE_SECONDS = env_int("RIVER_LEASE_SECONDS", 60, minimum=5)
 # engine goes on (executions.write_behind); false waits for every commit in turn.
 RIVER_JOURNAL_WRITE_BEHIND = env_bool("RIVER_JOURNAL_WRITE_BEHIND", True)
 RIVER_MAX_SEGMENT_ATTEMPTS = env_int("RIVER_MAX_SEGMENT_ATTEMPTS", 20, minimum=1)
+# The watchdog publishes a queued run's task again when its last publish is this old
+# (the message was lost: broker down at commit, Redis restarted without persistence),
+# and post-processes a finished run that is still not post-processed this long after
+# it ended. With the 30 s beat and the default lease, no run waits over 2 x lease.
+RIVER_WATCHDOG_GRACE_SECONDS = env_int("RIVER_WATCHDOG_GRACE_SECONDS", 60, minimum=1)
 RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS = env_int("RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS", 30, minimum=1)
 RIVER_PROMPT_INJECTION_DETECTION = env_bool("RIVER_PROMPT_INJECTION_DETECTION", True)
 RIVER_STORAGE_QUOTA_BYTES = env_int("RIVER_STORAGE_QUOTA_BYTES", 5 * 1024**3, minimum=0)

@@ -25,6 +25,8 @@ import threading
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from telemetry.faults import infra_fault_record
+
 logger = logging.getLogger(__name__)
 
 # The channel-layer message type; consumers handle it in ``river_events``. One
@@ -32,6 +34,9 @@ logger = logging.getLogger(__name__)
 # costs one ``group_send`` per group (with Redis, each is several round trips).
 EVENT_MESSAGE_TYPE = "river.events"
 FLUSH_TIMEOUT_SECONDS = 5.0
+# A channel layer that accepts the connection but never answers (Redis stuck, a
+# network partition) must not hold the publisher: the batch is dropped after this.
+SEND_TIMEOUT_SECONDS = 3.0
 
 
 def execution_group(execution_id: int) -> str:
@@ -49,10 +54,13 @@ async def _send_batch(groups: list[str], events: list[dict]) -> None:
             return
         message = {"type": EVENT_MESSAGE_TYPE, "events": events}
         for group in groups:
-            await layer.group_send(group, message)
-    except Exception:  # noqa: BLE001 - telemetry must never break a run
+            await asyncio.wait_for(layer.group_send(group, message), SEND_TIMEOUT_SECONDS)
+    except Exception as exc:  # noqa: BLE001 - telemetry must never break a run
+        # The events are journaled with their step; a client that reconnects replays them.
+        infra_fault_record(component="channel_layer", operation="group_send", exc=exc, log=False)
         kinds = ", ".join(str(e.get("type", "?")) for e in events)
-        logger.warning("could not publish %s event(s) to %s", kinds, ", ".join(groups), exc_info=True)
+        logger.warning("could not publish %s event(s) to %s (%s); clients replay them from the journal",
+                       kinds, ", ".join(groups), exc.__class__.__name__)
 
 
 class _Publisher:

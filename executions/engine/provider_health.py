@@ -11,6 +11,11 @@ lock), so concurrent workers never lose each other's samples the way a
 read-modify-write of a stored list would, and every key expires on its own, so
 the window needs no cleanup and its size is fixed (buckets x counters).
 
+The window is advisory, so every cache call here is best effort: with Redis down
+a sample is dropped (counted and logged by ``telemetry.faults``) and every provider
+reads as healthy, so the router falls back to plain priority order. A cache outage
+never fails the model call it was measuring.
+
 Percentiles come from the histogram, so they are reported as the upper edge of
 the latency bin that holds them. The degraded rule's threshold (20 s) is a bin
 edge, so "P90 over 20 s" is decided exactly.
@@ -23,6 +28,8 @@ import time
 
 from django.core.cache import cache
 from pydantic import BaseModel
+
+from telemetry.faults import infra_fault_record
 
 WINDOW_SECONDS = 300
 BUCKET_SECONDS = 15
@@ -74,10 +81,13 @@ def provider_health_record(*, provider: str, latency_ms: float, ok: bool, at: fl
     """One call's outcome. ``provider`` is the health key (organization-scoped for
     table providers). ``at`` (epoch seconds) exists so tests can place samples."""
     bucket = int((time.time() if at is None else at) // BUCKET_SECONDS)
-    _bump(_key(provider, bucket, "n"))
-    if not ok:
-        _bump(_key(provider, bucket, "err"))
-    _bump(_key(provider, bucket, f"lat{_bin_for(latency_ms)}"))
+    try:
+        _bump(_key(provider, bucket, "n"))
+        if not ok:
+            _bump(_key(provider, bucket, "err"))
+        _bump(_key(provider, bucket, f"lat{_bin_for(latency_ms)}"))
+    except Exception as exc:  # noqa: BLE001 - the health window is advisory; the call it measured stands
+        infra_fault_record(component="cache", operation="provider_health_record", exc=exc)
 
 
 def _percentile(histogram: list[int], total: int, fraction: float) -> int | None:
@@ -98,7 +108,11 @@ def provider_health_get(*, providers: list[str], now: float | None = None) -> di
     buckets = range(current - WINDOW_SECONDS // BUCKET_SECONDS + 1, current + 1)
     fields = ["n", "err", *(f"lat{i}" for i in range(_BINS))]
     keys = [_key(p, b, f) for p in providers for b in buckets for f in fields]
-    values = cache.get_many(keys) if keys else {}
+    try:
+        values = cache.get_many(keys) if keys else {}
+    except Exception as exc:  # noqa: BLE001 - unknown health reads as healthy: plain priority order
+        infra_fault_record(component="cache", operation="provider_health_get", exc=exc)
+        values = {}
     result: dict[str, ProviderHealth] = {}
     for provider in providers:
         def total(field: str, provider=provider) -> int:

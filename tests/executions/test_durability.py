@@ -47,7 +47,7 @@ def _clean_tool_records():
 def sent(monkeypatch):
     """Tasks the services queue, recorded instead of sent to the broker."""
     calls: list[tuple[str, tuple]] = []
-    for task in (tasks.run_segment, tasks.post_process, tasks.write_memory):
+    for task in (tasks.run_segment, tasks.post_process):
         monkeypatch.setattr(task, "delay", lambda *args, _name=task.name: calls.append((_name, args)))
     return calls
 
@@ -321,20 +321,27 @@ def test_watchdog_requeues_expired_leases_and_lost_queue_messages(agent, owner, 
         Execution.objects.filter(pk=execution.pk).update(**fields)
         return execution.pk
 
-    worker_died = run(status=Execution.Status.RUNNING, lease_token="dead", lease_expires_at=now - timedelta(seconds=5))
+    worker_died = run(status=Execution.Status.RUNNING, lease_token="dead", lease_expires_at=now - timedelta(seconds=5),
+                      published_at=None)  # the claim consumed the message
     still_leased = run(status=Execution.Status.RUNNING, lease_token="alive",
-                       lease_expires_at=now + timedelta(seconds=30))
-    message_lost = run(status=Execution.Status.QUEUED, queued_at=now - timedelta(seconds=600))
-    just_queued = run(status=Execution.Status.QUEUED, queued_at=now - timedelta(seconds=5))
-    finished = run(status=Execution.Status.COMPLETED, lease_expires_at=now - timedelta(seconds=600))
-    paused = run(status=Execution.Status.AWAITING_APPROVAL, queued_at=now - timedelta(seconds=600))
+                       lease_expires_at=now + timedelta(seconds=30), published_at=None)
+    message_lost = run(status=Execution.Status.QUEUED, published_at=now - timedelta(seconds=600))
+    never_sent = run(status=Execution.Status.QUEUED, published_at=None)
+    just_queued = run(status=Execution.Status.QUEUED, published_at=now - timedelta(seconds=5))
+    finished = run(status=Execution.Status.COMPLETED, lease_expires_at=now - timedelta(seconds=600),
+                   published_at=now - timedelta(seconds=600))
+    paused = run(status=Execution.Status.AWAITING_APPROVAL, published_at=now - timedelta(seconds=600))
     sent.clear()
 
-    requeued = executions_requeue_stale(queued_grace_seconds=120)
+    requeued = executions_requeue_stale(grace_seconds=120)
 
-    assert sorted(requeued) == sorted([worker_died, message_lost])
+    assert sorted(requeued) == sorted([worker_died, message_lost, never_sent])
     assert sorted(args[0] for name, args in sent if name == "executions.run_segment") == sorted(requeued)
     assert not {still_leased, just_queued, finished, paused} & set(requeued)
+    # Sent once: a second pass within the grace leaves them to the message just sent.
+    sent.clear()
+    assert executions_requeue_stale(grace_seconds=120) == []
+    assert sent == []
 
 
 def test_requeued_run_continues_from_its_last_committed_turn(agent, owner, sent):

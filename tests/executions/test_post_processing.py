@@ -46,14 +46,15 @@ def test_a_finished_segment_queues_post_processing_after_commit(agent, owner, dj
 def test_post_processing_runs_exactly_once(agent, owner, django_capture_on_commit_callbacks):
     execution = finish(agent, owner)
 
-    with mock.patch.object(tasks.write_memory, "delay") as write_memory, \
-            django_capture_on_commit_callbacks(execute=True):
+    with django_capture_on_commit_callbacks(execute=True):
         assert tasks.post_process(execution.pk) is True
         execution.refresh_from_db()
         first_stamp = execution.post_processed_at
         assert tasks.post_process(execution.pk) is False
 
-    write_memory.assert_called_once_with(execution.pk)
+    assert AgentMemory.objects.filter(execution_id=execution.pk).count() == 1
+    agent.refresh_from_db()
+    assert agent.consecutive_failures == 0
     execution.refresh_from_db()
     assert first_stamp is not None and execution.post_processed_at == first_stamp
 
@@ -69,7 +70,7 @@ def test_a_paused_run_is_not_post_processed(agent, owner):
 def test_memory_write_back_stores_a_summary(agent, owner):
     execution = finish(agent, owner)
 
-    assert tasks.write_memory(execution.pk) is True
+    assert services.execution_post_process(execution_id=execution.pk) is True
 
     memory = AgentMemory.objects.get(execution_id=execution.pk)
     assert memory.agent_id == agent.pk and memory.summary == "All good."
@@ -79,19 +80,20 @@ def test_memory_write_back_failure_leaves_the_run_completed_and_is_logged(
     agent, owner, caplog, django_capture_on_commit_callbacks
 ):
     execution = finish(agent, owner)
+    for _ in range(2):  # two failures in a row before the success below
+        services.execution_post_process(execution_id=finish(agent, owner, fail=True).pk)
     caplog.set_level(logging.ERROR, logger="river.executions")
 
-    # The whole chain: post_process queues write_memory, which runs here and fails.
     with mock.patch("executions.services.memory_write", side_effect=RuntimeError("memory store unavailable")), \
-            mock.patch.object(tasks.write_memory, "delay", side_effect=tasks.write_memory) as write_memory, \
             django_capture_on_commit_callbacks(execute=True):
         assert tasks.post_process(execution.pk) is True
 
-    assert write_memory.call_count == 1
     execution.refresh_from_db()
     assert execution.status == Execution.Status.COMPLETED
     assert execution.post_processed_at is not None
     assert not AgentMemory.objects.filter(execution_id=execution.pk).exists()
+    agent.refresh_from_db()
+    assert agent.consecutive_failures == 0  # the health update in the same transaction stood
     assert any("memory write-back failed" in r.getMessage() and str(execution.pk) in r.getMessage()
                for r in caplog.records)
 

@@ -23,9 +23,10 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from agents.models import AgentMemory
 from executions import tasks
 from executions.models import Execution, ExecutionEvent, ExecutionStep
-from executions.services import execution_start, executions_requeue_stale
+from executions.services import execution_start, executions_post_process_missed, executions_requeue_stale
 from tests.executions.durable_support import (
     TOOL_NAMES,
     ScriptServer,
@@ -229,6 +230,13 @@ def test_killed_workers_resume_without_repeating_a_write(agent, owner, run_env, 
     assert any("outcome of durable_write is unknown" in m for m in server.tool_messages_seen())
     assert steps.get(step_type="final_answer").output["answer"] == "Done: read r1 and wrote w1."
     assert ExecutionEvent.objects.filter(execution=execution, event_type="run_completed").count() == 1
+
+    # The worker sent post_process to the default queue, which no worker here reads:
+    # as good as lost in a Redis restart. The watchdog post-processes the run, once.
+    assert finished.post_processed_at is None
+    assert executions_post_process_missed(grace_seconds=0) == [execution.pk]
+    assert executions_post_process_missed(grace_seconds=0) == []
+    assert AgentMemory.objects.filter(execution_id=execution.pk).count() == 1
 
 
 def test_two_workers_given_the_same_execution_run_it_once(agent, owner, run_env, tmp_path):

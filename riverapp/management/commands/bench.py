@@ -260,7 +260,7 @@ class Command(BaseCommand):
         agent, user = self._fixtures()
         with ExitStack() as stack:
             # This process drives the segments itself; nothing is handed to workers.
-            for task in (tasks.run_segment, tasks.post_process, tasks.write_memory):
+            for task in (tasks.run_segment, tasks.post_process):
                 stack.enter_context(mock.patch.object(task, "delay", lambda *a, **k: None))
             stack.enter_context(override_settings(DEBUG=False))  # no query log in the timings
             try:
