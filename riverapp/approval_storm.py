@@ -108,7 +108,7 @@ def resumes_recorded() -> Iterator[list[int]]:
 
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(tasks.run_segment, "delay", record))
-        for task in (tasks.post_process, tasks.write_memory, governance_tasks.notify_approval):
+        for task in (tasks.post_process, governance_tasks.notify_approval):
             stack.enter_context(mock.patch.object(task, "delay", lambda *a, **k: None))
         yield queued
 

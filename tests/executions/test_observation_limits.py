@@ -48,7 +48,7 @@ if get_tool("test_big_output") is None:
 
 @pytest.fixture
 def sent(monkeypatch):
-    for task in (tasks.run_segment, tasks.post_process, tasks.write_memory):
+    for task in (tasks.run_segment, tasks.post_process):
         monkeypatch.setattr(task, "delay", lambda *args: None)
 
 
