@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pydantic
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -33,6 +35,7 @@ _DRF_CODES = {
     exceptions.Throttled: "throttled",
     exceptions.ParseError: "parse_error",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.NotAcceptable: "not_acceptable",
 }
 
 
@@ -46,6 +49,14 @@ def exception_handler(exc, context):
     if isinstance(exc, DjangoValidationError):
         details = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         return error_response("validation_error", "The request is invalid.", details, status_code=400)
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(
+            "request_too_large", f"The request body is larger than {limit} bytes.",
+            {"body": [f"At most {limit} bytes."]}, status_code=413,
+        )
+    if isinstance(exc, TooManyFieldsSent):
+        return error_response("bad_request", "Too many fields in the request.", status_code=400)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     response = drf_exception_handler(exc, context)

@@ -43,7 +43,11 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     ({"DEBUG": "true", "DATABASE_URL": "postgres://river@127.0.0.1/river?prepare_threshold=often"},
      "DATABASE_URL: prepare_threshold must be a whole number or 'none'"),
     ({"DEBUG": "true", "RIVER_JOURNAL_WRITE_BEHIND": "sometimes"}, "RIVER_JOURNAL_WRITE_BEHIND must be a boolean"),
-], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind"])
+    ({"DEBUG": "true", "RIVER_MAX_REQUEST_BYTES": "2MB"}, "RIVER_MAX_REQUEST_BYTES must be an integer"),
+    ({"DEBUG": "true", "RIVER_JSON_MAX_DEPTH": "1"}, "RIVER_JSON_MAX_DEPTH must be at least 2"),
+    ({"DEBUG": "true", "RIVER_QUERY_PARAM_MAX_LENGTH": "lots"}, "RIVER_QUERY_PARAM_MAX_LENGTH must be an integer"),
+], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "max_request_bytes",
+        "json_max_depth", "query_param_max_length"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0
