@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from common import limits
 
 
 class BusinessFunction(StrEnum):
@@ -48,19 +51,24 @@ class ModelConfig(BaseModel):
     llm_timeout_seconds: int = Field(default=120, ge=1, le=3600)
 
 
+# Strings inside these JSON fields are as bounded as the API's own fields (docs/api.md).
+Identifier = Annotated[str, Field(max_length=limits.IDENTIFIER)]
+Recipient = Annotated[str, Field(max_length=limits.NAME)]
+
+
 class AutoApproveCondition(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tool: str
-    condition: str
+    tool: Identifier
+    condition: str = Field(max_length=limits.DESCRIPTION)
 
 
 class ApprovalRules(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    require_approval_for: list[str] = Field(default_factory=list)
-    auto_approve_conditions: list[AutoApproveCondition] = Field(default_factory=list)
-    approver_roles: list[str] = Field(default_factory=lambda: ["admin"])
+    require_approval_for: list[Identifier] = Field(default_factory=list, max_length=limits.LIST_ITEMS)
+    auto_approve_conditions: list[AutoApproveCondition] = Field(default_factory=list, max_length=limits.LIST_ITEMS)
+    approver_roles: list[Identifier] = Field(default_factory=lambda: ["admin"], max_length=limits.LIST_ITEMS)
     escalation_timeout_minutes: int = Field(default=1440, ge=1)
 
 
@@ -69,9 +77,9 @@ class NotificationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    channels: list[str] = Field(default_factory=list)  # in_app, email, slack
-    notify_on: list[str] = Field(default_factory=lambda: ["failed"])
-    recipients: list[str] = Field(default_factory=list)
+    channels: list[Identifier] = Field(default_factory=list, max_length=limits.LIST_ITEMS)  # in_app, email, slack
+    notify_on: list[Identifier] = Field(default_factory=lambda: ["failed"], max_length=limits.LIST_ITEMS)
+    recipients: list[Recipient] = Field(default_factory=list, max_length=limits.LIST_ITEMS)
 
 
 class MemoryEntry(BaseModel):

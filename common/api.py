@@ -12,12 +12,30 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from common.errors import RiverError, pydantic_details
+from common.errors import InvalidInput, RiverError, pydantic_details
 
 
 class Pagination(PageNumberPagination):
+    """``?page_size=`` must be a whole number of at least 1 (more than 200 means 200);
+    anything else is a 400 rather than silently the default."""
+
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def get_page_size(self, request):
+        raw = request.query_params.get(self.page_size_query_param, "")
+        if raw == "":
+            return self.page_size
+        try:
+            size = int(raw)
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise InvalidInput(
+                "page_size must be a whole number of at least 1.",
+                details={self.page_size_query_param: ["A whole number of at least 1 is required."]},
+            )
+        return min(size, self.max_page_size)
 
 
 def error_response(code: str, message: str, details=None, *, status_code: int) -> Response:

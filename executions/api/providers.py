@@ -11,6 +11,7 @@ from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView, ListAPIView
 from rest_framework.response import Response
 
+from common import limits
 from executions import providers
 from executions.models import LLMProvider
 
@@ -46,6 +47,7 @@ class LLMProviderSerializer(serializers.ModelSerializer):
 class LLMProviderUpdateSerializer(serializers.Serializer):
     provider_name = serializers.CharField(max_length=50, required=False)
     api_key = serializers.CharField(
+        max_length=limits.SECRET,
         write_only=True,
         required=False,
         allow_blank=True,
@@ -53,7 +55,9 @@ class LLMProviderUpdateSerializer(serializers.Serializer):
         help_text="Write-only. An empty string removes the stored key.",
     )
     base_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
-    models = serializers.DictField(child=serializers.CharField(), required=False, help_text="Tier -> model id.")
+    models = serializers.DictField(
+        child=serializers.CharField(max_length=limits.MODEL_ID), required=False, help_text="Tier -> model id."
+    )
     priority = serializers.IntegerField(min_value=0, required=False, help_text="Lower is preferred.")
     max_retries = serializers.IntegerField(min_value=0, max_value=10, required=False)
     timeout_seconds = serializers.IntegerField(min_value=1, max_value=3600, required=False)
