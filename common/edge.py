@@ -29,7 +29,8 @@ def api_error(code: str, message: str, details=None, *, status: int) -> JsonResp
 class EdgeLimitsMiddleware:
     """Refuse a request before any view runs when its path, query or size is out of bounds.
 
-    - a NUL byte (raw or ``%00``) in the path or in any query parameter name or value;
+    - a NUL byte (raw or ``%00``) in the path, in any query parameter name or value, or in
+      any header (a token, a cookie: each would otherwise reach a database lookup);
     - a query parameter value longer than ``RIVER_QUERY_PARAM_MAX_LENGTH`` (API only);
     - a declared body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE``: 413 before it is read.
       DRF reads the body as a stream and so never applies Django's own limit itself.
@@ -49,6 +50,17 @@ class EdgeLimitsMiddleware:
         if "\x00" in request.path or "\x00" in request.path_info:
             return _bad_request(
                 api, "nul_byte", "NUL bytes are not allowed in the path.", {"path": ["Contains a NUL byte."]}
+            )
+        for key, value in request.META.items():
+            if key.startswith("HTTP_") and isinstance(value, str) and "\x00" in value:
+                header = key[5:].replace("_", "-").title()
+                return _bad_request(
+                    api, "nul_byte", f"NUL bytes are not allowed in the {header} header.",
+                    {header: ["Contains a NUL byte."]},
+                )
+        if any("\x00" in name or "\x00" in value for name, value in request.COOKIES.items()):
+            return _bad_request(
+                api, "nul_byte", "NUL bytes are not allowed in cookies.", {"Cookie": ["Contains a NUL byte."]}
             )
         try:
             params = request.GET

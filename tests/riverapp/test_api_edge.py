@@ -201,6 +201,19 @@ def test_a_nul_byte_in_a_page_path_is_a_plain_400():
     assert response.status_code == 400
 
 
+def test_a_nul_byte_in_a_bearer_token_is_a_400_not_a_database_error():
+    response = Client().get("/api/v1/agents/", HTTP_AUTHORIZATION="Bearer rvr_ab\x00cd_secret")
+    assert response.status_code == 400
+    assert _error(response)["details"] == {"Authorization": ["Contains a NUL byte."]}
+
+
+def test_a_nul_byte_in_the_session_cookie_is_a_400_on_pages_too():
+    browser = Client()
+    browser.cookies["sessionid"] = "abcdefgh\x00ijkl"
+    assert browser.get("/approvals/").status_code == 400
+    assert browser.get("/api/v1/agents/").status_code == 400
+
+
 def test_an_overlong_query_parameter_is_a_400_naming_it(client):
     response = client.get("/api/v1/data-sources/?search=" + "x" * 1001)
     assert response.status_code == 400
