@@ -248,3 +248,25 @@ def test_a_csrf_failure_under_the_api_is_json():
     response = browser.post("/api/v1/tokens/", data="{}", content_type="application/json")
     assert response.status_code == 403
     assert _error(response)["code"] == "permission_denied"
+
+
+@override_settings(DEBUG=False, ALLOWED_HOSTS=["testserver"])
+def test_with_debug_off_a_bad_host_under_the_api_is_a_json_400_and_a_page_stays_html():
+    api = Client(HTTP_HOST="evil.example").get("/api/v1/agents/")
+    assert api.status_code == 400
+    assert _error(api)["code"] == "bad_request"
+    page = Client(HTTP_HOST="evil.example").get("/approvals/")
+    assert page.status_code == 400
+    assert not page["Content-Type"].startswith("application/json")
+
+
+def test_a_server_error_under_the_api_is_json_and_says_nothing_internal(rf):
+    from common import edge
+
+    response = edge.handler500(rf.get("/api/v1/agents/"))
+    assert response.status_code == 500
+    assert json.loads(response.content) == {
+        "error": {"code": "server_error", "message": "Something went wrong on our side; it has been logged.",
+                  "details": {}}
+    }
+    assert not edge.handler500(rf.get("/approvals/"))["Content-Type"].startswith("application/json")
