@@ -8,8 +8,10 @@ to read, a NUL byte in the path or query string, a CSRF failure, a server error.
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views import defaults
 from django.views.csrf import csrf_failure as django_csrf_failure
@@ -107,6 +109,26 @@ def request_too_large(request: HttpRequest, *, limit: int) -> HttpResponse:
 
 
 # ---------------------------------------------------------------- views for riverapp.urls
+
+
+def read_only_endpoint(view):
+    """For plain Django views that only read: GET and HEAD run the view, OPTIONS answers
+    200 with ``Allow``, any other method is a 405 with ``Allow`` (as DRF views do)."""
+    allowed = "GET, HEAD, OPTIONS"
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.method in {"GET", "HEAD"}:
+            return view(request, *args, **kwargs)
+        if request.method == "OPTIONS":
+            response = HttpResponse(status=200)
+        else:
+            response = HttpResponseNotAllowed(["GET", "HEAD", "OPTIONS"])
+        response["Allow"] = allowed
+        return response
+
+    return wrapper
+
 
 
 @csrf_exempt

@@ -270,3 +270,13 @@ def test_a_server_error_under_the_api_is_json_and_says_nothing_internal(rf):
                   "details": {}}
     }
     assert not edge.handler500(rf.get("/approvals/"))["Content-Type"].startswith("application/json")
+
+
+@pytest.mark.parametrize("path", ["/health", "/health/ready"])
+def test_the_probes_answer_options_and_head_and_refuse_writes_with_allow(path):
+    client = Client()
+    options = client.options(path)
+    assert options.status_code == 200 and options["Allow"] == "GET, HEAD, OPTIONS"
+    assert client.head(path).status_code in (200, 503)
+    post = client.post(path)
+    assert post.status_code == 405 and post["Allow"] == "GET, HEAD, OPTIONS"
