@@ -33,7 +33,8 @@ class EdgeLimitsMiddleware:
 
     - a NUL byte (raw or ``%00``) in the path, in any query parameter name or value, or in
       any header (a token, a cookie: each would otherwise reach a database lookup);
-    - a query parameter value longer than ``RIVER_QUERY_PARAM_MAX_LENGTH`` (API only);
+    - a query parameter value longer than ``RIVER_QUERY_PARAM_MAX_LENGTH``, or a query
+      parameter given twice, which no API filter takes (API only);
     - a declared body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE``: 413 before it is read.
       DRF reads the body as a stream and so never applies Django's own limit itself.
     """
@@ -73,6 +74,11 @@ class EdgeLimitsMiddleware:
                 field = name.replace("\x00", "\\u0000")
                 return _bad_request(
                     api, "nul_byte", "NUL bytes are not allowed in the query string.", {field: ["Contains a NUL byte."]}
+                )
+            if api and len(values) > 1:
+                return _bad_request(
+                    api, "repeated_parameter", f"Query parameter {name!r} is given more than once.",
+                    {name: ["Give this parameter once."]},
                 )
             limit = settings.RIVER_QUERY_PARAM_MAX_LENGTH
             if api and any(len(value) > limit for value in values):

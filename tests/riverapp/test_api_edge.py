@@ -214,6 +214,12 @@ def test_a_nul_byte_in_the_session_cookie_is_a_400_on_pages_too():
     assert browser.get("/api/v1/agents/").status_code == 400
 
 
+def test_a_repeated_query_parameter_is_a_400_naming_it(client):
+    response = client.get("/api/v1/data-sources/?search=a&search=b")
+    assert response.status_code == 400
+    assert _error(response)["details"] == {"search": ["Give this parameter once."]}
+
+
 def test_an_overlong_query_parameter_is_a_400_naming_it(client):
     response = client.get("/api/v1/data-sources/?search=" + "x" * 1001)
     assert response.status_code == 400

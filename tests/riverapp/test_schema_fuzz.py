@@ -171,7 +171,13 @@ def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider
             conditions={"expression": "cost.tokens > 5000"}, enforcement="block",
         ),
     ]
+    from executions.providers import llm_provider_create
     from governance.models import ApprovalRequest
+
+    provider = llm_provider_create(
+        organization=org, provider_name="local", base_url="http://127.0.0.1:9/v1", models={"fast": "m"},
+        max_retries=0, timeout_seconds=2, enabled=False,
+    )
 
     approvals = [str(pk) for pk in ApprovalRequest.objects.values_list("pk", flat=True)]
     token = token_issue(user=owner)
@@ -185,7 +191,7 @@ def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider
         "policy_id": [str(policy.pk) for policy in policies],
         "workspace_id": [workspace.pk, other_workspace.pk],
         "token_id": [token.token.pk, their_token.token.pk],
-        "provider_id": [],
+        "provider_id": [provider.pk],
     }
     return {"token": token.plaintext, "ids": ids}
 
