@@ -64,11 +64,14 @@ def error_responses(result, generator, request, public):
                 wanted.update(_WITH_BODY)
             wanted.update(_UPSTREAM.get((path, method), {}))
             for parameter in operation.get("parameters", []):
-                # River reads an empty optional filter (?status=) as no filter at all.
-                if parameter.get("in") == "query" and not parameter.get("required"):
-                    parameter["allowEmptyValue"] = True
-                if parameter.get("in") == "query" and parameter.get("schema", {}).get("type") == "string":
+                if parameter.get("in") != "query":
+                    continue
+                kind = parameter.get("schema", {}).get("type")
+                if kind == "string":
                     parameter["schema"].setdefault("maxLength", settings.RIVER_QUERY_PARAM_MAX_LENGTH)
+                elif not parameter.get("required"):
+                    # River reads an empty optional filter (?workspace=) as no filter at all.
+                    parameter["allowEmptyValue"] = True
             responses = operation.setdefault("responses", {})
             for status, description in wanted.items():
                 responses.setdefault(status, {"description": description, "content": reference})

@@ -44,7 +44,7 @@ from tenancy.services import token_issue
 from tests.factories import ScriptedLLM, make_agent, tool_reply
 from tests.governance.approval_tools import WRITE_TOOL
 
-MAX_EXAMPLES = int(os.environ.get("RIVER_FUZZ_MAX_EXAMPLES", "8"))
+MAX_EXAMPLES = int(os.environ.get("RIVER_FUZZ_MAX_EXAMPLES", "20"))
 RANDOM = os.environ.get("RIVER_FUZZ_RANDOM", "") == "1"
 UPSTREAM_CODES = {503: "data_source_unavailable", 504: "query_timeout"}
 
