@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
@@ -66,7 +67,7 @@ class JSONParser(BaseParser):
         encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
         try:
             text = codecs.getreader(encoding)(stream).read()
-            value = json.loads(text, parse_constant=_refuse)
+            value = json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
         except RecursionError:
             raise InvalidInput(
                 f"The JSON body is nested more than {settings.RIVER_JSON_MAX_DEPTH} levels deep.",
@@ -77,6 +78,14 @@ class JSONParser(BaseParser):
             raise ParseError(f"JSON parse error - {exc}") from None
         json_problems_check(value=value, max_depth=settings.RIVER_JSON_MAX_DEPTH)
         return value
+
+
+def _finite_float(text: str) -> float:
+    """1e400 would become infinity, which no JSON column can store."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a number")
+    return value
 
 
 def _refuse(constant: str):

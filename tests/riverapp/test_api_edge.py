@@ -226,7 +226,9 @@ def test_an_overlong_query_parameter_is_a_400_naming_it(client):
     assert list(_error(response)["details"]) == ["search"]
 
 
-@pytest.mark.parametrize("text", ["NaN", '{"a": Infinity}', "{'a': 1}", '{"a": 1', "\ufeff{}"])
+@pytest.mark.parametrize(
+    "text", ["NaN", '{"a": Infinity}', '{"a": 1e400}', '{"a": -1e999}', "{'a': 1}", '{"a": 1', "\ufeff{}", "1" * 5000]
+)
 def test_non_json_bodies_are_a_400_parse_error(client, text):
     response = client.post("/api/v1/execute", data=text, content_type="application/json")
     assert response.status_code == 400
