@@ -18,6 +18,8 @@ from executions.models import LLMProvider
 
 class LLMProviderSerializer(serializers.ModelSerializer):
     has_api_key = serializers.SerializerMethodField()
+    # Not a "uri" in the schema: empty means the provider's default endpoint.
+    base_url = serializers.CharField(read_only=True, help_text="Empty for the provider's default endpoint.")
     models = serializers.DictField(
         source="tier_models", child=serializers.CharField(), read_only=True, help_text="Tier -> model id."
     )
