@@ -117,3 +117,18 @@ def test_tool_lists_and_approval_rules_are_bounded_too(client, owner, workspace)
         url, {**body, "approval_rules": {"approver_roles": ["r" * (limits.IDENTIFIER + 1)]}}, format="json"
     )
     assert long_role.status_code == 400 and "approval_rules" in long_role.json()["error"]["details"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", [123, 1.5, True, ["a"], {"a": 1}])
+def test_a_string_field_given_another_type_is_a_400_naming_it(client, value):
+    response = client.post("/api/v1/tokens/", {"name": value}, format="json")
+    assert response.status_code == 400
+    assert "name" in response.json()["error"]["details"]
+
+
+@pytest.mark.django_db
+def test_an_unknown_key_in_a_token_request_is_a_400_naming_it(client):
+    response = client.post("/api/v1/tokens/", {"name": "ci", "scope": "all"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {"scope": ["Unknown or read-only field."]}
