@@ -13,3 +13,7 @@ PROMPT = 20_000  # instructions, system prompts, input prompts, generate-agent p
 SECRET = 1_000  # API keys
 MODEL_ID = 200  # a model id in an LLM provider's tier map
 LIST_ITEMS = 100  # entries of a list of names or ids in a request (tools, data sources)
+
+# Whole numbers stored in 32-bit columns must stay below 2**31 or the database refuses them.
+PROVIDER_PRIORITY = 10_000
+RATE_LIMIT_RPM = 1_000_000

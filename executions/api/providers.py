@@ -60,10 +60,12 @@ class LLMProviderUpdateSerializer(serializers.Serializer):
     models = serializers.DictField(
         child=serializers.CharField(max_length=limits.MODEL_ID), required=False, help_text="Tier -> model id."
     )
-    priority = serializers.IntegerField(min_value=0, required=False, help_text="Lower is preferred.")
+    priority = serializers.IntegerField(
+        min_value=0, max_value=limits.PROVIDER_PRIORITY, required=False, help_text="Lower is preferred."
+    )
     max_retries = serializers.IntegerField(min_value=0, max_value=10, required=False)
     timeout_seconds = serializers.IntegerField(min_value=1, max_value=3600, required=False)
-    rate_limit_rpm = serializers.IntegerField(min_value=1, required=False)
+    rate_limit_rpm = serializers.IntegerField(min_value=1, max_value=limits.RATE_LIMIT_RPM, required=False)
     enabled = serializers.BooleanField(required=False)
 
     def validate(self, attrs):

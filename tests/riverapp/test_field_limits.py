@@ -132,3 +132,16 @@ def test_an_unknown_key_in_a_token_request_is_a_400_naming_it(client):
     response = client.post("/api/v1/tokens/", {"name": "ci", "scope": "all"}, format="json")
     assert response.status_code == 400
     assert response.json()["error"]["details"] == {"scope": ["Unknown or read-only field."]}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("field", "limit"), [("priority", limits.PROVIDER_PRIORITY),
+                                              ("rate_limit_rpm", limits.RATE_LIMIT_RPM)])
+def test_provider_numbers_beyond_their_limit_are_a_400_not_a_database_error(client, org, field, limit):
+    created = client.post("/api/v1/llm-providers/", {"organization": org.pk, "provider_name": "p"}, format="json")
+    url = f"/api/v1/llm-providers/{created.json()['id']}/"
+    for value in (limit + 1, 9_999_999_999_999_999):
+        response = client.patch(url, {field: value}, format="json")
+        assert response.status_code == 400
+        assert field in response.json()["error"]["details"]
+    assert client.patch(url, {field: limit}, format="json").status_code == 200
