@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install install-dev lint bench faults migrate clean
+.PHONY: run test install install-dev lint bench faults fuzz migrate clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ run: install
 
 test: install-dev
 	$(PY) scripts/test.py $(ARGS)
+
+# Schemathesis against the OpenAPI document with many random examples per operation
+# (CI runs the same test with a few derandomized ones as part of `make test`).
+fuzz: install-dev
+	RIVER_FUZZ_MAX_EXAMPLES=$${RIVER_FUZZ_MAX_EXAMPLES:-200} RIVER_FUZZ_RANDOM=1 \
+		$(PY) scripts/test.py -p no:cacheprovider -s tests/riverapp/test_schema_fuzz.py $(ARGS)
 
 lint: install-dev
 	$(VENV)/bin/ruff check .

@@ -25,6 +25,7 @@ from agents.types import (
     ModelConfig,
     NotificationConfig,
 )
+from common import limits
 from common.errors import InvalidInput, pydantic_details
 from tenancy.permissions import AGENT_CREATE
 from tenancy.selectors import require_permission, workspace_get_for_user
@@ -130,21 +131,21 @@ class AgentSerializer(serializers.ModelSerializer):
 
 class AgentCreateSerializer(_StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
-    name = serializers.CharField(max_length=200)
-    description = serializers.CharField(required=False, allow_blank=True, default="")
+    name = serializers.CharField(max_length=limits.NAME)
+    description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True, default="")
     business_function = serializers.ChoiceField(choices=Agent._meta.get_field("business_function").choices)
-    domain = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    domain = serializers.CharField(max_length=limits.NAME, required=False, allow_blank=True, default="")
 
 
 class AgentUpdateSerializer(_StrictInput):
     refused_fields = {"status": "Use the activate, pause and archive endpoints to change the status."}
 
-    name = serializers.CharField(max_length=200, required=False)
-    description = serializers.CharField(required=False, allow_blank=True)
+    name = serializers.CharField(max_length=limits.NAME, required=False)
+    description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True)
     business_function = serializers.ChoiceField(
         choices=Agent._meta.get_field("business_function").choices, required=False
     )
-    domain = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    domain = serializers.CharField(max_length=limits.NAME, required=False, allow_blank=True)
 
 
 class AgentVersionSerializer(serializers.ModelSerializer):
@@ -177,9 +178,9 @@ class AgentVersionSerializer(serializers.ModelSerializer):
 
 
 class AgentVersionCreateSerializer(_StrictInput):
-    goal = serializers.CharField()
-    instructions = serializers.CharField()
-    system_prompt = serializers.CharField(required=False, allow_blank=True, default="")
+    goal = serializers.CharField(max_length=limits.GOAL)
+    instructions = serializers.CharField(max_length=limits.PROMPT)
+    system_prompt = serializers.CharField(max_length=limits.PROMPT, required=False, allow_blank=True, default="")
     action_level = serializers.ChoiceField(choices=AgentVersion._meta.get_field("action_level").choices)
     governance_level = serializers.ChoiceField(
         choices=AgentVersion._meta.get_field("governance_level").choices,
@@ -187,11 +188,15 @@ class AgentVersionCreateSerializer(_StrictInput):
         default=GovernanceLevel.STANDARD.value,
     )
     model_config = PydanticField(ModelConfig, required=False)
-    tools = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    tools = serializers.ListField(
+        child=serializers.CharField(max_length=limits.IDENTIFIER), max_length=limits.LIST_ITEMS, required=False,
+        default=list,
+    )
     approval_rules = PydanticField(ApprovalRules, required=False)
     notification_config = PydanticField(NotificationConfig, required=False)
     data_sources = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False, default=list, max_length=100
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), max_length=limits.LIST_ITEMS, required=False,
+        default=list,
     )
 
 

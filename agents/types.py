@@ -7,6 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from common import limits
+
 
 class BusinessFunction(StrEnum):
     CUSTOMER_SUPPORT = "customer_support"
@@ -62,6 +64,11 @@ class ModelConfig(BaseModel):
     llm_timeout_seconds: Count = Field(default=120, ge=1, le=3600)
 
 
+# Strings inside these JSON fields are as bounded as the API's own fields (docs/api.md).
+Identifier = Annotated[str, Field(max_length=limits.IDENTIFIER)]
+Recipient = Annotated[str, Field(max_length=limits.NAME)]
+
+
 class AutoApproveCondition(BaseModel):
     """Skips one tool's approval when ``condition`` holds for the call. The condition
     is checked when a version is saved (agents.services) and again at run time,
@@ -69,10 +76,11 @@ class AutoApproveCondition(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tool: str = Field(min_length=1, max_length=100)
-    # No length rule here: the grammar's own limits apply when a version is saved, and
-    # a stored row from before them must still load (and then never auto-approve).
-    condition: str
+    tool: Identifier
+    # The grammar's own limits (4,000 characters) apply when a version is saved; this
+    # bound only keeps a request's text finite. A stored row must still load (and then
+    # never auto-approve when it fails the grammar).
+    condition: str = Field(max_length=limits.GOAL)
 
 
 class ApprovalRules(BaseModel):
@@ -93,9 +101,9 @@ class NotificationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    channels: list[str] = Field(default_factory=list)  # in_app, email, slack
-    notify_on: list[str] = Field(default_factory=lambda: ["failed"])
-    recipients: list[str] = Field(default_factory=list)
+    channels: list[Identifier] = Field(default_factory=list, max_length=limits.LIST_ITEMS)  # in_app, email, slack
+    notify_on: list[Identifier] = Field(default_factory=lambda: ["failed"], max_length=limits.LIST_ITEMS)
+    recipients: list[Recipient] = Field(default_factory=list, max_length=limits.LIST_ITEMS)
 
 
 class MemoryEntry(BaseModel):

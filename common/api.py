@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pydantic
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -10,12 +12,30 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from common.errors import RiverError, pydantic_details
+from common.errors import InvalidInput, RiverError, pydantic_details
 
 
 class Pagination(PageNumberPagination):
+    """``?page_size=`` must be a whole number of at least 1 (more than 200 means 200);
+    anything else is a 400 rather than silently the default."""
+
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def get_page_size(self, request):
+        raw = request.query_params.get(self.page_size_query_param, "")
+        if raw == "":
+            return self.page_size
+        try:
+            size = int(raw)
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise InvalidInput(
+                "page_size must be a whole number of at least 1.",
+                details={self.page_size_query_param: ["A whole number of at least 1 is required."]},
+            )
+        return min(size, self.max_page_size)
 
 
 def error_response(code: str, message: str, details=None, *, status_code: int) -> Response:
@@ -33,6 +53,7 @@ _DRF_CODES = {
     exceptions.Throttled: "throttled",
     exceptions.ParseError: "parse_error",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.NotAcceptable: "not_acceptable",
 }
 
 
@@ -46,6 +67,14 @@ def exception_handler(exc, context):
     if isinstance(exc, DjangoValidationError):
         details = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         return error_response("validation_error", "The request is invalid.", details, status_code=400)
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(
+            "request_too_large", f"The request body is larger than {limit} bytes.",
+            {"body": [f"At most {limit} bytes."]}, status_code=413,
+        )
+    if isinstance(exc, TooManyFieldsSent):
+        return error_response("bad_request", "Too many fields in the request.", status_code=400)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     response = drf_exception_handler(exc, context)

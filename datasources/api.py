@@ -13,6 +13,7 @@ from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView, ListAPIView
 from rest_framework.response import Response
 
+from common import limits
 from common.errors import InvalidInput
 from datasources import selectors, services
 from datasources.connectors import SUPPORTED_TYPES
@@ -96,8 +97,8 @@ class _Limits(serializers.Serializer):
 
 class DataSourceCreateSerializer(_StrictInput, _Limits):
     workspace = serializers.IntegerField()
-    name = serializers.CharField(max_length=200)
-    description = serializers.CharField(required=False, allow_blank=True, default="")
+    name = serializers.CharField(max_length=limits.NAME)
+    description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True, default="")
     type = serializers.ChoiceField(choices=DataSource.Type.choices, error_messages=_TYPE_ERRORS)
     connection_config = _JSONObject()
     credentials = _JSONObject(required=False, default=dict, write_only=True)
@@ -107,8 +108,8 @@ class DataSourceCreateSerializer(_StrictInput, _Limits):
 
 
 class DataSourceUpdateSerializer(_StrictInput, _Limits):
-    name = serializers.CharField(max_length=200, required=False)
-    description = serializers.CharField(required=False, allow_blank=True)
+    name = serializers.CharField(max_length=limits.NAME, required=False)
+    description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True)
     type = serializers.ChoiceField(choices=DataSource.Type.choices, required=False, error_messages=_TYPE_ERRORS)
     connection_config = _JSONObject(required=False, help_text="Merged into the current config; null removes a key.")
     credentials = _JSONObject(required=False, write_only=True, help_text="Merged into the stored credentials.")

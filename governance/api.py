@@ -17,6 +17,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common import limits
 from common.errors import InvalidInput, NotFound, PermissionDenied
 from governance import services
 from governance.audit import audit_verify
@@ -50,8 +51,8 @@ def _model_choices(field: str):
 
 
 class PolicyWriteSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
-    description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+    name = serializers.CharField(max_length=limits.NAME)
+    description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True, default="")
     scope = serializers.ChoiceField(choices=_model_choices("scope"))
     workspace_id = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**63 - 1)
     organization_id = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**63 - 1)
@@ -62,8 +63,8 @@ class PolicyWriteSerializer(serializers.Serializer):
 
 
 class PolicyUpdateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200, required=False)
-    description = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+    name = serializers.CharField(max_length=limits.NAME, required=False)
+    description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True)
     policy_type = serializers.ChoiceField(choices=_model_choices("policy_type"), required=False, allow_null=True)
     conditions = serializers.JSONField(required=False)
     enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"), required=False)

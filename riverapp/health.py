@@ -5,10 +5,11 @@ from __future__ import annotations
 from asgiref.sync import async_to_sync
 from django.db import connection
 from django.http import JsonResponse
-from django.views.decorators.http import require_GET
+
+from common.edge import read_only_endpoint
 
 
-@require_GET
+@read_only_endpoint
 def health(request):
     return JsonResponse({"status": "ok"})
 
@@ -46,7 +47,7 @@ def _check_channel_layer() -> str | None:
     return None
 
 
-@require_GET
+@read_only_endpoint
 def ready(request):
     checks = {"database": _check_database(), "broker": _check_broker(), "channel_layer": _check_channel_layer()}
     failing = {name: problem for name, problem in checks.items() if problem}

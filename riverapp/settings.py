@@ -94,6 +94,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "channels",
     "common",
@@ -109,6 +110,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "common.edge.EdgeLimitsMiddleware",
+    "common.edge.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -222,7 +225,14 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+CSRF_FAILURE_VIEW = "common.edge.csrf_failure"
+
+# The HTTP edge (common.edge, common.parsers): a larger body is a 413 before it is read.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("RIVER_MAX_REQUEST_BYTES", 2 * 1024 * 1024, minimum=1024)
+RIVER_JSON_MAX_DEPTH = env_int("RIVER_JSON_MAX_DEPTH", 64, minimum=2)
+RIVER_QUERY_PARAM_MAX_LENGTH = env_int("RIVER_QUERY_PARAM_MAX_LENGTH", 1000, minimum=100)
 SILENCED_SYSTEM_CHECKS = env_list("RIVER_SILENCED_SYSTEM_CHECKS", [])
 
 REST_FRAMEWORK = {
@@ -230,7 +240,11 @@ REST_FRAMEWORK = {
         "tenancy.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["common.options.IsAuthenticatedOrOptions"],
+    "DEFAULT_PARSER_CLASSES": ["common.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_METADATA_CLASS": "common.options.Metadata",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_PAGINATION_CLASS": "common.api.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -242,6 +256,15 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Run AI agents safely: agents, executions, governance, data sources.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and ReDoc from the pinned drf-spectacular-sidecar package: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "common.schema.error_responses",
+    ],
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "AgentStatusEnum": "agents.models.Agent.Status",

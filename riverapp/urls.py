@@ -1,7 +1,8 @@
 from django.contrib import admin
-from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from common import edge
 from riverapp import health
 
 api_v1 = [
@@ -19,6 +20,15 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves its start-up script as a file (?script), so the page needs
+    # no inline script under River's Content-Security-Policy.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+    # Anything else under /api/ is a JSON 404, whatever the method (and whatever DEBUG).
+    re_path(r"^api(?:/.*)?$", edge.api_not_found),
     path("", include("riverapp.pages")),
 ]
+
+handler400 = edge.handler400
+handler403 = edge.handler403
+handler404 = edge.handler404
+handler500 = edge.handler500

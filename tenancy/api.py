@@ -83,6 +83,12 @@ class AccessTokenCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100, required=False, default="token")
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
+    def validate(self, attrs):
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            raise serializers.ValidationError({key: ["Unknown or read-only field."] for key in unknown})
+        return attrs
+
     def validate_expires_at(self, value):
         if value is not None and value <= timezone.now():
             raise serializers.ValidationError("Must be in the future.")

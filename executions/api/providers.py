@@ -11,12 +11,15 @@ from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView, ListAPIView
 from rest_framework.response import Response
 
+from common import limits
 from executions import providers
 from executions.models import LLMProvider
 
 
 class LLMProviderSerializer(serializers.ModelSerializer):
     has_api_key = serializers.SerializerMethodField()
+    # Not a "uri" in the schema: empty means the provider's default endpoint.
+    base_url = serializers.CharField(read_only=True, help_text="Empty for the provider's default endpoint.")
     models = serializers.DictField(
         source="tier_models", child=serializers.CharField(), read_only=True, help_text="Tier -> model id."
     )
@@ -46,6 +49,7 @@ class LLMProviderSerializer(serializers.ModelSerializer):
 class LLMProviderUpdateSerializer(serializers.Serializer):
     provider_name = serializers.CharField(max_length=50, required=False)
     api_key = serializers.CharField(
+        max_length=limits.SECRET,
         write_only=True,
         required=False,
         allow_blank=True,
@@ -53,11 +57,15 @@ class LLMProviderUpdateSerializer(serializers.Serializer):
         help_text="Write-only. An empty string removes the stored key.",
     )
     base_url = serializers.URLField(max_length=500, required=False, allow_blank=True)
-    models = serializers.DictField(child=serializers.CharField(), required=False, help_text="Tier -> model id.")
-    priority = serializers.IntegerField(min_value=0, required=False, help_text="Lower is preferred.")
+    models = serializers.DictField(
+        child=serializers.CharField(max_length=limits.MODEL_ID), required=False, help_text="Tier -> model id."
+    )
+    priority = serializers.IntegerField(
+        min_value=0, max_value=limits.PROVIDER_PRIORITY, required=False, help_text="Lower is preferred."
+    )
     max_retries = serializers.IntegerField(min_value=0, max_value=10, required=False)
     timeout_seconds = serializers.IntegerField(min_value=1, max_value=3600, required=False)
-    rate_limit_rpm = serializers.IntegerField(min_value=1, required=False)
+    rate_limit_rpm = serializers.IntegerField(min_value=1, max_value=limits.RATE_LIMIT_RPM, required=False)
     enabled = serializers.BooleanField(required=False)
 
     def validate(self, attrs):

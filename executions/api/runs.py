@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user
+from common import limits
 from common.errors import InvalidInput
 from executions import services, stateless
 from executions.engine.contracts import (
@@ -69,7 +70,7 @@ class EventSerializer(serializers.ModelSerializer):
 
 
 class RunInput(serializers.Serializer):
-    input_prompt = serializers.CharField(allow_blank=True, required=False, default="", max_length=20000)
+    input_prompt = serializers.CharField(allow_blank=True, required=False, default="", max_length=limits.PROMPT)
     payload = serializers.JSONField(required=False, default=None)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -24,6 +24,7 @@ from agents.types import (
     ModelConfig,
     Tier,
 )
+from common import limits
 from datasources.types import TableInfo
 from governance.types import Decision, GovernancePolicySpec
 
@@ -43,16 +44,16 @@ class TriggerType(StrEnum):
 
 class AgentConfig(_Contract):
     agent_id: UUID
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=limits.NAME)
     business_function: BusinessFunction
-    domain: str
-    goal: str
-    instructions: str
-    system_prompt: str | None = None
+    domain: str = Field(max_length=limits.NAME)
+    goal: str = Field(max_length=limits.GOAL)
+    instructions: str = Field(max_length=limits.PROMPT)
+    system_prompt: str | None = Field(default=None, max_length=limits.PROMPT)
     action_level: ActionLevel
     governance_level: GovernanceLevel
     model_settings: ModelConfig = Field(alias="model_config")
-    tools: list[str]
+    tools: list[Annotated[str, Field(max_length=limits.IDENTIFIER)]] = Field(max_length=limits.LIST_ITEMS)
     governance_policies: list[GovernancePolicySpec]
     approval_rules: ApprovalRules
     notification_config: dict | None = None
@@ -69,9 +70,9 @@ class UserContext(_Contract):
 
 class TriggerContext(_Contract):
     trigger_type: TriggerType
-    trigger_source: str
+    trigger_source: str = Field(max_length=limits.IDENTIFIER)
     trigger_payload: Any = None
-    triggered_by: str | None = None
+    triggered_by: str | None = Field(default=None, max_length=limits.NAME)
     triggered_at: datetime
 
 
@@ -88,7 +89,7 @@ class ExecutionRequest(_Contract):
     execution_id: int
     agent_config: AgentConfig
     user_context: UserContext
-    input_prompt: str | None = None
+    input_prompt: str | None = Field(default=None, max_length=limits.PROMPT)
     trigger_context: TriggerContext
     data_source_metadata: list[DataSourceMetadata]
     conversation_history: list[MemoryEntry]
@@ -264,8 +265,8 @@ class InteractionResponse(_Contract):
 class ApprovalResolution(_Contract):
     status: ResolutionStatus
     modified_args: dict | None = None
-    resolved_by: str
-    resolution_comment: str | None = None
+    resolved_by: str = Field(max_length=limits.NAME)
+    resolution_comment: str | None = Field(default=None, max_length=limits.COMMENT)
 
     @model_validator(mode="after")
     def _edits_need_args(self):
@@ -301,7 +302,7 @@ class AvailableDataSource(_Contract):
 
 
 class GenerateAgentRequest(_Contract):
-    prompt: str = Field(min_length=1)
+    prompt: str = Field(min_length=1, max_length=limits.PROMPT)
     user_context: UserContext
     available_data_sources: list[AvailableDataSource]
     available_tools: list[str]

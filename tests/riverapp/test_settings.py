@@ -82,9 +82,13 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     ({"DEBUG": "true", "RIVER_AUDIT_ANCHOR_SECONDS": "1"}, "RIVER_AUDIT_ANCHOR_SECONDS must be at least 10"),
     ({"DEBUG": "true", "RIVER_APPROVER_PASSWORD": "short"}, "RIVER_APPROVER_PASSWORD must be at least 12 characters"),
     ({"DEBUG": "true", "RIVER_WATCHDOG_GRACE_SECONDS": "0"}, "RIVER_WATCHDOG_GRACE_SECONDS must be at least 1"),
+    ({"DEBUG": "true", "RIVER_MAX_REQUEST_BYTES": "2MB"}, "RIVER_MAX_REQUEST_BYTES must be an integer"),
+    ({"DEBUG": "true", "RIVER_JSON_MAX_DEPTH": "1"}, "RIVER_JSON_MAX_DEPTH must be at least 2"),
+    ({"DEBUG": "true", "RIVER_QUERY_PARAM_MAX_LENGTH": "lots"}, "RIVER_QUERY_PARAM_MAX_LENGTH must be an integer"),
 ], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "pool_max_size", "pool_timeout",
         "pool_min_over_max", "data_source_allowed_hosts", "audit_key_shape", "audit_key_base64",
-        "audit_key_length", "audit_anchor_seconds", "approver_password", "watchdog_grace"])
+        "audit_key_length", "audit_anchor_seconds", "approver_password", "watchdog_grace", "max_request_bytes",
+        "json_max_depth", "query_param_max_length"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0
