@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -21,7 +22,10 @@ from tests.governance.approval_tools import WRITE_TOOL
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed"),
+    # CI installs Debian's chromium and sets RIVER_REQUIRE_BROWSER=1, so there a missing
+    # browser fails the run instead of skipping the test.
+    pytest.mark.skipif(CHROMIUM is None and os.environ.get("RIVER_REQUIRE_BROWSER") != "1",
+                       reason="Chromium is not installed (apt-get install chromium)"),
     pytest.mark.django_db(transaction=True),
 ]
 DEADLINE_SECONDS = 30
