@@ -279,14 +279,16 @@ def check_targets() -> tuple[str, int]:
     return name, redis.port
 
 
-def ensure_database(name: str) -> None:
+def database_recreate(name: str) -> None:
+    """Every campaign starts from an empty database of its own, so counts are its own
+    and no earlier run's schema or rows can skew them."""
     import psycopg
 
     url = urlsplit(os.environ["DATABASE_URL"])
     admin = url._replace(path="/postgres").geturl()
     with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def main() -> int:  # noqa: C901, PLR0915 - one script, read top to bottom
@@ -314,7 +316,7 @@ def main() -> int:  # noqa: C901, PLR0915 - one script, read top to bottom
         "LOG_LEVEL": "ERROR",
     }
     os.environ.update(env)
-    ensure_database(db_name)
+    database_recreate(db_name)
 
     import django
 
