@@ -56,8 +56,8 @@ INTENT_TIERS = {
     "STORAGE_MANAGEMENT": Tier.FAST,
     "OBSERVABILITY": Tier.BALANCED,
 }
-# The spec's max turns per classified intent; a run stops at the lower of this and
-# the agent's own max_turns.
+# The spec's max turns per classified intent, counted after the classifying turn; a
+# run stops at the lower of this and the agent's own max_turns.
 INTENT_MAX_TURNS = {
     "PLATFORM_EXPLANATION": 3,
     "DATA_DISCOVERY": 4,
@@ -156,12 +156,24 @@ def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_ex
 
 
 def turn_limit(state: RunState) -> int:
-    """The run's turn limit: the agent's max_turns, lowered to the classified
-    intent's max turns once the intent is known."""
+    """The run's turn limit: the agent's max_turns, lowered once the intent is known
+    to the turn that classified it plus the intent's max turns (the spec's table
+    counts the turns that follow the classify_intent turn)."""
     limit = state.request.agent_config.model_settings.max_turns
     if state.intent in INTENT_MAX_TURNS:
-        limit = min(limit, INTENT_MAX_TURNS[state.intent])
+        limit = min(limit, _intent_turn(state) + INTENT_MAX_TURNS[state.intent])
     return limit
+
+
+def _intent_turn(state: RunState) -> int:
+    """The turn whose classify_intent call gave the run its current intent."""
+    for past in reversed(state.steps):
+        if (past.step_type == StepType.OBSERVATION and past.tool_name == "classify_intent"
+                and past.status == StepStatus.COMPLETED and isinstance(past.output, dict)
+                and isinstance(past.output.get("result"), dict)
+                and past.output["result"].get("intent_type") == state.intent):
+            return past.turn
+    return 0
 
 
 def select_tier(state: RunState) -> Tier:

@@ -1,6 +1,6 @@
 """Spec 001's intent-to-tier table: once classify_intent has resolved the intent,
-turns use the intent's tier and the run stops at the intent's max turns (or the
-agent's own max_turns when that is lower)."""
+turns use the intent's tier and the run stops after the intent's max turns following
+the classifying turn (or at the agent's own max_turns when that is lower)."""
 
 from __future__ import annotations
 
@@ -61,26 +61,28 @@ def test_the_table_covers_every_intent_of_the_spec():
 
 def test_a_run_stops_at_its_intents_max_turns_and_uses_the_intents_tier(model):
     server, router = model
-    classified(server, "GOVERNANCE_MANAGEMENT")  # balanced tier, 4 turns
-    for i in range(6):
+    classified(server, "GOVERNANCE_MANAGEMENT")  # balanced tier, 4 turns after the classifying one
+    for i in range(4):
         server.tool_call("test_echo", {"text": f"step {i}"})
-    server.always("text", "Summary: three echoes.")
+    server.always("text", "Summary: four echoes.")  # a sixth turn would end the run with it
 
     state, response = run(router, max_turns=15)
 
     assert state.intent == "GOVERNANCE_MANAGEMENT"
     assert response.status == "max_turns_exceeded"
-    assert state.turn == 4
-    assert len(support.CALLS) == 3  # turns 2..4 echoed, the fifth was never asked for
+    assert response.result.summary == "Summary: four echoes."
+    assert state.turn == 5
+    assert len(support.CALLS) == 4  # turns 2..5 echoed; a sixth turn was never asked for
     turn_models = [r["model"] for r in server.requests]
     assert turn_models[0] == "m-fast"  # first turn: no intent yet
-    assert turn_models[2:5] == ["m-balanced"] * 3
-    assert server.requests[5]["messages"][-1]["content"] == ctxmod.SUMMARY_REQUEST
+    assert turn_models[2:6] == ["m-balanced"] * 4
+    assert server.requests[6]["messages"][-1]["content"] == ctxmod.SUMMARY_REQUEST
+    assert "tools" not in server.requests[6]
 
 
 def test_the_agents_lower_max_turns_wins_over_the_intents(model):
     server, router = model
-    classified(server, "DATA_QUERY")  # 6 turns
+    classified(server, "DATA_QUERY")  # 6 turns after the classifying one
     for i in range(6):
         server.tool_call("test_echo", {"text": f"step {i}"})
     server.always("text", "Summary.")
@@ -96,5 +98,5 @@ def test_an_intent_outside_the_table_keeps_the_agents_max_turns():
     state, _ = new_state(support.request_for(tools=["test_echo"], model_config={"max_turns": 7}))
     state.intent = "SOMETHING_ELSE"
     assert turn_limit(state) == 7
-    state.intent = "STORAGE_MANAGEMENT"
+    state.intent = "STORAGE_MANAGEMENT"  # 3, and no classifying turn on record
     assert turn_limit(state) == 3
