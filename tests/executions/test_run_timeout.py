@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import timedelta
 
 import pydantic
 import pytest
+from django.utils import timezone
 
 from agents.models import AgentVersion
 from agents.types import ModelConfig
+from executions import tasks
 from executions.engine.llm import LLMReply
 from executions.engine.router import ProviderConfig, Router
 from executions.engine.runner import Engine, new_state, response_build
+from executions.models import Execution, ExecutionStep
+from executions.services import execution_run_segment, execution_start
 from tests.executions import engine_support as support
-from tests.factories import make_agent
+from tests.factories import ScriptedLLM, make_agent
 
 TIER_MODELS = {"fast": "m-fast", "balanced": "m-balanced", "reasoning": "m-reasoning", "coding": "m-coding"}
 
@@ -120,3 +125,26 @@ def test_version_api_stores_the_run_timeout(workspace, owner, api_client_for):
     assert response.status_code == 201, response.content[:300]
     version = AgentVersion.objects.filter(agent=agent).latest("pk")
     assert version.model_settings.run_timeout_seconds == 600
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    for task in (tasks.run_segment, tasks.post_process):
+        monkeypatch.setattr(task, "delay", lambda *args: None)
+
+
+@pytest.mark.django_db
+def test_a_durable_run_past_its_agents_timeout_ends_timeout(workspace, owner, queued):
+    agent = make_agent(workspace=workspace, owner=owner, tools=["execute_query"],
+                       model_config={"run_timeout_seconds": 60})
+    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    Execution.objects.filter(pk=execution.pk).update(started_at=timezone.now() - timedelta(seconds=90))
+    llm = ScriptedLLM([])
+
+    assert execution_run_segment(execution_id=execution.pk, llm=llm) == "timeout"
+
+    execution.refresh_from_db()
+    assert execution.status == Execution.Status.TIMEOUT
+    assert llm.requests == []
+    final = ExecutionStep.objects.filter(execution=execution).order_by("step_number").last()
+    assert "time limit of 60 s" in str(final.output)
