@@ -52,6 +52,8 @@ Count = Annotated[int, BeforeValidator(_not_a_boolean)]
 
 MAX_TOKEN_BUDGET = 10_000_000
 MAX_ESCALATION_TIMEOUT_MINUTES = 30 * 24 * 60  # 30 days
+MIN_RUN_TIMEOUT_SECONDS = 60
+MAX_RUN_TIMEOUT_SECONDS = 24 * 3600
 
 
 class ModelConfig(BaseModel):
@@ -62,6 +64,8 @@ class ModelConfig(BaseModel):
     token_budget: Count = Field(default=100_000, ge=100, le=MAX_TOKEN_BUDGET)
     timeout_seconds: Count = Field(default=30, ge=1, le=3600)
     llm_timeout_seconds: Count = Field(default=120, ge=1, le=3600)
+    # Wall-clock limit of a whole run, from its start (waits for approval included).
+    run_timeout_seconds: Count = Field(default=3600, ge=MIN_RUN_TIMEOUT_SECONDS, le=MAX_RUN_TIMEOUT_SECONDS)
 
 
 # Strings inside these JSON fields are as bounded as the API's own fields (docs/api.md).

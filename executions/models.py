@@ -179,6 +179,24 @@ class LLMProvider(models.Model):
         return f"{self.provider_name} (priority {self.priority})"
 
 
+class ProviderCallWindow(models.Model):
+    """Requests sent to one provider in one clock minute: the counter behind
+    ``rate_limit_rpm``, shared by every web and Celery process. One row per provider
+    and minute, bumped by a single conditional upsert (executions.providers)."""
+
+    provider_key = models.CharField(max_length=200)  # the router's health key, organization-scoped
+    window_start = models.BigIntegerField()  # epoch seconds of the minute's start
+    calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider_key", "window_start"], name="uniq_provider_call_window")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider_key}@{self.window_start}: {self.calls}"
+
+
 class ContinuationUse(models.Model):
     """A stateless continuation (/api/v1/execute/continue) that was used. The key is
     the SHA-256 of the signed state's content, so a replayed state, however it is

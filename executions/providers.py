@@ -6,13 +6,13 @@ only whether one is set. The model router decrypts it when it builds a request.
 
 from __future__ import annotations
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 
 from agents.types import Tier
 from common.crypto import encrypt_text
 from common.errors import InvalidInput, NotFound, PermissionDenied
-from executions.models import LLMProvider
+from executions.models import LLMProvider, ProviderCallWindow
 from tenancy.models import Organization
 from tenancy.selectors import is_org_admin, organizations_administered, workspaces_for_user
 
@@ -184,3 +184,33 @@ def llm_provider_update(
 
 def llm_provider_delete(*, provider: LLMProvider) -> None:
     provider.delete()
+
+
+# ---------------------------------------------------------------- rate limit
+
+
+def provider_call_acquire(*, provider_key: str, limit: int, window_start: int) -> bool:
+    """Take one request slot of the provider's minute starting at ``window_start``;
+    False when ``limit`` slots are already taken (the request must not be sent).
+
+    One statement, so concurrent workers cannot both take the last slot: the upsert
+    either inserts the minute's row with 1, or adds 1 only while the count is below
+    the limit; no row returned means the limit was reached. The first call of a new
+    minute drops the provider's older rows, so the table holds about one row per
+    provider. Runs in autocommit (the router is called outside transactions), so the
+    slot is taken even if the caller's work later fails: a sent request counts.
+    """
+    table = connection.ops.quote_name(ProviderCallWindow._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (provider_key, window_start, calls) VALUES (%s, %s, 1) "  # noqa: S608 - table name from the model
+            f"ON CONFLICT (provider_key, window_start) DO UPDATE SET calls = {table}.calls + 1 "
+            f"WHERE {table}.calls < %s RETURNING calls",
+            [provider_key, window_start, limit],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    if row[0] == 1:
+        ProviderCallWindow.objects.filter(provider_key=provider_key, window_start__lt=window_start).delete()
+    return True

@@ -3,15 +3,28 @@
 litellm does the calling (one client for every provider, request and response
 translation, tool call parsing, exception mapping, price data). River adds what
 litellm lacks: the tier -> model choice per provider, the shared health window,
-and the order in which providers are tried. Failover and the per-provider retry
-are a short loop here rather than litellm's ``fallbacks`` / ``num_retries``: the
-order changes per call with provider health, every attempt must land in the
-health window with its own outcome and latency, and litellm's synchronous retries
-also repeat timeouts (its per-exception retry policy has no 5xx setting there),
-while a timeout has already spent the turn's budget and must fail over instead.
-5xx and rate limits are retried ``max_retries`` times on the same provider with a
-short backoff; timeouts, connection errors and auth/not-found errors fail over at
-once; a 400/422 (the request itself is wrong) is reported without failover.
+the per-provider rate limit, and the order in which providers are tried.
+Failover and the per-provider retry are a short loop here rather than litellm's
+``fallbacks`` / ``num_retries``: the order changes per call with provider health,
+and every attempt must land in the health window with its own outcome and latency.
+
+One call (``complete``) has a budget, ``timeout_seconds``. Each provider is tried
+in turn; on one provider:
+
+- a timeout, a 5xx or a 429 is retried up to ``max_retries`` times with
+  exponential backoff and jitter, as long as the backoff plus another full attempt
+  (the provider's own ``timeout_seconds``, capped by the budget) still fits in the
+  budget; otherwise, or when the retries are spent, the router fails over;
+- a connection error or an auth/not-found error fails over at once (retrying the
+  same address or key would fail the same way);
+- a 400/422 (the request itself is wrong) is reported without failover;
+- a provider at its ``rate_limit_rpm`` for the current clock minute is skipped
+  without sending anything (the counter is shared by every process, see
+  ``executions.providers.provider_call_acquire``). When every provider was skipped
+  for its rate limit, the router waits for the next minute if that fits in the
+  budget, then tries them again.
+
+Only when every provider has failed does the call fail.
 
 Providers come from the organization's ``LLMProvider`` rows; without any, from
 ``RIVER_LLM_MODEL`` / ``RIVER_LLM_BASE_URL`` / ``RIVER_LLM_API_KEY`` (one model
@@ -23,7 +36,9 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
+from collections.abc import Callable
 
 import litellm
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -37,8 +52,23 @@ logger = logging.getLogger("river.router")
 litellm.suppress_debug_info = True  # River logs failures itself; no banners on stdout
 
 TIER_FALLBACK = (Tier.BALANCED, Tier.FAST, Tier.CODING, Tier.REASONING)
-RETRYABLE = frozenset({"server_error", "rate_limited"})
-RETRY_BACKOFF_SECONDS = 0.25
+RETRYABLE = frozenset({"server_error", "rate_limited", "timeout"})
+RETRY_BACKOFF_SECONDS = 0.25  # first retry waits about this long, doubling after
+RETRY_BACKOFF_MAX_SECONDS = 8.0
+RATE_WINDOW_SECONDS = 60
+
+
+def retry_backoff(retry: int, *, rand: Callable[[], float] = random.random) -> float:
+    """Seconds before retry number ``retry`` (1-based): exponential, capped, with
+    jitter in [50 %, 100 %] so workers retrying the same outage spread out."""
+    ceiling = min(RETRY_BACKOFF_MAX_SECONDS, RETRY_BACKOFF_SECONDS * 2 ** (retry - 1))
+    return ceiling * (0.5 + rand() / 2)
+
+
+def _db_rate_acquire(key: str, limit: int, window_start: int) -> bool:
+    from executions.providers import provider_call_acquire
+
+    return provider_call_acquire(provider_key=key, limit=limit, window_start=window_start)
 
 
 class ProviderConfig(BaseModel):
@@ -52,6 +82,10 @@ class ProviderConfig(BaseModel):
     base_url: str | None = None
     priority: int = 1  # lower is preferred
     max_retries: int = Field(default=2, ge=0)
+    # Longest wait for one request; None: the call's whole budget.
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    # Requests per clock minute over every process; None: no limit.
+    rate_limit_rpm: int | None = Field(default=None, ge=1)
     health_key: str = ""  # cache key of the health window; defaults to name
 
     @property
@@ -127,13 +161,20 @@ def _parse_tool_calls(raw_calls) -> list[LLMToolCall]:
 
 
 class Router:
-    """``LLMClient`` over a list of providers."""
+    """``LLMClient`` over a list of providers. ``sleep`` and ``clock`` (epoch
+    seconds) are injectable so tests drive backoff and rate windows without waiting;
+    ``rate_acquire(key, limit, window_start) -> bool`` takes one request slot."""
 
-    def __init__(self, providers: list[ProviderConfig], *, sleep=time.sleep):
+    def __init__(self, providers: list[ProviderConfig], *, sleep=time.sleep, clock=time.time,
+                 rate_acquire: Callable[[str, int, int], bool] | None = None,
+                 rand: Callable[[], float] = random.random):
         if not providers:
             raise ValueError("a router needs at least one provider")
         self.providers = list(providers)
         self.sleep = sleep
+        self.clock = clock
+        self.rate_acquire = rate_acquire or _db_rate_acquire
+        self.rand = rand
 
     def ordered(self) -> list[ProviderConfig]:
         """Healthy providers by priority, then degraded ones, least degraded first
@@ -144,33 +185,39 @@ class Router:
             key=lambda p: (health[p.window].degraded, health[p.window].degradation, p.priority),
         )
 
+    def _slot(self, provider: ProviderConfig) -> bool:
+        """Whether a request may be sent to the provider now (its rate limit)."""
+        if provider.rate_limit_rpm is None:
+            return True
+        window_start = int(self.clock() // RATE_WINDOW_SECONDS) * RATE_WINDOW_SECONDS
+        return self.rate_acquire(provider.window, provider.rate_limit_rpm, window_start)
+
     def complete(self, *, messages: list[dict], tools: list[dict], tier: Tier, timeout_seconds: float) -> LLMReply:
         failures: list[dict] = []
-        for provider in self.ordered():
-            model, served_tier = provider.model_for(tier)
-            retries = 0
-            while True:
-                started = time.monotonic()
-                try:
-                    response = self._call(provider, model, messages, tools, timeout_seconds)
-                except Exception as exc:  # noqa: BLE001 - every litellm failure is classified below
-                    latency = (time.monotonic() - started) * 1000
-                    kind = _failure_kind(exc)
-                    if kind is None:
-                        raise LLMError(LLMErrorKind.BAD_RESPONSE, f"{provider.name} rejected the request: {exc}",
-                                       {"provider": provider.name, "model": model}) from exc
-                    provider_health_record(provider=provider.window, latency_ms=latency, ok=False)
-                    logger.warning("provider %s (%s) failed: %s", provider.name, model, kind)
-                    if kind in RETRYABLE and retries < provider.max_retries:
-                        retries += 1
-                        self.sleep(RETRY_BACKOFF_SECONDS * retries)
-                        continue
-                    failures.append({"provider": provider.name, "model": model, "error": kind,
-                                     "attempts": retries + 1, "message": str(exc)[:300]})
-                    break
-                latency = (time.monotonic() - started) * 1000
-                provider_health_record(provider=provider.window, latency_ms=latency, ok=True)
-                return self._reply(response, provider, model, served_tier, messages, int(latency))
+        pending = self.ordered()
+        while True:
+            limited: list[ProviderConfig] = []
+            for provider in pending:
+                if not self._slot(provider):
+                    logger.info("provider %s is at its rate limit (%s/min); not sent", provider.name,
+                                provider.rate_limit_rpm)
+                    limited.append(provider)
+                    continue
+                reply = self._try_provider(provider, messages, tools, tier, timeout_seconds, failures)
+                if reply is not None:
+                    return reply
+            if not limited:
+                break
+            wait = RATE_WINDOW_SECONDS - self.clock() % RATE_WINDOW_SECONDS
+            if failures or wait >= timeout_seconds:
+                # Another provider failed for real, or the window opens too late.
+                failures.extend({"provider": p.name, "model": p.model_for(tier)[0], "error": "rate_limited",
+                                 "attempts": 0, "message": f"at its limit of {p.rate_limit_rpm} requests a minute; "
+                                                           "not sent"} for p in limited)
+                break
+            self.sleep(wait)
+            timeout_seconds -= wait
+            pending = limited
         if failures and all(f["error"] == "timeout" for f in failures):
             # Every provider was merely slow: a turn error the runner retries (with
             # escalation), not an outage.
@@ -185,6 +232,46 @@ class Router:
             + "; ".join(f"{f['provider']} ({f['error']})" for f in failures),
             {"attempts": failures},
         )
+
+    def _try_provider(self, provider: ProviderConfig, messages, tools, tier: Tier, budget: float,
+                      failures: list[dict]) -> LLMReply | None:
+        """One provider with its retries, within ``budget`` seconds. The reply, or
+        None after appending why it failed to ``failures``."""
+        model, served_tier = provider.model_for(tier)
+        deadline = self.clock() + budget
+        retries = 0
+        attempt_timeout = min(provider.timeout_seconds or budget, budget)
+        while True:
+            started = time.monotonic()
+            try:
+                response = self._call(provider, model, messages, tools, attempt_timeout)
+            except Exception as exc:  # noqa: BLE001 - every litellm failure is classified below
+                latency = (time.monotonic() - started) * 1000
+                kind = _failure_kind(exc)
+                if kind is None:
+                    raise LLMError(LLMErrorKind.BAD_RESPONSE, f"{provider.name} rejected the request: {exc}",
+                                   {"provider": provider.name, "model": model}) from exc
+                provider_health_record(provider=provider.window, latency_ms=latency, ok=False)
+                logger.warning("provider %s (%s) failed: %s", provider.name, model, kind)
+                if kind in RETRYABLE and retries < provider.max_retries:
+                    pause = retry_backoff(retries + 1, rand=self.rand)
+                    left = deadline - self.clock() - pause
+                    # Retry only when a full attempt still fits; else fail over now.
+                    if left >= attempt_timeout or (kind != "timeout" and left > 0):
+                        retries += 1
+                        self.sleep(pause)
+                        attempt_timeout = min(attempt_timeout, max(left, 0.001))
+                        if not self._slot(provider):
+                            failures.append({"provider": provider.name, "model": model, "error": "rate_limited",
+                                             "attempts": retries, "message": f"{kind}, then at its rate limit"})
+                            return None
+                        continue
+                failures.append({"provider": provider.name, "model": model, "error": kind,
+                                 "attempts": retries + 1, "message": str(exc)[:300]})
+                return None
+            latency = (time.monotonic() - started) * 1000
+            provider_health_record(provider=provider.window, latency_ms=latency, ok=True)
+            return self._reply(response, provider, model, served_tier, messages, int(latency))
 
     def _call(self, provider: ProviderConfig, model: str, messages, tools, timeout_seconds: float):
         kwargs: dict = {
@@ -256,6 +343,7 @@ def providers_for_organization(*, organization_id: int) -> list[ProviderConfig]:
         providers.append(ProviderConfig(
             name=row.provider_name, models=models, api_key=SecretStr(key) if key else None,
             base_url=row.base_url or None, priority=row.priority, max_retries=row.max_retries,
+            timeout_seconds=row.timeout_seconds or None, rate_limit_rpm=row.rate_limit_rpm or None,
             health_key=f"org{organization_id}:{row.provider_name}",
         ))
     if providers:

@@ -56,6 +56,19 @@ INTENT_TIERS = {
     "STORAGE_MANAGEMENT": Tier.FAST,
     "OBSERVABILITY": Tier.BALANCED,
 }
+# The spec's max turns per classified intent, counted after the classifying turn; a
+# run stops at the lower of this and the agent's own max_turns.
+INTENT_MAX_TURNS = {
+    "PLATFORM_EXPLANATION": 3,
+    "DATA_DISCOVERY": 4,
+    "DATA_QUERY": 6,
+    "DATA_SOURCE_MANAGEMENT": 5,
+    "ACTION_EXECUTION": 6,
+    "GOVERNANCE_MANAGEMENT": 4,
+    "WORKSPACE_ADMIN": 5,
+    "STORAGE_MANAGEMENT": 3,
+    "OBSERVABILITY": 4,
+}
 RETRY_DELAYS = (0.1, 0.2)  # transient tool failures: two retries with backoff
 MAX_CONSECUTIVE_LLM_ERRORS = 3
 LOOP_LIMIT = 3  # identical calls
@@ -142,6 +155,27 @@ def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_ex
         raise ToolError(ToolErrorKind.TIMEOUT, f"{tool.name} did not finish within {timeout:g} s") from None
 
 
+def turn_limit(state: RunState) -> int:
+    """The run's turn limit: the agent's max_turns, lowered once the intent is known
+    to the turn that classified it plus the intent's max turns (the spec's table
+    counts the turns that follow the classify_intent turn)."""
+    limit = state.request.agent_config.model_settings.max_turns
+    if state.intent in INTENT_MAX_TURNS:
+        limit = min(limit, _intent_turn(state) + INTENT_MAX_TURNS[state.intent])
+    return limit
+
+
+def _intent_turn(state: RunState) -> int:
+    """The turn whose classify_intent call gave the run its current intent."""
+    for past in reversed(state.steps):
+        if (past.step_type == StepType.OBSERVATION and past.tool_name == "classify_intent"
+                and past.status == StepStatus.COMPLETED and isinstance(past.output, dict)
+                and isinstance(past.output.get("result"), dict)
+                and past.output["result"].get("intent_type") == state.intent):
+            return past.turn
+    return 0
+
+
 def select_tier(state: RunState) -> Tier:
     """The spec's per-turn priority order; an agent's preferred_tier overrides all but
     error escalation."""
@@ -192,7 +226,8 @@ class Engine:
     llm: LLMClient
     journal: Journal = field(default_factory=MemoryJournal)
     hooks: EngineHooks | None = None
-    execution_timeout_seconds: float = 3600
+    # None: the agent's model_config.run_timeout_seconds (default one hour).
+    execution_timeout_seconds: float | None = None
     compress_threshold_tokens: int = 24_000
     tool_thread_exit: Callable[[], None] | None = None
     sleep: Callable[[float], None] = time.sleep
@@ -231,11 +266,11 @@ class Engine:
             if state.final_answer is not None:
                 return Outcome(status=ResponseStatus.SUCCESS)
 
-            elapsed = time.time() - state.started_at_ms / 1000
-            if elapsed > self.execution_timeout_seconds:
+            if self._run_seconds_left(state) <= 0:
                 return self._terminate(
                     state, ResponseStatus.TIMEOUT,
-                    ErrorInfo(code=ErrorCode.TIMEOUT, message="The execution ran past its time limit.",
+                    ErrorInfo(code=ErrorCode.TIMEOUT,
+                              message=f"The execution ran past its time limit of {self._run_timeout(state):g} s.",
                               recoverable=True),
                 )
             budget = settings.token_budget
@@ -247,11 +282,12 @@ class Engine:
                 )
             if state.total_tokens >= BUDGET_FINALIZE_RATIO * budget and state.turn_limit_override is None:
                 self._notice(state, ctxmod.BUDGET_NOTICE, turn_limit=state.turn + 1)
-            limit = settings.max_turns
+            turn_cap = turn_limit(state)
+            limit = turn_cap
             if state.turn_limit_override is not None:
                 limit = min(limit, state.turn_limit_override)
             if state.turn >= limit:
-                if state.turn_limit_override is not None and state.turn < settings.max_turns:
+                if state.turn_limit_override is not None and state.turn < turn_cap:
                     return self._terminate(
                         state, ResponseStatus.BUDGET_EXCEEDED,
                         ErrorInfo(code=ErrorCode.BUDGET_EXCEEDED,
@@ -268,8 +304,21 @@ class Engine:
                 self.journal.flush(state)
                 return outcome
 
+    def _run_timeout(self, state: RunState) -> float:
+        if self.execution_timeout_seconds is not None:
+            return self.execution_timeout_seconds
+        return float(state.request.agent_config.model_settings.run_timeout_seconds)
+
+    def _run_seconds_left(self, state: RunState) -> float:
+        return self._run_timeout(state) - (time.time() - state.started_at_ms / 1000)
+
+    def _llm_timeout(self, state: RunState) -> float:
+        """A model call may not outlive the run's deadline (at least one second, so
+        a run at its last moment still gets an answer or a clean timeout)."""
+        configured = state.request.agent_config.model_settings.llm_timeout_seconds
+        return max(1.0, min(float(configured), self._run_seconds_left(state)))
+
     def _reason(self, state: RunState) -> Outcome | None:
-        settings = state.request.agent_config.model_settings
         turn = state.turn + 1
         verdict = gate.before_llm(state)
         if verdict.decision == Decision.BLOCKED:
@@ -287,7 +336,7 @@ class Engine:
         try:
             reply = self.llm.complete(
                 messages=messages, tools=state.tool_schemas, tier=tier,
-                timeout_seconds=settings.llm_timeout_seconds,
+                timeout_seconds=self._llm_timeout(state),
             )
         except LLMError as exc:
             duration = int((time.monotonic() - started) * 1000)
