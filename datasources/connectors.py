@@ -109,6 +109,24 @@ class RawResult:
 
 
 FETCH_CHUNK = 200
+# Discovery samples the distinct values of short text columns so that a planner can
+# tell which column a word of a question is a value of ("Brazil" is a Country).
+SAMPLE_DISTINCT_MAX = 50
+SAMPLE_VALUE_MAX_CHARS = 64
+SAMPLE_TABLES_MAX = 200
+_TEXT_TYPES = ("char", "text", "clob", "string", "citext")
+
+
+def _is_sampled_type(data_type: str) -> bool:
+    return any(word in (data_type or "").lower() for word in _TEXT_TYPES)
+
+
+def sample_values_keep(values: list[Any]) -> list[str]:
+    """The sampled values to store, or none when the column has too many or too long ones."""
+    if len(values) > SAMPLE_DISTINCT_MAX:
+        return []
+    kept = [v for v in values if isinstance(v, str) and 0 < len(v) <= SAMPLE_VALUE_MAX_CHARS and "\x00" not in v]
+    return sorted(kept) if len(kept) == len(values) else []
 DEFAULT_MAX_BYTES = 65_536
 
 
@@ -427,6 +445,7 @@ class PostgresConnector:
                 oids = [row[0] for row in tables]
                 columns = cur.execute(_PG_COLUMNS, [oids]).fetchall() if oids else []
                 keys = cur.execute(_PG_KEYS, [oids]).fetchall() if oids else []
+                samples = self._sample_values(cur, tables, columns)
                 conn.rollback()
         except psycopg.Error as exc:
             raise self._translate(exc) from None
@@ -448,6 +467,7 @@ class PostgresConnector:
                     is_primary_key=(relid, name) in primary,
                     foreign_key=foreign.get((relid, name)),
                     description=description,
+                    sample_values=samples.get((relid, name), []),
                 )
             )
         result = []
@@ -463,6 +483,28 @@ class PostgresConnector:
                 )
             )
         return result
+
+    def _sample_values(self, cur, tables: list, columns: list) -> dict[tuple[int, str], list[str]]:
+        """Distinct values of the short text columns of ordinary tables; a column the
+        login may not read is skipped (a savepoint keeps the transaction usable)."""
+        names = {oid: name for oid, name, relkind, _rows, _desc in tables[:SAMPLE_TABLES_MAX] if relkind in ("r", "p")}
+        samples: dict[tuple[int, str], list[str]] = {}
+        for relid, name, data_type, _not_null, _description in columns:
+            if relid not in names or not _is_sampled_type(data_type):
+                continue
+            statement = pgsql.SQL("SELECT DISTINCT {col} FROM {table} WHERE {col} IS NOT NULL LIMIT {n}").format(
+                col=pgsql.Identifier(name), table=pgsql.Identifier(self.schema, names[relid]),
+                n=pgsql.Literal(SAMPLE_DISTINCT_MAX + 1),
+            )
+            try:
+                cur.execute("SAVEPOINT river_sample")
+                values = [row[0] for row in cur.execute(statement).fetchall()]
+                cur.execute("RELEASE SAVEPOINT river_sample")
+            except psycopg.errors.InsufficientPrivilege:
+                cur.execute("ROLLBACK TO SAVEPOINT river_sample")
+                continue
+            samples[(relid, name)] = sample_values_keep(values)
+        return samples
 
     def run_read_query(
         self,
@@ -656,6 +698,14 @@ class SQLiteConnector:
                     ).fetchall()
                 ]
                 estimate = conn.execute(f"SELECT count(*) FROM {quoted}").fetchone()[0] if kind == "table" else None
+                if kind == "table" and len(tables) < SAMPLE_TABLES_MAX:
+                    for column in columns:
+                        if _is_sampled_type(column.data_type):
+                            values = conn.execute(
+                                f"SELECT DISTINCT {_sqlite_quote(column.column_name)} FROM {quoted} "
+                                f"WHERE {_sqlite_quote(column.column_name)} IS NOT NULL LIMIT {SAMPLE_DISTINCT_MAX + 1}"
+                            ).fetchall()
+                            column.sample_values = sample_values_keep([row[0] for row in values])
                 tables.append(TableInfo(table_name=name, columns=columns, row_estimate=estimate))
             return tables
         except sqlite3.Error as exc:

@@ -479,6 +479,10 @@ def data_source_discover(*, data_source: DataSource) -> list[TableInfo]:
     classifications = data_source.classifications or {}
     for table in tables:
         table.classification = classifications.get(table.table_name)
+        if table.classification:
+            # A classified table's values must not travel into prompts and payloads.
+            for column in table.columns:
+                column.sample_values = []
     now = timezone.now()
     cache = [table.model_dump(mode="json") for table in tables]
     DataSource.objects.filter(pk=data_source.pk).update(

@@ -32,6 +32,8 @@ import litellm
 import sqlglot
 from litellm import CustomLLM, ModelResponse
 
+from executions.engine.planner import question_plan
+
 PROVIDER = "river-offline"
 MODEL = f"{PROVIDER}/planner"
 TASK_MARKER = "RIVER-TOOL-TASK"
@@ -666,18 +668,36 @@ def task_classify_intent(payload: dict) -> dict:
 
 
 def task_generate_query(payload: dict) -> dict:
-    sources = payload.get("data_sources") or []
+    """A query for the question: record changes, time windows and the enum-like values
+    of column descriptions go to the single-table rules; everything else is planned from
+    the schema graph (joins, dimensions, sampled values) by the planner package."""
+    sources = [s for s in payload.get("data_sources") or [] if isinstance(s, dict)]
     tables = tables_from_sources(sources)
     prompt = str(payload.get("user_prompt", ""))
+    row_limit = int(payload.get("row_limit") or DEFAULT_ROW_LIMIT)
     reading = read_prompt(prompt, tables, want_change=payload.get("intent_type") == "ACTION_EXECUTION")
-    if not reading.actionable:
-        # An honest failure: the tool reports it as invalid output and the agent explains.
-        return {"error": "The offline planner could not match this question to a table and its columns."}
+    if reading.actionable and (reading.change or reading.time or reading.numeric_filters
+                               or any(_is_enum_like(reading.table, name) for name in reading.filters)):
+        return _single_table_query(reading, sources, row_limit)
+    planned = question_plan(question=prompt, sources=sources, row_limit=row_limit)
+    if planned.answered:
+        return {"query": planned.query, "dialect": planned.dialect, "explanation": planned.explanation,
+                "operations": planned.operations, "plan_type": "query",
+                "data_source_ids": [planned.data_source_id] if planned.data_source_id is not None else []}
+    # An honest failure: the tool reports it and the agent explains what was tried.
+    return {"error": "The offline planner could not match this question to the data. " + " ".join(planned.tried)}
+
+
+def _is_enum_like(table: Table, name: str) -> bool:
+    column = table.column(name)
+    return column is not None and (bool(column.values) or name in STATUS_COLUMNS | PRIORITY_COLUMNS)
+
+
+def _single_table_query(reading: Reading, sources: list[dict], row_limit: int) -> dict:
     source_type = next((str(s.get("type") or "") for s in sources
                         if s.get("data_source_id") == reading.table.source_id), "")
     dialect = next((str(s.get("dialect")) for s in sources
                     if s.get("data_source_id") == reading.table.source_id and s.get("dialect")), None)
-    row_limit = int(payload.get("row_limit") or DEFAULT_ROW_LIMIT)
     return build_query(reading, dialect=dialect or dialect_for(source_type), row_limit=row_limit)
 
 
