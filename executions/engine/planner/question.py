@@ -26,8 +26,15 @@ _TOP_N = re.compile(r"\b(?:top|first|bottom|best|worst)\s+(\d{1,4})\b|\b(\d{1,4}
 _GROUP_LEAD = re.compile(r"\b(?:by|per|for each|each|for every|every|in each|across|grouped by|broken down by)\s+"
                          r"(?:the\s+|their\s+|its\s+)?$")
 _TOP_LEAD = re.compile(r"\b(?:top|bottom|first|best|worst)\s+\d{1,4}\s+$")
+# "spent by customers", "written by Queen": "by" names who did it, not a dimension.
+_AGENT_BY = re.compile(r"\b(?:\w+ed|\w+en|spent|made|sold|bought|paid|sent|held|won|built|bought)\s+by\s+"
+                       r"(?:the\s+)?$")
 _WHICH_LEAD = re.compile(r"\b(?:which|what)\s+(?:\w+\s+)?$")
 _QUOTED = re.compile(r"\"([^\"]{1,80})\"|'([^']{1,80})'|\u201c([^\u201d]{1,80})\u201d|\u2018([^\u2019]{1,80})\u2019")
+_LIST = re.compile(r"^\s*(?:please\s+)?(?:list|show|name|display|give me|what are|which are)\b")
+_COMPARE = re.compile(r"\b(?:(more|greater|higher|longer|larger|bigger|over|above|at least)|"
+                      r"(less|fewer|lower|shorter|smaller|cheaper|under|below|at most))\s+(?:than\s+)?"
+                      r"\$?(-?\d+(?:\.\d+)?)\b")
 _FILTER_LEAD = {"from", "in", "on", "with", "named", "called", "at", "whose", "where"}
 _GLUE = frozenset("""a an the is are was were be been being do does did have has had of in on at to for by per
     with from and or not no how many much what which who whom whose where when there their its it this that these
@@ -53,6 +60,7 @@ class Filter(BaseModel):
     table: str
     column: str
     value: str
+    op: Literal["=", ">", ">=", "<", "<="] = "="
 
 
 class Intent(BaseModel):
@@ -115,6 +123,8 @@ def _value_mentions(text: str, original: str, graph: SchemaGraph) -> list[Mentio
                     continue
                 pattern = re.compile(r"(?<![\w])" + re.escape(folded) + r"(?![\w])")
                 for m in pattern.finditer(text):
+                    if len(folded) <= 3 and not original[m.start():m.end()][:1].isupper():
+                        continue  # "us", "in", "it": ordinary words, not values
                     found.append(Mention(kind="value", start=m.start(), end=m.end(), text=original[m.start():m.end()],
                                          candidates=[(table.name, column.name)], value=value))
     for m in _QUOTED.finditer(original):
@@ -167,7 +177,7 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
         return text[:m.start]
 
     # The dimension: a table or column right after "by / per / each", or after "which".
-    group_mention = next((m for m in mentions if m.kind in {"table", "column"}
+    group_mention = next((m for m in mentions if m.kind in {"table", "column"} and not _AGENT_BY.search(before(m))
                           and (_GROUP_LEAD.search(before(m)) or _TOP_LEAD.search(before(m)))), None)
     which = False
     if group_mention is None:
@@ -178,6 +188,14 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
     # The aggregate.
     measure_mentions = [m for m in mentions if m.kind == "column" and m is not group_mention
                         and any(_column(graph, c).is_numeric for c in m.candidates)]
+    compared_at = [c.start() for c in _COMPARE.finditer(text)]
+    worded = [m for m in measure_mentions if _AVG.fullmatch(m.text) or _SUM.fullmatch(m.text)
+              or _MAX.fullmatch(m.text) or _MIN.fullmatch(m.text)]
+    if worded and len(measure_mentions) > len(worded):
+        # "total quantity": "total" names a column here, but the question means a sum.
+        measure_mentions = [m for m in measure_mentions if m not in worded]
+    compared = [m for m in measure_mentions if any(0 <= at - m.end <= 12 for at in compared_at)]
+    measure_mentions = [m for m in measure_mentions if m not in compared] or measure_mentions
     consumed = text
     for m in measure_mentions:
         consumed = consumed[:m.start] + " " * (m.end - m.start) + consumed[m.end:]
@@ -191,6 +209,10 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
         intent.aggregate = "max"
     elif group_mention is None and _MIN.search(consumed):
         intent.aggregate = "min"
+    elif measure_mentions and not _LIST.search(text):
+        word = measure_mentions[0].text
+        intent.aggregate = ("avg" if _AVG.search(word) else "sum" if _SUM.search(word) else "max"
+                            if _MAX.search(word) else "min" if _MIN.search(word) else None)
 
     top = _TOP_N.search(text)
     if top:
@@ -256,7 +278,9 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
         if m.kind != "value":
             continue
         if m.candidates:
-            table, column = _pick(graph, m.candidates, context, base)
+            near = [t.candidates[0][0] for t in sorted(
+                (t for t in mentions if t.kind == "table"), key=lambda t: abs(m.start - t.end))]
+            table, column = _pick(graph, m.candidates, near[:1] or context, base)
         else:
             table, column = _quoted_column(graph, m, mentions, base)
             if not column:
@@ -264,22 +288,41 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
                 continue
         intent.filters.append(Filter(table=table, column=column, value=m.value))
 
+    # Comparisons with a number: on the numeric column named just before them.
+    for found in _COMPARE.finditer(text):
+        op = (">=" if "least" in found.group(0) else ">") if found.group(1) else (
+            "<=" if "most" in found.group(0) else "<")
+        numeric = [m for m in mentions if m.kind == "column" and any(_column(graph, c).is_numeric
+                                                                   for c in m.candidates)]
+        after = [m for m in numeric if 0 <= m.start - found.end() <= 2]  # "over 300000 milliseconds"
+        near = after or [m for m in numeric if m.end <= found.start()]
+        if near:
+            table, column = _pick(graph, near[-1].candidates, context, base)
+            intent.filters.append(Filter(table=table, column=column, value=found.group(3), op=op))
+        else:
+            intent.problems.append(f"I could not tell which number '{found.group(0)}' compares")
+
     # Words that look like a filter value but match nothing in the data.
     covered = [(m.start, m.end) for m in mentions]
     words = [(w.group(0), w.start()) for w in re.finditer(r"[\w'&/.-]+", text)]
     for index, (word, start) in enumerate(words):
-        if any(s <= start < e for s, e in covered) or word in _GLUE or word.isdigit():
+        if any(s <= start < e for s, e in covered) or word in _GLUE or re.fullmatch(r"[\d.$-]+", word):
             continue
-        intent.ignored.append(original[start:start + len(word)])
+        shown = original[start:start + len(word)]
+        intent.ignored.append(shown)
         lead = [w for w, _ in words[max(0, index - 3):index] if w not in {"the", "a", "an"}]
-        if lead and lead[-1] in _FILTER_LEAD:
-            intent.problems.append(f"no table, column or sampled value matches '{original[start:start + len(word)]}'")
+        proper = index > 0 and shown[:1].isupper()
+        if (lead and lead[-1] in _FILTER_LEAD) or proper:
+            intent.problems.append(f"no table, column or sampled value matches '{shown}'")
+        elif lead and lead[-1] in {"per", "by", "each", "every"}:
+            intent.problems.append(f"I cannot group by '{shown}': no column of that name")
 
     if intent.base is None:
         intent.problems.append("the question names no table I can see" + (
             f" (I looked for: {', '.join(t.name for t in graph.tables[:12])})" if graph.tables else ""))
     if intent.aggregate is None and not intent.listing and intent.base is not None:
-        intent.aggregate = "count" if (count_at or not intent.filters and not intent.ignored) else None
+        listing = _LIST.search(text) and not count_at
+        intent.aggregate = None if listing else "count"
         if intent.aggregate is None:
             intent.listing = True
     intent.understood = [f"{m.kind} {m.text!r} -> {', '.join(f'{t}.{c}' if c else t for t, c in m.candidates)}"

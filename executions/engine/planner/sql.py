@@ -90,6 +90,10 @@ def sql_build(*, intent: Intent, graph: SchemaGraph, row_limit: int) -> SqlPlan:
         target = col(f.table, f.column)
         table = graph.table(f.table)
         column = table.column(f.column) if table else None
+        if f.op != "=":
+            where.append(f"{target} {f.op} {float(f.value)!r}")
+            said_filters.append(f"{f.table}.{f.column} {f.op} {f.value}")
+            continue
         if column is not None and f.value in column.sample_values:
             where.append(f"{target} = {literal(f.value)}")
         else:
