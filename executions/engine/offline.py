@@ -74,7 +74,6 @@ TIME_UNITS = {"minute": "minutes", "hour": "hours", "day": "days", "week": "days
 _VERBS = re.compile(
     r"\b(close|resolve|solve|reopen|escalate|mark|set|update|assign|reassign|change|move)\b", re.IGNORECASE
 )
-_RESULT = re.compile(r"^\[Tool Result\] Tool '([^']+)' (returned|failed): (.*)$", re.DOTALL)
 
 
 # --- schema model ---------------------------------------------------------------------------
@@ -831,6 +830,24 @@ class Conversation:
     turn: int = 0
 
 
+def _observation(call: dict, content: str) -> tuple[str, bool, object] | None:
+    """(tool name, ok, JSON body) of a tool message. The name comes from the assistant's
+    structured call with the same id, never from the text; the runner's envelope for that
+    name is stripped exactly and the rest is decoded as JSON."""
+    name = call.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    for ok, verb in ((True, "returned"), (False, "failed")):
+        envelope = f"[Tool Result] Tool '{name}' {verb}: "
+        if content.startswith(envelope):
+            text = content[len(envelope):]
+            try:
+                return name, ok, json.loads(text)
+            except json.JSONDecodeError:
+                return name, ok, text
+    return None
+
+
 def read_conversation(messages: list[dict]) -> Conversation:
     system = str(messages[0].get("content") or "") if messages and messages[0].get("role") == "system" else ""
     prompt = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
@@ -848,17 +865,12 @@ def read_conversation(messages: list[dict]) -> Conversation:
                 convo.calls[call.get("id")] = {"name": function.get("name"), "arguments": arguments}
                 convo.called.append(function.get("name"))
         elif role == "tool":
-            match = _RESULT.match(str(message.get("content") or ""))
             call = convo.calls.get(message.get("tool_call_id")) or {}
-            if not match:
+            observed = _observation(call, str(message.get("content") or ""))
+            if observed is None:
                 continue
-            try:
-                body = json.loads(match.group(3))
-            except json.JSONDecodeError:
-                body = match.group(3)
-            name = match.group(1)
-            convo.observations[name] = Observation(name=name, ok=match.group(2) == "returned", body=body,
-                                                   arguments=call.get("arguments") or {})
+            name, ok, body = observed
+            convo.observations[name] = Observation(name=name, ok=ok, body=body, arguments=call.get("arguments") or {})
             if name == "ask_user" and isinstance(body, dict) and "user_response" in body:
                 convo.answers.append(_answer_text(body["user_response"]))
         elif role == "system":
