@@ -15,9 +15,12 @@ records it as the model used. It plays two roles:
   starting with ``RIVER-TOOL-TASK <task>`` and a JSON payload), replying with the
   JSON object the tool asked for.
 
-Its language skills are keyword rules over the cached schema: simple questions
-over one table (counts, filters on enum-like columns, time windows, group by,
-top-N and lists). It says so in its answers.
+Queries come from two places. Record changes, time windows and the enum-like
+values listed in column descriptions use the single-table rules below; every other
+question is planned by ``executions.engine.planner`` (plain Python) from the
+discovered schema: keys declared or inferred from names for joins, sampled values
+for filters, a dimension, an aggregate, top-N. When neither can answer, the tool
+fails with what was tried and the final answer says so.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ MODEL = f"{PROVIDER}/planner"
 TASK_MARKER = "RIVER-TOOL-TASK"
 SIGNATURE = (
     "(River's offline planner answered: no language model is configured, so answers come from "
-    "deterministic rules that handle simple single-table questions.)"
+    "deterministic planning over the discovered schema, its keys and its sampled values.)"
 )
 DEFAULT_ROW_LIMIT = 1000
 LIST_LIMIT = 100
@@ -755,11 +758,16 @@ def task_explain_results(payload: dict) -> dict:
         explanation = f"The answer is {value} ({columns[0]})."
         confidence = 0.9
         suggestions.append("Break the number down by another column, for example by status or priority.")
+    elif len(rows) == 1 and len(columns) == 2 and _is_number(rows[0].get(columns[1])):
+        explanation = f"{rows[0].get(columns[0])} ({columns[1]} {rows[0].get(columns[1])})."
+        confidence = 0.85
     elif len(columns) == 2 and all(_is_number(r.get(columns[1])) for r in rows):
         parts = ", ".join(f"{r.get(columns[0])}: {r.get(columns[1])}" for r in rows[:10])
         overall = sum(r.get(columns[1]) for r in rows)
+        additive = not columns[1].lower().startswith(("avg", "min", "max"))  # a total of averages means nothing
         explanation = (f"{columns[1]} per {columns[0]}: {parts}"
-                       + (f" (and {total - 10} more groups)" if total > 10 else "") + f". Total: {overall}.")
+                       + (f" (and {total - 10} more groups)" if total > 10 else "") + "."
+                       + (f" Total: {overall}." if additive else ""))
         confidence = 0.85
         suggestions.append(f"Chart {columns[1]} by {columns[0]} as a bar chart.")
     else:
@@ -1115,8 +1123,10 @@ def _final(convo: Conversation, tables: list[Table], note: str | None = None,
     elif not lines:
         lines.append(_capabilities(tables))
     elif generated is not None and generated.problem:
-        lines.append("I handle simple single-table questions (counts, filters on status-like columns, time "
-                     "windows, group by, top-N lists); rephrase the question with a table and its columns.")
+        lines.insert(0, "I could not answer that.")
+        lines.append("I answer counts, sums, averages, minimums and maximums over the connected tables, grouped "
+                     "by a column or a related table, top-N lists, joins along their keys and filters on values "
+                     "that occur in the data; rephrase the question with the tables and columns it is about.")
     answer = " ".join(line for line in lines if line).strip()
     return f"{answer}\n\n{SIGNATURE}"
 
@@ -1135,9 +1145,10 @@ def _brief(body) -> str:
 
 def _capabilities(tables: list[Table]) -> str:
     names = ", ".join(sorted({t.name for t in tables})[:8])
-    text = ("I am River's offline planner. I can answer simple questions over one table of the connected data "
-            "sources (counts, filters on status or priority, time windows such as the last 24 hours, group by, "
-            "top-N lists), explain the result, and propose record updates for approval.")
+    text = ("I am River's offline planner. I can answer questions over the connected data sources: counts, "
+            "sums, averages, minimums and maximums, grouped by a column or a related table, top-N lists, joins "
+            "along their keys, filters on values that occur in the data and time windows such as the last 24 "
+            "hours; I explain the result and propose record updates for approval.")
     return text + (f" Tables I can see: {names}." if names else " No data source is connected to this agent yet.")
 
 

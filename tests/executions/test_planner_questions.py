@@ -183,8 +183,9 @@ def score(source, llm, questions, truth) -> tuple[list[str], list[str]]:
     return right, wrong
 
 
-def assert_most_right(right: list[str], wrong: list[str]) -> None:
-    assert len(right) >= 10, "\n".join(["wrong:", *wrong, "right:", *right])
+def assert_all_right(right: list[str], wrong: list[str]) -> None:
+    """The issue asks for at least 8 of 10; all 10 pass today, so any regression shows."""
+    assert len(right) == 10, "\n".join(["wrong:", *wrong, "right:", *right])
 
 
 def sqlite_source(workspace, path: Path, name: str):
@@ -235,7 +236,7 @@ def pg_reset(pg_server, script: str) -> None:  # noqa: F811
 
 
 @needs_chinook
-def test_chinook_on_sqlite_answers_at_least_eight_of_ten(workspace, sqlite_dir, offline_llm):  # noqa: F811
+def test_chinook_on_sqlite_answers_all_ten_kinds(workspace, sqlite_dir, offline_llm):  # noqa: F811
     path = sqlite_dir / str(workspace.pk) / "chinook.sqlite3"
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path)
@@ -244,19 +245,19 @@ def test_chinook_on_sqlite_answers_at_least_eight_of_ten(workspace, sqlite_dir, 
     finally:
         conn.close()
     source = sqlite_source(workspace, path, "Chinook SQLite")
-    assert_most_right(*score(source, offline_llm, CHINOOK_SQLITE, sqlite_truth(path)))
+    assert_all_right(*score(source, offline_llm, CHINOOK_SQLITE, sqlite_truth(path)))
 
 
 @needs_chinook
-def test_chinook_on_postgresql_answers_at_least_eight_of_ten(workspace, pg_server, offline_llm):  # noqa: F811
+def test_chinook_on_postgresql_answers_all_ten_kinds(workspace, pg_server, offline_llm):  # noqa: F811
     lines = (CHINOOK / "Chinook_PostgreSql.sql").read_text(encoding="utf-8-sig").splitlines()
     script = "\n".join(line for line in lines if not line.startswith(("DROP DATABASE", "CREATE DATABASE", "\\c")))
     pg_reset(pg_server, script)
     source = pg_source(workspace, pg_server, "Chinook PG")
-    assert_most_right(*score(source, offline_llm, CHINOOK_PG, pg_truth(pg_server)))
+    assert_all_right(*score(source, offline_llm, CHINOOK_PG, pg_truth(pg_server)))
 
 
-def test_a_shop_with_undeclared_keys_on_sqlite_answers_at_least_eight_of_ten(workspace, sqlite_dir, offline_llm):  # noqa: F811
+def test_a_shop_with_undeclared_keys_on_sqlite_answers_all_ten_kinds(workspace, sqlite_dir, offline_llm):  # noqa: F811
     path = sqlite_dir / str(workspace.pk) / "shop.sqlite3"
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path)
@@ -268,13 +269,13 @@ def test_a_shop_with_undeclared_keys_on_sqlite_answers_at_least_eight_of_ten(wor
     finally:
         conn.close()
     source = sqlite_source(workspace, path, "Shop SQLite")
-    assert_most_right(*score(source, offline_llm, SHOP, sqlite_truth(path)))
+    assert_all_right(*score(source, offline_llm, SHOP, sqlite_truth(path)))
 
 
-def test_a_shop_with_undeclared_keys_on_postgresql_answers_at_least_eight_of_ten(workspace, pg_server, offline_llm):  # noqa: F811
+def test_a_shop_with_undeclared_keys_on_postgresql_answers_all_ten_kinds(workspace, pg_server, offline_llm):  # noqa: F811
     pg_reset(pg_server, SHOP_SCHEMA)
     with pg_admin_connect(pg_server) as conn, conn.cursor() as cur:
         for table, rows in shop_rows().items():
             cur.executemany(f"INSERT INTO {table} VALUES ({', '.join(['%s'] * len(rows[0]))})", rows)
     source = pg_source(workspace, pg_server, "Shop PG")
-    assert_most_right(*score(source, offline_llm, SHOP, pg_truth(pg_server)))
+    assert_all_right(*score(source, offline_llm, SHOP, pg_truth(pg_server)))
