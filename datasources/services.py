@@ -385,6 +385,9 @@ def data_source_update(*, data_source: DataSource, **changes) -> DataSource:
     if "classifications" in changes:
         data_source.classifications = _classifications_validate(changes["classifications"])
         fields.add("classifications")
+        if data_source.schema_cache:
+            data_source.schema_cache = _cache_classify(data_source.schema_cache, data_source.classifications)
+            fields.add("schema_cache")
 
     if _CONNECTION_FIELDS & set(changes):
         config_changes = changes.get("connection_config") or {}
@@ -466,6 +469,17 @@ def data_source_test(*, data_source: DataSource) -> ConnectionTestResult:
         message=result.message,
     )
     return result
+
+
+def _cache_classify(cache: list, classifications: dict[str, str]) -> list[dict]:
+    """The cached schema relabelled; a classified table's sampled values are dropped at once."""
+    tables = [TableInfo.model_validate(t) for t in cache]
+    for table in tables:
+        table.classification = classifications.get(table.table_name)
+        if table.classification:
+            for column in table.columns:
+                column.sample_values = []
+    return [table.model_dump(mode="json") for table in tables]
 
 
 def data_source_discover(*, data_source: DataSource) -> list[TableInfo]:

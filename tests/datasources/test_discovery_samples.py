@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from datasources.connectors import SAMPLE_DISTINCT_MAX, sample_values_keep
-from datasources.services import data_source_create, data_source_discover
+from datasources.services import data_source_create, data_source_discover, data_source_update
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import pg_admin_connect
 
@@ -40,6 +40,17 @@ def test_a_classified_table_keeps_no_values(workspace, sqlite_file):
     tables = data_source_discover(data_source=source)
     assert all(values == [] for values in columns_of(tables, "customers").values())
     assert columns_of(tables, "tickets")["status"]  # the unclassified table still has them
+
+
+@pytest.mark.django_db
+def test_classifying_a_table_later_drops_its_cached_values(sqlite_source):
+    data_source_discover(data_source=sqlite_source)
+    data_source_update(data_source=sqlite_source, classifications={"tickets": "confidential"})
+    sqlite_source.refresh_from_db()
+    cached = {t["table_name"]: t for t in sqlite_source.schema_cache}
+    assert cached["tickets"]["classification"] == "confidential"
+    assert all(c["sample_values"] == [] for c in cached["tickets"]["columns"])
+    assert any(c["sample_values"] for c in cached["customers"]["columns"])
 
 
 @pytest.mark.django_db
