@@ -29,9 +29,13 @@ _TOP_LEAD = re.compile(r"\b(?:top|bottom|first|best|worst)\s+\d{1,4}\s+$")
 # "spent by customers", "written by Queen": "by" names who did it, not a dimension.
 _AGENT_BY = re.compile(r"\b(?:\w+ed|\w+en|spent|made|sold|bought|paid|sent|held|won|built|bought)\s+by\s+"
                        r"(?:the\s+)?$")
+_WHICH_N = re.compile(r"\b(?:which|what)\s+(?:are\s+the\s+|were\s+the\s+)?(\d{1,4})\b")
 _WHICH_LEAD = re.compile(r"\b(?:which|what)\s+(?:\w+\s+)?$")
 _QUOTED = re.compile(r"\"([^\"]{1,80})\"|'([^']{1,80})'|\u201c([^\u201d]{1,80})\u201d|\u2018([^\u2019]{1,80})\u2019")
-_LIST = re.compile(r"^\s*(?:please\s+)?(?:list|show|name|display|give me|what are|which are)\b")
+_LIST = re.compile(r"^\s*(?:please\s+)?(?:list|show|name|display|give me|what are|which are|which|who)\b")
+_NEGATION = re.compile(r"\b(?:not|no|never|without|none|neither|nor|except|excluding)\b|n't\b")
+_SUPERLATIVE = re.compile(r"\b(?:most|fewest|least|top|bottom|best|worst|popular)\b")
+_YEAR = re.compile(r"\b(?:in|during|for|of)\s+(?:the\s+year\s+)?((?:19|20)\d\d)\b")
 _COMPARE = re.compile(r"\b(?:(more|greater|higher|longer|larger|bigger|over|above|at least)|"
                       r"(less|fewer|lower|shorter|smaller|cheaper|under|below|at most))\s+(?:than\s+)?"
                       r"\$?(-?\d+(?:\.\d+)?)\b")
@@ -60,7 +64,7 @@ class Filter(BaseModel):
     table: str
     column: str
     value: str
-    op: Literal["=", ">", ">=", "<", "<="] = "="
+    op: Literal["=", ">", ">=", "<", "<=", "year"] = "="
 
 
 class Intent(BaseModel):
@@ -74,6 +78,7 @@ class Intent(BaseModel):
     order: Literal["asc", "desc"] | None = None
     limit: int | None = None
     listing: bool = False
+    distinct: tuple[str, str] | None = None  # "how many distinct countries": COUNT(DISTINCT column)
     ignored: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
     understood: list[str] = Field(default_factory=list)
@@ -214,9 +219,9 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
         intent.aggregate = ("avg" if _AVG.search(word) else "sum" if _SUM.search(word) else "max"
                             if _MAX.search(word) else "min" if _MIN.search(word) else None)
 
-    top = _TOP_N.search(text)
+    top = _TOP_N.search(text) or _WHICH_N.search(text)
     if top:
-        intent.limit = int(top.group(1) or top.group(2))
+        intent.limit = int(next(g for g in top.groups() if g))
     if group_mention is not None:
         if _ASC.search(text) and not _DESC.search(text.replace("most expensive", "")):
             intent.order = "asc"
@@ -237,11 +242,21 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
         entity = next(iter(others), None)
 
     context = [t for t in tables_named]
+    # "how many distinct countries": the column right after the count words.
+    if count_at:
+        first = next((m for m in mentions if m.start >= count_at.end()), None)
+        if first is not None and first.kind == "column" and first is not group_mention and not any(
+                _column(graph, c).is_numeric for c in first.candidates):
+            intent.distinct = _pick(graph, first.candidates, context, entity.candidates[0][0] if entity else None)
+            if entity is None or entity.start > first.start:
+                entity = None
     measure: tuple[str, str] | None = None
     if measure_mentions:
         m = measure_mentions[0]
         measure = _pick(graph, m.candidates, context, entity.candidates[0][0] if entity else None)
     base = measure[0] if measure else (entity.candidates[0][0] if entity else None)
+    if base is None and intent.distinct is not None:
+        base = intent.distinct[0]
     if intent.aggregate in {"sum", "avg", "min", "max"} and measure is None:
         pool = [graph.table(base)] if base else [graph.table(n) for n in tables_named]
         options = [(t.name, c.name) for t in pool if t is not None for c in t.measures]
@@ -301,6 +316,26 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
             intent.filters.append(Filter(table=table, column=column, value=found.group(3), op=op))
         else:
             intent.problems.append(f"I could not tell which number '{found.group(0)}' compares")
+
+    # A year: on the one date column of the base table (or the date column the question names).
+    for found in _YEAR.finditer(text):
+        named = [m for m in mentions if m.kind == "column" and any(_column(graph, c).is_temporal
+                                                                   for c in m.candidates)]
+        table = graph.table(base) if base else None
+        dates = [(table.name, c.name) for c in table.columns if c.is_temporal] if table else []
+        target = _pick(graph, named[0].candidates, context, base) if named else (dates[0] if len(dates) == 1
+                                                                                   else None)
+        if target is None:
+            intent.problems.append(f"I could not tell which date '{found.group(1)}' is about"
+                                   + (f" (candidates: {', '.join(f'{t}.{c}' for t, c in dates)})" if dates else ""))
+        else:
+            intent.filters.append(Filter(table=target[0], column=target[1], value=found.group(1), op="year"))
+    if _NEGATION.search(text):
+        intent.problems.append("I do not handle negation (not / no / without): I would count the opposite")
+    if (group_mention is None and intent.aggregate in {"count", None} and not intent.listing
+            and _SUPERLATIVE.search(text) and not _LIST.search(text)):
+        intent.problems.append("the question asks for a most / least but names nothing to rank by (use 'by' "
+                               "or 'which ... has the most ...')")
 
     # Words that look like a filter value but match nothing in the data.
     covered = [(m.start, m.end) for m in mentions]

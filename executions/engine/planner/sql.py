@@ -35,7 +35,8 @@ def sql_build(*, intent: Intent, graph: SchemaGraph, row_limit: int) -> SqlPlan:
     joins: list[str] = []
     said_joins: list[str] = []
     fans_out = False
-    needed = [f.table for f in intent.filters] + ([intent.group[0]] if intent.group else [])
+    needed = [f.table for f in intent.filters] + ([intent.group[0]] if intent.group else []) + (
+        [intent.distinct[0]] if intent.distinct else [])
     for target in needed:
         if target in aliases:
             continue
@@ -60,7 +61,10 @@ def sql_build(*, intent: Intent, graph: SchemaGraph, row_limit: int) -> SqlPlan:
 
     agg = intent.aggregate
     key = base.key
-    if agg == "count":
+    if agg == "count" and intent.distinct is not None:
+        value_sql = f"COUNT(DISTINCT {col(*intent.distinct)})"
+        alias, said = "count", f"counts the distinct values of {intent.distinct[0]}.{intent.distinct[1]}"
+    elif agg == "count":
         if joins and key is not None:
             value_sql = f"COUNT(DISTINCT {col(base.name, key.name)})"
         elif joins:
@@ -90,6 +94,12 @@ def sql_build(*, intent: Intent, graph: SchemaGraph, row_limit: int) -> SqlPlan:
         target = col(f.table, f.column)
         table = graph.table(f.table)
         column = table.column(f.column) if table else None
+        if f.op == "year":
+            year = int(f.value)
+            where.append(f"strftime('%Y', {target}) = '{year}'" if graph.dialect == "sqlite"
+                         else f"EXTRACT(YEAR FROM {target}) = {year}")
+            said_filters.append(f"{f.table}.{f.column} is in {year}")
+            continue
         if f.op != "=":
             where.append(f"{target} {f.op} {float(f.value)!r}")
             said_filters.append(f"{f.table}.{f.column} {f.op} {f.value}")
