@@ -29,7 +29,7 @@ def shop(dialect="sqlite") -> dict:
         {"table_name": "customers", "columns": [column("id", pk=True), column("full_name", "text"),
                                                 column("region", "text", values=["North", "South"])]},
         {"table_name": "orders", "columns": [column("id", pk=True), column("customer_id"),
-                                             column("amount", "numeric(10,2)")]},
+                                             column("amount", "numeric(10,2)"), column("placed_on", "date")]},
         {"table_name": "order_lines", "columns": [column("id", pk=True), column("order_id"),
                                                   column("sku_id"), column("units")]},
     ]}
@@ -84,6 +84,39 @@ def test_a_value_missing_from_the_samples_is_refused_not_ignored():
                             row_limit=100)
     assert not planned.answered
     assert "East" in planned.tried[0]
+
+
+@pytest.mark.parametrize(("dialect", "condition"), [
+    ("sqlite", "strftime('%Y', t0.\"placed_on\") = '2024'"),
+    ("postgresql", "EXTRACT(YEAR FROM t0.\"placed_on\") = 2024"),
+])
+def test_a_year_filters_the_only_date_column_in_the_sources_dialect(dialect, condition):
+    planned = question_plan(question="How many orders were placed in 2024?", sources=[shop(dialect)], row_limit=10)
+    assert planned.answered, planned.tried
+    assert planned.query == f'SELECT COUNT(*) AS "count" FROM "orders" t0 WHERE {condition}'
+    assert query_check(sql=planned.query, dialect=dialect, allowed_tables=["orders"]).allowed
+
+
+def test_distinct_values_are_counted_once_and_sums_follow_the_keys():
+    planned = question_plan(question="How many distinct regions do customers come from?", sources=[shop()],
+                            row_limit=10)
+    assert planned.query == 'SELECT COUNT(DISTINCT t0."region") AS "count" FROM "customers" t0'
+    planned = question_plan(question="What is the total amount of orders per region?", sources=[shop()],
+                            row_limit=10)
+    assert planned.query == (
+        'SELECT t1."region" AS "region", SUM(t0."amount") AS "sum_amount" FROM "orders" t0 JOIN "customers" t1 '
+        'ON t0."customer_id" = t1."id" GROUP BY t1."region" ORDER BY "sum_amount" DESC, t1."region" ASC LIMIT 10')
+
+
+@pytest.mark.parametrize("question", [
+    "How many customers have no orders?",
+    "What is the most popular region?",
+    "How many orders are there per week?",
+])
+def test_questions_it_would_get_wrong_are_refused(question):
+    planned = question_plan(question=question, sources=[shop()], row_limit=10)
+    assert not planned.answered, planned.query
+    assert planned.tried and "I matched" in planned.tried[0]
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
