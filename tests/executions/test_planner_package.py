@@ -147,3 +147,20 @@ def test_the_planner_package_imports_no_django():
             "sys.exit(1 if any(m == 'django' or m.startswith('django.') for m in sys.modules) else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_any_text_gives_a_guarded_query_or_a_refusal_never_an_exception():
+    rng = random.Random(12)
+    pieces = ["how many", "orders", "customers", "by", "per", "region", "North", "top", "3", "average", "amount",
+              "'", '"', "in 2024", "not", "which", "most", "\u00e9\u4e2d", "\x00", ";", "--", "*/", "%", "(", "units"]
+    for _ in range(300):
+        question = " ".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12)))
+        planned = question_plan(question=question, sources=[shop()], row_limit=10)
+        if planned.answered:
+            verdict = query_check(sql=planned.query, dialect="sqlite", allowed_tables=["customers", "orders",
+                                                                                    "order_lines"])
+            assert verdict.allowed, (question, planned.query, verdict.reason)
+        else:
+            assert planned.tried and planned.query == ""
+    planned = question_plan(question="how many orders " * 500, sources=[shop()], row_limit=10)
+    assert not planned.answered and "longer than" in planned.tried[0]

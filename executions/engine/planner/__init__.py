@@ -21,6 +21,9 @@ __all__ = ["Intent", "PlannedQuery", "SchemaGraph", "graph_build", "graph_from_s
            "question_plan", "sql_build"]
 
 
+QUESTION_MAX_CHARS = 2000
+
+
 class PlannedQuery(BaseModel):
     answered: bool
     query: str = ""
@@ -41,6 +44,9 @@ def _dialect(source: dict) -> str:
 
 def question_plan(*, question: str, sources: list[dict], row_limit: int) -> PlannedQuery:
     """The best query over any one of ``sources`` for ``question``, or why none."""
+    if len(question) > QUESTION_MAX_CHARS:
+        return PlannedQuery(answered=False, tried=[
+            f"The question is longer than {QUESTION_MAX_CHARS} characters; ask one short question at a time."])
     tried: list[str] = []
     best: tuple[tuple, PlannedQuery] | None = None
     for source in sources:
