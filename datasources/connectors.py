@@ -114,6 +114,11 @@ FETCH_CHUNK = 200
 SAMPLE_DISTINCT_MAX = 300
 SAMPLE_VALUE_MAX_CHARS = 64
 SAMPLE_TABLES_MAX = 200
+# Sampling reads at most this many rows per column and stops after this long in all, so a
+# large source's discovery stays well inside the tool timeout; a partial sample only
+# makes the planner refuse a value it did not see.
+SAMPLE_ROWS_SCANNED = 10_000
+SAMPLE_BUDGET_SECONDS = 5.0
 _TEXT_TYPES = ("char", "text", "clob", "string", "citext")
 
 
@@ -490,18 +495,22 @@ class PostgresConnector:
         login may not read is skipped (a savepoint keeps the transaction usable)."""
         names = {oid: name for oid, name, relkind, _rows, _desc in tables[:SAMPLE_TABLES_MAX] if relkind in ("r", "p")}
         samples: dict[tuple[int, str], list[str]] = {}
+        deadline = time.monotonic() + SAMPLE_BUDGET_SECONDS
         for relid, name, data_type, _not_null, _description in columns:
-            if relid not in names or not _is_sampled_type(data_type):
+            if relid not in names or not _is_sampled_type(data_type) or time.monotonic() >= deadline:
                 continue
-            statement = pgsql.SQL("SELECT DISTINCT {col} FROM {table} WHERE {col} IS NOT NULL LIMIT {n}").format(
+            statement = pgsql.SQL(
+                "SELECT DISTINCT {col} FROM (SELECT {col} FROM {table} WHERE {col} IS NOT NULL LIMIT {rows}) AS s "
+                "LIMIT {n}"
+            ).format(
                 col=pgsql.Identifier(name), table=pgsql.Identifier(self.schema, names[relid]),
-                n=pgsql.Literal(SAMPLE_DISTINCT_MAX + 1),
+                rows=pgsql.Literal(SAMPLE_ROWS_SCANNED), n=pgsql.Literal(SAMPLE_DISTINCT_MAX + 1),
             )
             try:
                 cur.execute("SAVEPOINT river_sample")
                 values = [row[0] for row in cur.execute(statement).fetchall()]
                 cur.execute("RELEASE SAVEPOINT river_sample")
-            except psycopg.errors.InsufficientPrivilege:
+            except (psycopg.errors.InsufficientPrivilege, psycopg.errors.QueryCanceled):
                 cur.execute("ROLLBACK TO SAVEPOINT river_sample")
                 continue
             samples[(relid, name)] = sample_values_keep(values)
@@ -680,6 +689,7 @@ class SQLiteConnector:
                 "AND name NOT LIKE 'sqlite_%' ORDER BY name"
             ).fetchall()
             tables = []
+            sample_deadline = time.monotonic() + SAMPLE_BUDGET_SECONDS
             for name, kind in names:
                 quoted = _sqlite_quote(name)
                 foreign = {
@@ -701,10 +711,11 @@ class SQLiteConnector:
                 estimate = conn.execute(f"SELECT count(*) FROM {quoted}").fetchone()[0] if kind == "table" else None
                 if kind == "table" and len(tables) < SAMPLE_TABLES_MAX:
                     for column in columns:
-                        if _is_sampled_type(column.data_type):
+                        if _is_sampled_type(column.data_type) and time.monotonic() < sample_deadline:
+                            col = _sqlite_quote(column.column_name)
                             values = conn.execute(
-                                f"SELECT DISTINCT {_sqlite_quote(column.column_name)} FROM {quoted} "
-                                f"WHERE {_sqlite_quote(column.column_name)} IS NOT NULL LIMIT {SAMPLE_DISTINCT_MAX + 1}"
+                                f"SELECT DISTINCT {col} FROM (SELECT {col} FROM {quoted} WHERE {col} IS NOT NULL "
+                                f"LIMIT {SAMPLE_ROWS_SCANNED}) LIMIT {SAMPLE_DISTINCT_MAX + 1}"
                             ).fetchall()
                             column.sample_values = sample_values_keep([row[0] for row in values])
                 tables.append(TableInfo(table_name=name, columns=columns, row_estimate=estimate))
