@@ -108,6 +108,11 @@ def _schema_mentions(text: str, graph: SchemaGraph) -> list[Mention]:
             if column.looks_like_key:
                 continue
             cwords = column.words
+            if words and cwords[:len(words)] != words:
+                # "supplier country", "invoice total": a column named with its table.
+                for m in _phrase_pattern(words + cwords).finditer(text):
+                    found.append(Mention(kind="column", start=m.start(), end=m.end(), text=m.group(0),
+                                         candidates=[(table.name, column.name)]))
             for size in range(len(cwords), 0, -1):
                 tail = cwords[-size:]
                 if size < len(cwords) and tail in ([w] for w in ("name", "id", "code", "date")):
@@ -352,7 +357,9 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
         elif lead and lead[-1] in {"per", "by", "each", "every"}:
             intent.problems.append(f"I cannot group by '{shown}': no column of that name")
 
-    if intent.base is None:
+    if intent.base is None and intent.group is not None:
+        intent.problems.append(f"I could not tell what to count or measure for each {intent.group[0]}")
+    elif intent.base is None:
         intent.problems.append("the question names no table I can see" + (
             f" (I looked for: {', '.join(t.name for t in graph.tables[:12])})" if graph.tables else ""))
     if intent.aggregate is None and not intent.listing and intent.base is not None:
