@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 
+from datasources.catalog import catalog_search
 from datasources.connectors import SAMPLE_DISTINCT_MAX, sample_values_keep
 from datasources.services import data_source_create, data_source_discover, data_source_update
 from tests.datasources.fixtures import *  # noqa: F403
@@ -81,3 +82,11 @@ def test_values_that_are_too_long_or_too_many_are_dropped():
     assert sample_values_keep(["short"] * 9 + ["x" * 500]) == ["short"] * 9  # one long name is dropped alone
     assert sample_values_keep(["x" * 500, "y" * 500, "ok"]) == []  # mostly long: free text, keep none
     assert sample_values_keep(["a\x00b", "c"] + ["d"] * 18) == ["c"] + ["d"] * 18
+
+
+@pytest.mark.django_db
+def test_the_catalog_finds_the_column_that_holds_a_sampled_value(sqlite_source):
+    data_source_discover(data_source=sqlite_source)
+    sqlite_source.refresh_from_db()
+    found = catalog_search(data_sources=[sqlite_source], query="Bletchley", top_k=3)
+    assert [(m.kind, m.table_name, m.column_name) for m in found.matches][:1] == [("column", "customers", "company")]
