@@ -6,7 +6,15 @@ as plain values.
   filters on sampled values, order, limit);
 * ``sql``: the intent as one SELECT in the source's dialect;
 * :func:`question_plan`: all three over the data sources a tool passes, returning
-  either a query or an honest account of what was tried and why it failed.
+  either a query or an honest account of what was tried and why it failed;
+* ``rules``: the single-table rules (record changes, time windows, enum-like values)
+  and intent classification;
+* ``tasks``: the answers to the model-backed tools' sub-requests;
+* ``brain``: the next tool call or the final answer, from the conversation;
+* ``provider``: the litellm custom provider (``executions.engine.offline`` re-exports
+  the names the engine uses).
+
+Importing this package loads none of ``rules``/``tasks``/``brain``/``provider``.
 """
 
 from __future__ import annotations
