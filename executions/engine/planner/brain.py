@@ -19,7 +19,7 @@ from executions.engine.planner.rules import (
     read_prompt,
     tables_from_prompt,
 )
-from executions.engine.planner.tasks import as_rows, task_explain_results
+from executions.engine.planner.tasks import as_rows, readable, task_explain_results
 
 # --- the agent's brain ---------------------------------------------------------------------------
 
@@ -314,7 +314,7 @@ def _final(convo: Conversation, tables: list[Table], note: str | None = None,
         if change is not None or written is not None:
             lines.insert(0, f"Found {total} matching row(s).")
         elif len(rows) == 1 and len(columns) == 1:
-            lines.insert(0, f"Answer: {rows[0][columns[0]]}.")
+            lines.insert(0, f"Answer: {readable(rows[0][columns[0]])}.")
         elif explained is not None and not explained.problem and isinstance(explained.body, dict):
             lines.insert(0, str(explained.body.get("explanation") or ""))
         else:

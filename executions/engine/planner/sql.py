@@ -75,7 +75,8 @@ def sql_build(*, intent: Intent, graph: SchemaGraph, row_limit: int) -> SqlPlan:
         alias, said = "count", f"counts {base.name} rows"
     elif agg in {"sum", "avg", "min", "max"} and intent.measure is not None:
         if fans_out and agg in {"sum", "avg"}:
-            plan.problems.append(f"joining {base.name} to {', '.join(needed)} repeats its rows, so a {agg} of "
+            plan.problems.append(f"joining {base.name} to {', '.join(needed)} repeats its rows, so "
+                                 f"{'a sum' if agg == 'sum' else 'an average'} of "
                                  f"{intent.measure[1]} would be wrong")
             return plan
         func = {"sum": "SUM", "avg": "AVG", "min": "MIN", "max": "MAX"}[agg]

@@ -88,6 +88,11 @@ def task_recommend_visualization(payload: dict) -> dict:
             "config": {"columns": columns}}
 
 
+def readable(value):
+    """A float as a person reads it (2328.6, not 2328.6000000000004); anything else as is."""
+    return round(value, 4) if isinstance(value, float) else value
+
+
 def as_rows(columns: list[str], sample: list) -> list[dict]:
     rows = []
     for row in sample or []:
@@ -114,7 +119,7 @@ def task_explain_results(payload: dict) -> dict:
                 "data_quality_notes": []}
     if len(rows) == 1 and len(columns) == 1 and _is_number(rows[0].get(columns[0])):
         value = rows[0][columns[0]]
-        explanation = f"The answer is {value} ({columns[0]})."
+        explanation = f"The answer is {readable(value)} ({columns[0]})."
         confidence = 0.9
         suggestions.append("Break the number down by another column, for example by status or priority.")
     elif len(rows) == 1 and len(columns) == 2 and _is_number(rows[0].get(columns[1])):
