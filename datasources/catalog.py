@@ -166,6 +166,8 @@ def _column_doc(source: DataSource, table: TableInfo, column) -> _Doc:
         + tokenize(column.description)
         + tokenize(table.table_name)
         + tokenize(column.data_type.split("(")[0])
+        # The sampled values, so "customers from Brazil" finds the column that holds Brazil.
+        + tokenize(" ".join(column.sample_values))
     )
     match = CatalogMatch(
         kind="column",

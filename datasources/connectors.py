@@ -109,6 +109,30 @@ class RawResult:
 
 
 FETCH_CHUNK = 200
+# Discovery samples the distinct values of short text columns so that a planner can
+# tell which column a word of a question is a value of ("Brazil" is a Country).
+SAMPLE_DISTINCT_MAX = 300
+SAMPLE_VALUE_MAX_CHARS = 64
+SAMPLE_TABLES_MAX = 200
+# Sampling reads at most this many rows per column and stops after this long in all, so a
+# large source's discovery stays well inside the tool timeout; a partial sample only
+# makes the planner refuse a value it did not see.
+SAMPLE_ROWS_SCANNED = 10_000
+SAMPLE_BUDGET_SECONDS = 5.0
+_TEXT_TYPES = ("char", "text", "clob", "string", "citext")
+
+
+def _is_sampled_type(data_type: str) -> bool:
+    return any(word in (data_type or "").lower() for word in _TEXT_TYPES)
+
+
+def sample_values_keep(values: list[Any]) -> list[str]:
+    """The sampled values to store, or none when the column has too many or too long ones."""
+    if len(values) > SAMPLE_DISTINCT_MAX:
+        return []
+    kept = [v for v in values if isinstance(v, str) and 0 < len(v) <= SAMPLE_VALUE_MAX_CHARS and "\x00" not in v]
+    # A few long names (a compilation's artist list) do not make a column free text.
+    return sorted(kept) if len(kept) * 10 >= len(values) * 9 else []
 DEFAULT_MAX_BYTES = 65_536
 
 
@@ -427,6 +451,7 @@ class PostgresConnector:
                 oids = [row[0] for row in tables]
                 columns = cur.execute(_PG_COLUMNS, [oids]).fetchall() if oids else []
                 keys = cur.execute(_PG_KEYS, [oids]).fetchall() if oids else []
+                samples = self._sample_values(cur, tables, columns)
                 conn.rollback()
         except psycopg.Error as exc:
             raise self._translate(exc) from None
@@ -448,6 +473,7 @@ class PostgresConnector:
                     is_primary_key=(relid, name) in primary,
                     foreign_key=foreign.get((relid, name)),
                     description=description,
+                    sample_values=samples.get((relid, name), []),
                 )
             )
         result = []
@@ -463,6 +489,32 @@ class PostgresConnector:
                 )
             )
         return result
+
+    def _sample_values(self, cur, tables: list, columns: list) -> dict[tuple[int, str], list[str]]:
+        """Distinct values of the short text columns of ordinary tables; a column the
+        login may not read is skipped (a savepoint keeps the transaction usable)."""
+        names = {oid: name for oid, name, relkind, _rows, _desc in tables[:SAMPLE_TABLES_MAX] if relkind in ("r", "p")}
+        samples: dict[tuple[int, str], list[str]] = {}
+        deadline = time.monotonic() + SAMPLE_BUDGET_SECONDS
+        for relid, name, data_type, _not_null, _description in columns:
+            if relid not in names or not _is_sampled_type(data_type) or time.monotonic() >= deadline:
+                continue
+            statement = pgsql.SQL(
+                "SELECT DISTINCT {col} FROM (SELECT {col} FROM {table} WHERE {col} IS NOT NULL LIMIT {rows}) AS s "
+                "LIMIT {n}"
+            ).format(
+                col=pgsql.Identifier(name), table=pgsql.Identifier(self.schema, names[relid]),
+                rows=pgsql.Literal(SAMPLE_ROWS_SCANNED), n=pgsql.Literal(SAMPLE_DISTINCT_MAX + 1),
+            )
+            try:
+                cur.execute("SAVEPOINT river_sample")
+                values = [row[0] for row in cur.execute(statement).fetchall()]
+                cur.execute("RELEASE SAVEPOINT river_sample")
+            except (psycopg.errors.InsufficientPrivilege, psycopg.errors.QueryCanceled):
+                cur.execute("ROLLBACK TO SAVEPOINT river_sample")
+                continue
+            samples[(relid, name)] = sample_values_keep(values)
+        return samples
 
     def run_read_query(
         self,
@@ -637,6 +689,7 @@ class SQLiteConnector:
                 "AND name NOT LIKE 'sqlite_%' ORDER BY name"
             ).fetchall()
             tables = []
+            sample_deadline = time.monotonic() + SAMPLE_BUDGET_SECONDS
             for name, kind in names:
                 quoted = _sqlite_quote(name)
                 foreign = {
@@ -656,6 +709,15 @@ class SQLiteConnector:
                     ).fetchall()
                 ]
                 estimate = conn.execute(f"SELECT count(*) FROM {quoted}").fetchone()[0] if kind == "table" else None
+                if kind == "table" and len(tables) < SAMPLE_TABLES_MAX:
+                    for column in columns:
+                        if _is_sampled_type(column.data_type) and time.monotonic() < sample_deadline:
+                            col = _sqlite_quote(column.column_name)
+                            values = conn.execute(
+                                f"SELECT DISTINCT {col} FROM (SELECT {col} FROM {quoted} WHERE {col} IS NOT NULL "
+                                f"LIMIT {SAMPLE_ROWS_SCANNED}) LIMIT {SAMPLE_DISTINCT_MAX + 1}"
+                            ).fetchall()
+                            column.sample_values = sample_values_keep([row[0] for row in values])
                 tables.append(TableInfo(table_name=name, columns=columns, row_estimate=estimate))
             return tables
         except sqlite3.Error as exc:

@@ -385,6 +385,9 @@ def data_source_update(*, data_source: DataSource, **changes) -> DataSource:
     if "classifications" in changes:
         data_source.classifications = _classifications_validate(changes["classifications"])
         fields.add("classifications")
+        if data_source.schema_cache:
+            data_source.schema_cache = _cache_classify(data_source.schema_cache, data_source.classifications)
+            fields.add("schema_cache")
 
     if _CONNECTION_FIELDS & set(changes):
         config_changes = changes.get("connection_config") or {}
@@ -468,6 +471,17 @@ def data_source_test(*, data_source: DataSource) -> ConnectionTestResult:
     return result
 
 
+def _cache_classify(cache: list, classifications: dict[str, str]) -> list[dict]:
+    """The cached schema relabelled; a classified table's sampled values are dropped at once."""
+    tables = [TableInfo.model_validate(t) for t in cache]
+    for table in tables:
+        table.classification = classifications.get(table.table_name)
+        if table.classification:
+            for column in table.columns:
+                column.sample_values = []
+    return [table.model_dump(mode="json") for table in tables]
+
+
 def data_source_discover(*, data_source: DataSource) -> list[TableInfo]:
     """Read tables, columns, keys and row estimates and store them as the cached schema."""
     try:
@@ -479,6 +493,10 @@ def data_source_discover(*, data_source: DataSource) -> list[TableInfo]:
     classifications = data_source.classifications or {}
     for table in tables:
         table.classification = classifications.get(table.table_name)
+        if table.classification:
+            # A classified table's values must not travel into prompts and payloads.
+            for column in table.columns:
+                column.sample_values = []
     now = timezone.now()
     cache = [table.model_dump(mode="json") for table in tables]
     DataSource.objects.filter(pk=data_source.pk).update(

@@ -29,6 +29,9 @@ class ColumnInfo(BaseModel):
     is_primary_key: bool = False
     foreign_key: str | None = None  # "table.column"
     description: str = ""
+    # The distinct values of a low-cardinality text column, read at discovery (empty
+    # when the column has more than SAMPLE_DISTINCT_MAX values or its table is classified).
+    sample_values: list[str] = Field(default_factory=list)
 
 
 class TableInfo(BaseModel):
