@@ -21,6 +21,7 @@ import pydantic
 
 from agents.types import Tier
 from common.errors import pydantic_details
+from common.fence import WriteFence, fence_bound
 from common.text import json_storable, text_storable
 from executions.engine import context as ctxmod
 from executions.engine import gate
@@ -125,12 +126,17 @@ _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="river-tool")
 
 
 def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_exit: Callable[[], None] | None = None):
-    """Run a handler with a hard deadline. A handler that overruns is abandoned (its
-    thread finishes in the background) and the call reports a timeout."""
+    """Run a handler with a hard deadline. A handler that overruns is abandoned and the
+    call reports a timeout; its thread may finish in the background, but the write
+    fence bound to it is closed first, so a write it started can no longer commit
+    (common.fence). A write that committed just before the fence closed is reported
+    as done, not as a timeout."""
+    fence = WriteFence(deadline=time.monotonic() + timeout)
 
     def call():
         try:
-            return tool.handler(ctx, args)
+            with fence_bound(fence):
+                return tool.handler(ctx, args)
         finally:
             if on_exit:
                 on_exit()
@@ -139,7 +145,16 @@ def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_ex
     try:
         return future.result(timeout=timeout)
     except FutureTimeout:
-        raise ToolError(ToolErrorKind.TIMEOUT, f"{tool.name} did not finish within {timeout:g} s") from None
+        settled = fence.close()
+        if future.done():
+            return future.result()  # it finished (or failed) while the fence was closing
+        message = f"{tool.name} did not finish within {timeout:g} s"
+        if tool.writes:
+            message += (
+                "; its write was not committed" if settled
+                else "; its COMMIT was in flight, so the write may or may not have been applied"
+            )
+        raise ToolError(ToolErrorKind.TIMEOUT, message) from None
 
 
 def select_tier(state: RunState) -> Tier:
@@ -542,7 +557,7 @@ class Engine:
             data_sources=request.data_source_metadata, input_prompt=request.input_prompt, llm=self.llm,
             extras=extras,
         )
-        timeout = float(request.agent_config.model_settings.timeout_seconds or tool.timeout_seconds)
+        timeout = float(request.agent_config.model_settings.timeout_seconds)  # one budget for every tool
         started = time.monotonic()
         attempts = 0
         error: ToolError | None = None

@@ -33,7 +33,6 @@ from tenancy import permissions as perms
 from tenancy.selectors import require_permission, workspace_get_for_user
 
 T = TypeVar("T")
-TIMEOUT_SECONDS = 30.0
 QUERY_DEADLINE_MARGIN_MS = 12_000  # connecting may take up to 10 s (connectors.CONNECT_TIMEOUT_SECONDS)
 
 
@@ -222,7 +221,7 @@ def execute_query(ctx: ToolContext, args: ExecuteQueryInput) -> ExecuteQueryOutp
     source = _data_source(ctx, args.data_source_id)
     # The statement must time out before the engine gives up on the tool: a statement
     # timeout is reported and not retried, a tool timeout is retried (another query).
-    tool_seconds = ctx.agent.model_settings.timeout_seconds or TIMEOUT_SECONDS
+    tool_seconds = ctx.agent.model_settings.timeout_seconds
     result = _call(
         lambda: ds_services.query_execute(
             data_source=source,
@@ -404,7 +403,6 @@ def _execution_tool(name, description, input_model, output_model, handler, permi
             output_model=output_model,
             handler=handler,
             permission=permission,
-            timeout_seconds=TIMEOUT_SECONDS,
             writes=writes,
             idempotent=not writes,
         )
@@ -496,7 +494,6 @@ SEARCH_CATALOG = register(
         output_model=SearchCatalogOutput,
         handler=search_catalog,
         permission=None,
-        timeout_seconds=TIMEOUT_SECONDS,
         idempotent=True,
     )
 )
