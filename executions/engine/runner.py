@@ -43,6 +43,13 @@ from executions.engine.observation import observation_byte_limit, observation_fi
 from executions.engine.state import RUNNER_MODEL, RunState, call_hash, step
 from executions.engine.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from governance.types import Decision
+from telemetry.run_events import (
+    interaction_required_event,
+    observation_received_event,
+    tool_called_event,
+    turn_complete_event,
+    turn_reasoning_event,
+)
 
 logger = logging.getLogger("river.engine")
 
@@ -197,6 +204,11 @@ def _tool_message(call_id: str, name: str, payload, *, ok: bool) -> dict:
 _STORED_TEXT = frozenset({"input", "output", "messages", "error"})
 
 
+def _turn_duration_ms(state: RunState) -> int:
+    """The time the turn's steps took (model call, tools), also across a pause."""
+    return sum(s.duration_ms or 0 for s in state.steps if s.turn == state.turn)
+
+
 def _summarise(value, limit: int = 240) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -238,7 +250,7 @@ class Engine:
                 self.journal.flush(state)
                 return paused
             if state.open_calls and state.turn:
-                self.journal.emit("turn_complete", {"turn": state.turn})
+                self.journal.emit(*turn_complete_event(turn=state.turn, duration_ms=_turn_duration_ms(state)))
             if state.final_answer is None and any(c.name == "finalize" for c in state.open_calls):
                 answer = next(c for c in state.open_calls if c.name == "finalize").arguments.get("answer", "")
                 self._add(state, StepType.FINAL_ANSWER, output={"answer": str(answer)})
@@ -342,10 +354,10 @@ class Engine:
                     "cost_usd": reply.cost_usd},
             messages=[_assistant_message(reply)],
         )
-        self.journal.emit("turn_reasoning", {
-            "turn": turn, "thought_summary": _summarise(reply.content or ", ".join(c.name for c in reply.tool_calls)),
-            "model_used": reply.model,
-        })
+        self.journal.emit(*turn_reasoning_event(
+            turn=turn, thought_summary=_summarise(reply.content or ", ".join(c.name for c in reply.tool_calls)),
+            model_used=reply.model,
+        ))
         if not reply.tool_calls:
             self._add(state, StepType.FINAL_ANSWER, output={"answer": reply.content or ""})
         return None
@@ -410,7 +422,7 @@ class Engine:
             request = InteractionRequest.model_validate(args)
             self._add(state, StepType.INTERACTION, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=request.model_dump(mode="json"), status=StepStatus.PENDING)
-            self.journal.emit("interaction_required", {"turn": state.turn, **request.model_dump(mode="json")})
+            self.journal.emit(*interaction_required_event(turn=state.turn, request=request.model_dump(mode="json")))
             return Outcome(status=ResponseStatus.AWAITING_INTERACTION)
 
         if tool.category == ToolCategory.EXECUTION or tool.writes:
@@ -543,7 +555,7 @@ class Engine:
         else:
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args)
-        self.journal.emit("tool_called", {"turn": state.turn, "tool_name": call.name, "args_summary": _summarise(args)})
+        self.journal.emit(*tool_called_event(turn=state.turn, tool_name=call.name, args_summary=_summarise(args)))
         sub_usage: list[dict] = []  # model calls made by the tool itself (sub-requests)
 
         def count_usage(reply: LLMReply) -> None:
@@ -608,10 +620,10 @@ class Engine:
                       call_id=call.id, input=args, status=StepStatus.BLOCKED if withheld else StepStatus.COMPLETED,
                       duration_ms=duration, output=observed,
                       messages=[_tool_message(call.id, call.name, shown, ok=not withheld)])
-        self.journal.emit("observation_received", {
-            "turn": state.turn, "tool_name": call.name, "duration_ms": duration,
-            "result_summary": _summarise(state.steps[-1].output.get("summary", "")),
-        })
+        self.journal.emit(*observation_received_event(
+            turn=state.turn, tool_name=call.name, duration_ms=duration,
+            result_summary=_summarise(state.steps[-1].output.get("summary", "")),
+        ))
         return None
 
     def _export_check(self, state: RunState, call, tool: Tool, args: dict, result: dict) -> dict | Outcome | None:
