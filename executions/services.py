@@ -40,6 +40,7 @@ from executions.journal import DbJournal, event_rows_publish, next_event_seq, st
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from governance.audit import audit_record
 from governance.selectors import active_policies
+from governance.types import Decision, ResolutionStatus
 from telemetry.events import events_flush
 from telemetry.faults import infra_fault_record
 from telemetry.run_events import (
@@ -589,7 +590,7 @@ def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolu
     decision = Step(
         step_number=next_number, step_type=StepType.GOVERNANCE_CHECK, turn=row.turn_count,
         call_id=call_id, tool_name=resolution.get("tool_name"), status=StepStatus.COMPLETED,
-        governance_decision="PROCEED" if resolution["status"] != "rejected" else "BLOCKED",
+        governance_decision=Decision.BLOCKED if resolution["status"] == ResolutionStatus.REJECTED else Decision.PROCEED,
         output={"resolution": resolution},
     )
     _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
@@ -827,7 +828,7 @@ def memory_write(*, execution_id: int) -> AgentMemory | None:
     steps = list(execution.steps.filter(step_type__in=["observation", "governance_check"]).order_by("step_number"))
     learnings, flagged = [], []
     for row in steps:
-        if row.step_type == "observation" and row.status == "failed" and row.tool_name:
+        if row.step_type == StepType.OBSERVATION and row.status == StepStatus.FAILED and row.tool_name:
             learnings.append(f"{row.tool_name} failed: {row.error[:160]}")
         if row.status == "blocked":
             flagged.append(f"{row.tool_name or 'action'} was blocked: {(row.error or '')[:160]}")
@@ -867,7 +868,7 @@ def execution_approval_resolve(
     approval_authorize(user=user, approval=approval)
     if approval.status != approval.Status.PENDING:
         raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")
-    if status == "edited_approved":
+    if status == ResolutionStatus.EDITED_APPROVED:
         tool = get_tool(approval.tool_name)
         if tool is None:
             raise Conflict(f"Tool {approval.tool_name!r} is no longer available; approve or reject instead.",

@@ -17,6 +17,7 @@ from django.utils import timezone
 from common.errors import Conflict, NotFound, PermissionDenied
 from governance.audit import audit_record
 from governance.models import ApprovalRequest
+from governance.types import ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
 from tenancy.selectors import workspace_permissions, workspace_roles, workspaces_for_user
@@ -159,9 +160,9 @@ def approval_get_for_user(*, user, approval_id) -> ApprovalRequest:
 
 
 _STATUS_FOR = {
-    "approved": ApprovalRequest.Status.APPROVED,
-    "rejected": ApprovalRequest.Status.REJECTED,
-    "edited_approved": ApprovalRequest.Status.EDITED,
+    ResolutionStatus.APPROVED: ApprovalRequest.Status.APPROVED,
+    ResolutionStatus.REJECTED: ApprovalRequest.Status.REJECTED,
+    ResolutionStatus.EDITED_APPROVED: ApprovalRequest.Status.EDITED,
 }
 
 
@@ -184,7 +185,7 @@ def approval_decide(
                            "resolution_comment": comment or None}
     approval.save(update_fields=["status", "resolved_by", "resolved_at", "resolution_comment", "resolution"])
     details = {"tool_name": approval.tool_name, "resolution": status, "comment": comment or ""}
-    if status == "edited_approved":
+    if status == ResolutionStatus.EDITED_APPROVED:
         details["diff"] = args_diff(approval.proposed_payload, modified_args or {})
     audit_record(
         organization_id=approval.workspace.organization_id, workspace_id=approval.workspace_id,

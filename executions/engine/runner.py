@@ -42,7 +42,7 @@ from executions.engine.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, L
 from executions.engine.observation import observation_byte_limit, observation_fit
 from executions.engine.state import RUNNER_MODEL, RunState, call_hash, step
 from executions.engine.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
-from governance.types import Decision
+from governance.types import Decision, ResolutionStatus
 from telemetry.run_events import (
     interaction_required_event,
     observation_received_event,
@@ -434,7 +434,7 @@ class Engine:
         paused = self._dispatch(state, call, tool, parsed, args)
         if paused is not None:
             return paused
-        if resolution is not None and resolution.get("status") != "rejected" and tool.writes:
+        if resolution is not None and resolution.get("status") != ResolutionStatus.REJECTED and tool.writes:
             return self._approved_write_checked(state, call, resolution)
         return None
 
@@ -462,7 +462,7 @@ class Engine:
         """None to dispatch; True when handled without dispatch; an Outcome to pause."""
         if resolution is not None:
             status = resolution.get("status")
-            if status == "rejected":
+            if status == ResolutionStatus.REJECTED:
                 comment = resolution.get("resolution_comment") or "no comment"
                 message = f"The approver rejected this {call.name} call: {comment}"
                 self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
@@ -471,7 +471,7 @@ class Engine:
                           messages=[_tool_message(call.id, call.name, {"rejected": True, "comment": comment},
                                                   ok=False)])
                 return True
-            if status == "edited_approved":
+            if status == ResolutionStatus.EDITED_APPROVED:
                 verdict = gate.before_tool(state, tool, args, confidence=None)
                 if verdict.decision == Decision.BLOCKED:
                     return self._blocked(state, call, args, verdict)
@@ -520,7 +520,7 @@ class Engine:
         condition = gate.auto_approved(state, call.name, {"confidence_score": confidence, "tool": {
             "name": call.name}, "args": args})
         if condition:
-            resolution = {"status": "approved", "resolved_by": "auto", "auto_approved": True,
+            resolution = {"status": ResolutionStatus.APPROVED.value, "resolved_by": "auto", "auto_approved": True,
                           "condition": condition}
             self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED,
                       output={**policy, "approval_request": payload.model_dump(mode="json"),
@@ -641,7 +641,7 @@ class Engine:
             return None
         if verdict.decision == Decision.APPROVAL_REQUIRED:
             resolution = state.resolutions.get(call.id) or {}
-            if resolution.get("status") in ("approved", "edited_approved"):
+            if resolution.get("status") in (ResolutionStatus.APPROVED, ResolutionStatus.EDITED_APPROVED):
                 return None
             common = {"tool_name": call.name, "tool_category": tool.category.value, "call_id": call.id,
                       "input": args, "governance_decision": Decision.APPROVAL_REQUIRED}
