@@ -825,12 +825,13 @@ def memory_write(*, execution_id: int) -> AgentMemory | None:
     """Long-term memory from a finished run: summarised, never the raw log."""
     execution = Execution.objects.get(pk=execution_id)
     result = execution.result or {}
-    steps = list(execution.steps.filter(step_type__in=["observation", "governance_check"]).order_by("step_number"))
+    steps = list(execution.steps.filter(step_type__in=[StepType.OBSERVATION, StepType.GOVERNANCE_CHECK])
+                 .order_by("step_number"))
     learnings, flagged = [], []
     for row in steps:
         if row.step_type == StepType.OBSERVATION and row.status == StepStatus.FAILED and row.tool_name:
             learnings.append(f"{row.tool_name} failed: {row.error[:160]}")
-        if row.status == "blocked":
+        if row.status == StepStatus.BLOCKED:
             flagged.append(f"{row.tool_name or 'action'} was blocked: {(row.error or '')[:160]}")
     summary = (result.get("summary") or "")[:1000]
     memory, _ = AgentMemory.objects.update_or_create(
