@@ -10,13 +10,13 @@ import logging
 import uuid
 from datetime import timedelta
 
-from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from common.errors import Conflict, NotFound, PermissionDenied
 from governance.audit import audit_record
 from governance.models import ApprovalRequest
+from governance.notifications import approval_notify
 from governance.types import ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
@@ -65,20 +65,8 @@ def approval_request_open(
         details={"tool_name": approval.tool_name, "proposed_payload": approval.proposed_payload,
                  "expires_at": approval.expires_at.isoformat()},
     )
-    transaction.on_commit(lambda: _notify(approval.pk))
+    approval_notify(approval_id=approval.pk)
     return approval
-
-
-def _notify(approval_id, *, reminder: bool = False) -> None:
-    """Queue the approvers' notification. Runs after commit; a broker outage is logged
-    and never fails the run or the sweep that opened or reminded the request."""
-    from governance.tasks import notify_approval
-
-    try:
-        notify_approval.delay(str(approval_id), reminder=reminder)
-    except Exception:  # noqa: BLE001 - notifications are best effort by contract
-        logger.exception("could not queue the %s for approval %s",
-                         "reminder" if reminder else "notification", approval_id)
 
 
 def _resolver_roles(*, user, workspace) -> set[str]:
@@ -270,7 +258,7 @@ def approval_remind(*, approval_id) -> bool:
     ).update(reminder_sent_at=timezone.now())
     if claimed != 1:
         return False
-    transaction.on_commit(lambda: _notify(approval_id, reminder=True))
+    approval_notify(approval_id=approval_id, reminder=True)
     return True
 
 
