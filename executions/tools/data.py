@@ -28,6 +28,7 @@ from datasources.selectors import data_source_files_usage, data_source_get_in_wo
 from datasources.types import TableInfo
 from executions.engine.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
 from executions.models import Execution, ExecutionStep
+from executions.tools.fenced import fenced_in_transaction
 from governance.selectors import approval_notification_config
 from tenancy import permissions as perms
 from tenancy.selectors import require_permission, workspace_get_for_user
@@ -414,7 +415,7 @@ CREATE_DATA_SOURCE = _execution_tool(
     "Register a new data source in this workspace (types: " + ", ".join(SUPPORTED_TYPES) + ").",
     CreateDataSourceInput,
     CreateDataSourceOutput,
-    create_data_source,
+    fenced_in_transaction(create_data_source),
     perms.DATA_SOURCE_CREATE,
     writes=True,
 )
@@ -423,7 +424,7 @@ UPDATE_DATA_SOURCE = _execution_tool(
     "Change a data source's settings; connection changes clear its cached schema.",
     UpdateDataSourceInput,
     SuccessOutput,
-    update_data_source,
+    fenced_in_transaction(update_data_source),
     perms.DATA_SOURCE_UPDATE,
     writes=True,
 )
@@ -432,7 +433,7 @@ DELETE_DATA_SOURCE = _execution_tool(
     "Delete a data source from this workspace.",
     DataSourceIdInput,
     SuccessOutput,
-    delete_data_source,
+    fenced_in_transaction(delete_data_source),
     perms.DATA_SOURCE_DELETE,
     writes=True,
 )

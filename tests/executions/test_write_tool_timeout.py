@@ -164,3 +164,50 @@ def test_the_fence_is_bound_to_the_tool_thread_only():
     with fence_bound(fence):
         assert current_fence() is fence
     assert current_fence() is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_river_row_written_before_the_timeout_is_rolled_back_when_the_handler_overruns(owner, workspace,
+                                                                                        sqlite_dir):
+    """create_data_source writes River's own row; its handler then overruns. The
+    row was never committed: the fence refuses the commit and it is rolled back."""
+    from datasources.models import DataSource
+    from executions.tools.fenced import fenced_in_transaction
+
+    create = get_tool("create_data_source")
+    written, reported, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def create_then_overrun(tool_ctx, args):
+        result = create.handler.__wrapped_handler__(tool_ctx, args)
+        written.set()
+        reported.wait(THREAD_END_DEADLINE)
+        return result
+
+    slow = Tool(name="slow_create_data_source", description="", category=ToolCategory.EXECUTION,
+                input_model=create.input_model, output_model=create.output_model,
+                handler=fenced_in_transaction(create_then_overrun), writes=True)
+    ctx = ctx_for(owner, workspace)
+    args = create.input_model.model_validate({
+        "name": "late source", "type": "sqlite", "connection_config": {"path": "late.sqlite3"},
+        "credentials": {}, "create_file": True,
+    })
+
+    def on_exit():
+        connection.close()
+        ended.set()
+
+    with pytest.raises(ToolError) as caught:
+        run_tool_in_thread(slow, ctx, args, 1.0, on_exit)
+    assert caught.value.kind == ToolErrorKind.TIMEOUT
+    assert written.is_set()  # the row existed (uncommitted) before the timeout was reported
+    reported.set()
+    assert ended.wait(THREAD_END_DEADLINE)
+    assert not DataSource.objects.filter(workspace=workspace, name="late source").exists()
+
+
+def test_a_fenced_handler_outside_the_engine_runs_as_is():
+    from executions.tools.fenced import fenced_in_transaction
+
+    calls = []
+    assert fenced_in_transaction(lambda ctx, args: calls.append(args) or "done")(None, 1) == "done"
+    assert calls == [1]
