@@ -523,10 +523,14 @@ class PostgresConnector:
                     cur = conn.cursor()
                     cur.execute("SELECT set_config('statement_timeout', $1, true)", [str(int(timeout_ms))])
                     cur.execute("SELECT set_config('search_path', $1, true)", [self.schema])
+                    current_ms = int(timeout_ms)
                     for text, params in statements:
-                        if fence is not None:  # each statement ends by the tool's deadline
-                            cur.execute("SELECT set_config('statement_timeout', $1, true)",
-                                        [str(min(int(timeout_ms), fence.remaining_ms()))])
+                        # Each statement ends by the tool's deadline (within a second: the
+                        # timeout is set again only once it is a second too long; COMMIT
+                        # after the deadline is refused by the fence anyway).
+                        if fence is not None and fence.remaining_ms() + 1000 < current_ms:
+                            current_ms = fence.remaining_ms()
+                            cur.execute("SELECT set_config('statement_timeout', $1, true)", [str(current_ms)])
                         cur.execute(text, [_pg_param(p) for p in params])
                         affected += max(cur.rowcount, 0)
                     committing = True
