@@ -37,6 +37,7 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from common.dberrors import failure_annotate, sqlstate_is_transient
+from common.fence import FenceClosed, WriteFence, current_fence
 from common.text import text_storable
 from datasources.network import HostNotAllowed, host_check
 from datasources.types import ColumnInfo, ConnectionConfig, ConnectionTestResult, TableInfo
@@ -552,7 +553,8 @@ class PostgresConnector:
         )
 
     def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int:
-        timeout_ms = self.timeout_ms
+        fence = current_fence()
+        timeout_ms = _write_timeout_ms(self.timeout_ms, fence)
         with self._connect(read_only=False, timeout_ms=timeout_ms) as conn:
 
             def quote(name: str) -> str:
@@ -569,17 +571,43 @@ class PostgresConnector:
             affected = 0
             committing = False  # True once every statement ran: leaving the block sends COMMIT
             try:
-                with conn.transaction():
+                try:
                     cur = conn.cursor()
                     cur.execute("SELECT set_config('statement_timeout', $1, true)", [str(int(timeout_ms))])
                     cur.execute("SELECT set_config('search_path', $1, true)", [self.schema])
+                    current_ms = int(timeout_ms)
                     for text, params in statements:
+                        # Each statement ends by the tool's deadline (within a second: the
+                        # timeout is set again only once it is a second too long; COMMIT
+                        # after the deadline is refused by the fence anyway).
+                        if fence is not None and fence.remaining_ms() + 1000 < current_ms:
+                            current_ms = fence.remaining_ms()
+                            cur.execute("SELECT set_config('statement_timeout', $1, true)", [str(current_ms)])
                         cur.execute(text, [_pg_param(p) for p in params])
                         affected += max(cur.rowcount, 0)
                     committing = True
+                    with fence.commit() if fence is not None else contextlib.nullcontext():
+                        conn.commit()
+                except BaseException:
+                    if not conn.closed:
+                        with contextlib.suppress(psycopg.Error):
+                            conn.rollback()
+                    raise
             except psycopg.Error as exc:
                 raise failure_annotate(self._translate(exc), exc, committing=committing) from None
+            except FenceClosed as exc:
+                raise QueryTimeout(str(exc)) from None
         return affected
+
+
+def _write_timeout_ms(timeout_ms: int, fence: WriteFence | None) -> int:
+    """The source's statement timeout, cut to the tool call's deadline when there is one."""
+    if fence is None:
+        return int(timeout_ms)
+    try:
+        return min(int(timeout_ms), fence.remaining_ms())
+    except FenceClosed as exc:
+        raise QueryTimeout(str(exc)) from None
 
 
 def _pg_param(value: Any) -> Any:
@@ -766,9 +794,13 @@ class SQLiteConnector:
             quote=_sqlite_quote,
             placeholder=lambda n: f"?{n}",
         )
+        fence = current_fence()
+        timeout_ms = _write_timeout_ms(self.timeout_ms, fence)
         conn = self._connect(read_only=False)
-        deadline = time.monotonic() + self.timeout_ms / 1000
+        deadline = time.monotonic() + timeout_ms / 1000
         conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_EVERY)
+        # Waiting for another writer's lock ends by the deadline too.
+        conn.execute(f"PRAGMA busy_timeout = {min(5000, timeout_ms)}")
         affected = 0
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -776,12 +808,16 @@ class SQLiteConnector:
                 for text, params in statements:
                     cur = conn.execute(text, [_sqlite_param(p) for p in params])
                     affected += max(cur.rowcount, 0)
-                conn.execute("COMMIT")
+                with fence.commit() if fence is not None else contextlib.nullcontext():
+                    conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
+        except FenceClosed as exc:
+            raise QueryTimeout(str(exc)) from None
         finally:
             conn.close()
         return affected

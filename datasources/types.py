@@ -42,10 +42,6 @@ class TableInfo(BaseModel):
     description: str = ""
 
 
-class SchemaCache(BaseModel):
-    tables: list[TableInfo] = Field(default_factory=list)
-
-
 class ConnectionTestResult(BaseModel):
     success: bool
     latency_ms: int = 0

@@ -19,6 +19,7 @@ from common.errors import NotFound
 from executions.models import ExecutionEvent
 from executions.selectors import execution_get_for_user
 from telemetry.events import execution_group, workspace_group
+from telemetry.run_events import event_message
 from tenancy.selectors import workspace_get_for_user, workspaces_for_user
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ def _execution_workspace_id(user, execution_id) -> int | None:
 def _stored_events(execution_id: int, after: int) -> list[dict]:
     rows = ExecutionEvent.objects.filter(execution_id=execution_id, seq__gt=after).order_by("seq")[:REPLAY_BATCH]
     # Same shape as the live events the journal publishes.
-    return [{"type": row.event_type, "seq": row.seq, "execution_id": execution_id, **row.payload} for row in rows]
+    return [event_message(event_type=row.event_type, seq=row.seq, execution_id=execution_id, payload=row.payload)
+            for row in rows]
 
 
 @database_sync_to_async

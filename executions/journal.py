@@ -28,6 +28,7 @@ from executions.write_behind import (
 )
 from governance.audit import audit_record
 from telemetry.events import events_publish, events_publish_committed
+from telemetry.run_events import event_message
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,8 @@ def event_rows_publish(execution: Execution, rows: list[ExecutionEvent]) -> None
     events_publish(
         workspace_id=execution.workspace_id,
         execution_id=execution.pk,
-        events=[{"type": row.event_type, "seq": row.seq, "execution_id": execution.pk, **row.payload} for row in rows],
+        events=[event_message(event_type=row.event_type, seq=row.seq, execution_id=execution.pk, payload=row.payload)
+                for row in rows],
     )
 
 
@@ -258,7 +260,8 @@ class DbJournal:
 
     def _event_dicts(self, events: list[tuple[int, str, dict]]) -> list[dict]:
         execution_id = self.execution.pk
-        return [{"type": kind, "seq": seq, "execution_id": execution_id, **payload} for seq, kind, payload in events]
+        return [event_message(event_type=kind, seq=seq, execution_id=execution_id, payload=payload)
+                for seq, kind, payload in events]
 
     def _publish(self, events: list[tuple[int, str, dict]]) -> None:
         """For events whose statement has committed (on any connection)."""

@@ -5,6 +5,7 @@ from django.db import models
 from django.utils import timezone
 
 from common.fields import PydanticJSONField
+from executions.engine.contracts import StepStatus
 
 
 class Execution(models.Model):
@@ -120,7 +121,7 @@ class ExecutionStep(models.Model):
     provider = models.CharField(max_length=100, blank=True)
     tokens = models.JSONField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(default=0)
-    status = models.CharField(max_length=20, default="completed")
+    status = models.CharField(max_length=20, default=StepStatus.COMPLETED.value)  # the engine's StepStatus
     governance_decision = models.CharField(max_length=30, blank=True)
     error = models.TextField(blank=True)
     # Chat messages this step adds to the conversation (rebuilds history on resume).

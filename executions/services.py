@@ -40,8 +40,15 @@ from executions.journal import DbJournal, event_rows_publish, next_event_seq, st
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from governance.audit import audit_record
 from governance.selectors import active_policies
+from governance.types import Decision, ResolutionStatus
 from telemetry.events import events_flush
 from telemetry.faults import infra_fault_record
+from telemetry.run_events import (
+    approval_required_event,
+    approval_resolved_event,
+    run_completed_event,
+    run_started_event,
+)
 from tenancy.selectors import workspace_permissions, workspace_roles
 
 logger = logging.getLogger("river.executions")
@@ -382,12 +389,20 @@ def _run_end_failed(row: Execution, *, code: str, message: str) -> None:
     row.lease_expires_at = None
     row.error = {"code": code, "message": message, "recoverable": False, "details": {}}
     row.save(update_fields=["status", "finished_at", "lease_token", "lease_expires_at", "error"])
-    event = ExecutionEvent.objects.create(
-        execution=row, seq=next_event_seq(row.pk), event_type="run_completed",
-        payload={"status": row.status, "turns_used": row.turn_count, "final_output_summary": message},
-    )
-    event_rows_publish(row, [event])
+    _run_completed_record(row, summary=message)
     _post_process_on_commit(row.pk)
+
+
+def _run_completed_record(row: Execution, *, summary: str) -> None:
+    """Append and publish ``run_completed`` for a run that just ended outside the engine
+    (failed, cancelled, expired). Caller holds the row lock, inside its transaction."""
+    ended = row.finished_at or timezone.now()
+    duration_ms = int((ended - row.started_at).total_seconds() * 1000) if row.started_at else 0
+    kind, payload = run_completed_event(status=row.status, duration_ms=max(duration_ms, 0),
+                                        turns_used=row.turn_count, final_output_summary=summary)
+    event = ExecutionEvent.objects.create(execution=row, seq=next_event_seq(row.pk), event_type=kind,
+                                          payload=payload)
+    event_rows_publish(row, [event])
 
 
 def _segment_fail(execution_id: int, token: str, message: str, *, code: str = "AGENT_ERROR") -> None:
@@ -410,10 +425,10 @@ def _segment_run(execution: Execution, token: str, llm) -> str | None:
     state = state_load(execution)
     journal = DbJournal(execution, token)
     if not state.steps:
-        journal.emit("run_started", {
-            "execution_id": execution.pk, "agent_id": str(execution.agent_id),
-            "trigger_type": execution.trigger_type, "started_at": execution.started_at.isoformat(),
-        })
+        journal.emit(*run_started_event(
+            execution_id=execution.pk, agent_id=execution.agent_id,
+            trigger_type=execution.trigger_type, started_at=execution.started_at,
+        ))
     engine = Engine(
         llm=llm or llm_for_execution(execution), journal=journal, hooks=_DurableHooks(execution),
         tool_thread_exit=lambda: connection.close(),
@@ -474,19 +489,18 @@ def execution_segment_end(
             fields += ["context_snapshot", "attempts", "infra_error"]
             if status == Execution.Status.AWAITING_APPROVAL:
                 approval = _approval_open(row, state)
-                events.append(("approval_required", {
-                    "approval_id": str(approval.pk), "tool_name": approval.tool_name,
-                    "pending_since": approval.created_at.isoformat(),
-                }))
+                events.append(approval_required_event(
+                    approval_id=approval.pk, tool_name=approval.tool_name, pending_since=approval.created_at,
+                ))
         else:
             row.result = response.result.model_dump(mode="json")
             row.error = response.error.model_dump(mode="json") if response.error else None
             row.finished_at = now
             fields += ["result", "error", "finished_at"]
-            events.append(("run_completed", {
-                "status": status, "duration_ms": response.usage.execution_duration_ms,
-                "turns_used": state.turn, "final_output_summary": (state.final_answer or "")[:300],
-            }))
+            events.append(run_completed_event(
+                status=status, duration_ms=response.usage.execution_duration_ms,
+                turns_used=state.turn, final_output_summary=(state.final_answer or "")[:300],
+            ))
         row.save(update_fields=fields)
         rows = [ExecutionEvent(execution=row, seq=seq + i, event_type=t, payload=p) for i, (t, p) in enumerate(events)]
         ExecutionEvent.objects.bulk_create(rows)
@@ -576,16 +590,16 @@ def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolu
     decision = Step(
         step_number=next_number, step_type=StepType.GOVERNANCE_CHECK, turn=row.turn_count,
         call_id=call_id, tool_name=resolution.get("tool_name"), status=StepStatus.COMPLETED,
-        governance_decision="PROCEED" if resolution["status"] != "rejected" else "BLOCKED",
+        governance_decision=Decision.BLOCKED if resolution["status"] == ResolutionStatus.REJECTED else Decision.PROCEED,
         output={"resolution": resolution},
     )
     _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
     seq = next_event_seq(row.pk)
-    event = ExecutionEvent.objects.create(
-        execution=row, seq=seq, event_type="approval_resolved",
-        payload={"approval_id": resolution.get("approval_id"), "resolution": resolution["status"],
-                 "resolved_by": resolution.get("resolved_by")},
+    kind, payload = approval_resolved_event(
+        approval_id=resolution.get("approval_id"), resolution=resolution["status"],
+        resolved_by=resolution.get("resolved_by"),
     )
+    event = ExecutionEvent.objects.create(execution=row, seq=seq, event_type=kind, payload=payload)
     event_rows_publish(row, [event])
 
 
@@ -604,11 +618,7 @@ def execution_cancel(*, execution: Execution, user) -> Execution:
         from governance.approvals import approvals_close_for_execution
 
         approvals_close_for_execution(execution_id=row.pk, reason="run cancelled")
-        event = ExecutionEvent.objects.create(
-            execution=row, seq=next_event_seq(row.pk), event_type="run_completed",
-            payload={"status": row.status, "turns_used": row.turn_count, "final_output_summary": "cancelled"},
-        )
-        event_rows_publish(row, [event])
+        _run_completed_record(row, summary="cancelled")
         _post_process_on_commit(row.pk)
     return row
 
@@ -623,11 +633,7 @@ def execution_end_expired(*, execution_id: int) -> None:
     row.error = {"code": "APPROVAL_EXPIRED", "message": "The approval request expired.", "recoverable": False,
                  "details": {}}
     row.save(update_fields=["status", "finished_at", "error"])
-    event = ExecutionEvent.objects.create(
-        execution=row, seq=next_event_seq(row.pk), event_type="run_completed",
-        payload={"status": row.status, "turns_used": row.turn_count, "final_output_summary": "approval expired"},
-    )
-    event_rows_publish(row, [event])
+    _run_completed_record(row, summary="approval expired")
     _post_process_on_commit(row.pk)
 
 
@@ -819,12 +825,13 @@ def memory_write(*, execution_id: int) -> AgentMemory | None:
     """Long-term memory from a finished run: summarised, never the raw log."""
     execution = Execution.objects.get(pk=execution_id)
     result = execution.result or {}
-    steps = list(execution.steps.filter(step_type__in=["observation", "governance_check"]).order_by("step_number"))
+    steps = list(execution.steps.filter(step_type__in=[StepType.OBSERVATION, StepType.GOVERNANCE_CHECK])
+                 .order_by("step_number"))
     learnings, flagged = [], []
     for row in steps:
-        if row.step_type == "observation" and row.status == "failed" and row.tool_name:
+        if row.step_type == StepType.OBSERVATION and row.status == StepStatus.FAILED and row.tool_name:
             learnings.append(f"{row.tool_name} failed: {row.error[:160]}")
-        if row.status == "blocked":
+        if row.status == StepStatus.BLOCKED:
             flagged.append(f"{row.tool_name or 'action'} was blocked: {(row.error or '')[:160]}")
     summary = (result.get("summary") or "")[:1000]
     memory, _ = AgentMemory.objects.update_or_create(
@@ -862,7 +869,7 @@ def execution_approval_resolve(
     approval_authorize(user=user, approval=approval)
     if approval.status != approval.Status.PENDING:
         raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")
-    if status == "edited_approved":
+    if status == ResolutionStatus.EDITED_APPROVED:
         tool = get_tool(approval.tool_name)
         if tool is None:
             raise Conflict(f"Tool {approval.tool_name!r} is no longer available; approve or reject instead.",

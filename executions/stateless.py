@@ -32,6 +32,7 @@ from executions.engine.runner import Engine, MemoryJournal, new_state, response_
 from executions.engine.state import RunState
 from executions.journal import governance_decisions_audit
 from executions.models import ContinuationUse
+from governance.types import Decision, ResolutionStatus
 from tenancy.models import AccessToken, Workspace
 from tenancy.selectors import is_org_admin, workspace_permissions
 
@@ -174,7 +175,7 @@ def execute_continue(*, user, auth, continuation: ContinuationRequest, llm=None)
                                details={"continuation_type": ["expected interaction_response"]})
         resolution = continuation.approval_resolution.model_dump(mode="json")
         _refuse_self_approval(request=state.request, resolved_by=resolution["resolved_by"])
-        if resolution["status"] == "edited_approved":
+        if resolution["status"] == ResolutionStatus.EDITED_APPROVED:
             from executions.engine.tools import get_tool
 
             tool = get_tool(pending.tool_name)
@@ -187,7 +188,8 @@ def execute_continue(*, user, auth, continuation: ContinuationRequest, llm=None)
         state.apply(Step(
             step_number=state.next_step_number, step_type=StepType.GOVERNANCE_CHECK, turn=state.turn,
             call_id=pending.call_id, tool_name=pending.tool_name, status=StepStatus.COMPLETED,
-            governance_decision="BLOCKED" if resolution["status"] == "rejected" else "PROCEED",
+            governance_decision=(Decision.BLOCKED if resolution["status"] == ResolutionStatus.REJECTED
+                                 else Decision.PROCEED),
             output={"resolution": resolution},
         ))
     else:

@@ -23,20 +23,22 @@ from executions.engine.tools import get_tool
 from executions.selectors import execution_get_for_user
 from governance.approvals import approval_get_for_user, approvals_for_user, may_resolve, self_approval_refused
 from governance.models import ApprovalRequest
+from governance.types import ResolutionStatus
 
 RECENTLY_RESOLVED = 20
 LOGIN_URL = reverse_lazy("login")
 
 
 class ResolveForm(forms.Form):
-    decision = forms.ChoiceField(choices=[("approved", "Approve"), ("rejected", "Reject"),
-                                          ("edited_approved", "Edit and approve")])
+    decision = forms.ChoiceField(choices=[(ResolutionStatus.APPROVED.value, "Approve"),
+                                          (ResolutionStatus.REJECTED.value, "Reject"),
+                                          (ResolutionStatus.EDITED_APPROVED.value, "Edit and approve")])
     resolution_comment = forms.CharField(required=False, max_length=4000)
     modified_args = forms.CharField(required=False, max_length=100_000, strip=False)
 
     def clean(self):
         data = super().clean()
-        if data.get("decision") != "edited_approved":
+        if data.get("decision") != ResolutionStatus.EDITED_APPROVED:
             data["modified_args"] = None
             return data
         text = (data.get("modified_args") or "").strip()
@@ -78,7 +80,7 @@ def approval_card(
         "schema_json": _pretty(tool.input_model.model_json_schema()) if tool else "",
         "edited_json": _pretty(resolution["modified_args"]) if resolution.get("modified_args") else "",
         "error": error,
-        "edit_open": bool(error) and submitted.get("decision") == "edited_approved",
+        "edit_open": bool(error) and submitted.get("decision") == ResolutionStatus.EDITED_APPROVED,
     }
 
 

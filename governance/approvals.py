@@ -10,13 +10,14 @@ import logging
 import uuid
 from datetime import timedelta
 
-from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from common.errors import Conflict, NotFound, PermissionDenied
 from governance.audit import audit_record
 from governance.models import ApprovalRequest
+from governance.notifications import approval_notify
+from governance.types import ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
 from tenancy.selectors import workspace_permissions, workspace_roles, workspaces_for_user
@@ -64,20 +65,8 @@ def approval_request_open(
         details={"tool_name": approval.tool_name, "proposed_payload": approval.proposed_payload,
                  "expires_at": approval.expires_at.isoformat()},
     )
-    transaction.on_commit(lambda: _notify(approval.pk))
+    approval_notify(approval_id=approval.pk)
     return approval
-
-
-def _notify(approval_id, *, reminder: bool = False) -> None:
-    """Queue the approvers' notification. Runs after commit; a broker outage is logged
-    and never fails the run or the sweep that opened or reminded the request."""
-    from governance.tasks import notify_approval
-
-    try:
-        notify_approval.delay(str(approval_id), reminder=reminder)
-    except Exception:  # noqa: BLE001 - notifications are best effort by contract
-        logger.exception("could not queue the %s for approval %s",
-                         "reminder" if reminder else "notification", approval_id)
 
 
 def _resolver_roles(*, user, workspace) -> set[str]:
@@ -159,9 +148,9 @@ def approval_get_for_user(*, user, approval_id) -> ApprovalRequest:
 
 
 _STATUS_FOR = {
-    "approved": ApprovalRequest.Status.APPROVED,
-    "rejected": ApprovalRequest.Status.REJECTED,
-    "edited_approved": ApprovalRequest.Status.EDITED,
+    ResolutionStatus.APPROVED: ApprovalRequest.Status.APPROVED,
+    ResolutionStatus.REJECTED: ApprovalRequest.Status.REJECTED,
+    ResolutionStatus.EDITED_APPROVED: ApprovalRequest.Status.EDITED,
 }
 
 
@@ -184,7 +173,7 @@ def approval_decide(
                            "resolution_comment": comment or None}
     approval.save(update_fields=["status", "resolved_by", "resolved_at", "resolution_comment", "resolution"])
     details = {"tool_name": approval.tool_name, "resolution": status, "comment": comment or ""}
-    if status == "edited_approved":
+    if status == ResolutionStatus.EDITED_APPROVED:
         details["diff"] = args_diff(approval.proposed_payload, modified_args or {})
     audit_record(
         organization_id=approval.workspace.organization_id, workspace_id=approval.workspace_id,
@@ -269,7 +258,7 @@ def approval_remind(*, approval_id) -> bool:
     ).update(reminder_sent_at=timezone.now())
     if claimed != 1:
         return False
-    transaction.on_commit(lambda: _notify(approval_id, reminder=True))
+    approval_notify(approval_id=approval_id, reminder=True)
     return True
 
 

@@ -123,11 +123,20 @@ def _approval_text(approval: ApprovalRequest, *, reminder: bool = False) -> tupl
 
 
 def approval_notify(*, approval_id: UUID | str, reminder: bool = False) -> None:
-    """Queue the notifications for an approval request once the transaction commits.
-    The approval gate calls this; it never raises for delivery problems."""
+    """Queue the approvers' notification (or reminder) once the transaction commits.
+    Opening a request and the reminder sweep call this. A broker outage is logged and
+    never fails the run or the sweep: notifications are best effort by contract."""
+    transaction.on_commit(lambda: _approval_notify_queue(str(approval_id), reminder=reminder))
+
+
+def _approval_notify_queue(approval_id: str, *, reminder: bool) -> None:
     from governance.tasks import notify_approval
 
-    transaction.on_commit(lambda: notify_approval.delay(str(approval_id), reminder=reminder))
+    try:
+        notify_approval.delay(approval_id, reminder=reminder)
+    except Exception:  # noqa: BLE001 - best effort, see approval_notify
+        logger.exception("could not queue the %s for approval %s",
+                         "reminder" if reminder else "notification", approval_id)
 
 
 def approval_notifications_send(*, approval_id: UUID | str, reminder: bool = False) -> list[str]:

@@ -18,7 +18,6 @@ CARD = "payment_card"
 SSN = "us_ssn"
 UK_NINO = "uk_nino"
 IBAN = "iban"
-KINDS = (EMAIL, PHONE, CARD, SSN, UK_NINO, IBAN)
 
 
 @dataclass(frozen=True)

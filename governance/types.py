@@ -14,6 +14,15 @@ class Decision(StrEnum):
     BLOCKED = "BLOCKED"
 
 
+class ResolutionStatus(StrEnum):
+    """What an approver decided about a paused call (the spec's resolution values;
+    governance.approvals maps each to the stored ApprovalRequest.Status)."""
+
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EDITED_APPROVED = "edited_approved"
+
+
 class PolicyType(StrEnum):
     BUDGET = "budget"
     RATE_LIMIT = "rate_limit"

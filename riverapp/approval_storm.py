@@ -34,14 +34,16 @@ from django.db import connection
 
 from agents.types import Tier
 from executions import services, tasks
+from executions.engine.contracts import ResponseStatus
 from executions.engine.llm import LLMReply, LLMToolCall
 from governance import tasks as governance_tasks
 from governance.models import ApprovalRequest
+from governance.types import ResolutionStatus
 
 DECISIONS = (
-    {"status": "approved"},
-    {"status": "rejected", "resolution_comment": "not this one"},
-    {"status": "edited_approved", "modified_args": None},  # filled per approval
+    {"status": ResolutionStatus.APPROVED.value},
+    {"status": ResolutionStatus.REJECTED.value, "resolution_comment": "not this one"},
+    {"status": ResolutionStatus.EDITED_APPROVED.value, "modified_args": None},  # filled per approval
 )
 TABLE = "charges"
 PROPOSED_AMOUNT = 5
@@ -135,7 +137,7 @@ def storm_prepare(*, agent, starter, data_source_id: int, count: int, threads: i
 
 def decision_for(paused: Paused, racer: int, *, data_source_id: int) -> dict:
     body = dict(DECISIONS[(paused.index + racer) % len(DECISIONS)])
-    if body["status"] == "edited_approved":
+    if body["status"] == ResolutionStatus.EDITED_APPROVED:
         body["modified_args"] = write_args(data_source_id=data_source_id, index=paused.index, amount=EDITED_AMOUNT)
     return body
 
@@ -281,7 +283,7 @@ def storm_bench(*, workspace, starter, approvers: list, count: int, data_dir) ->
         for item in paused:
             want = 0 if decided[item.approval_id] == ApprovalRequest.Status.REJECTED else 1
             wrong += written.get(marker(item.index), 0) != want
-        once = sum(1 for first, again in resumed.values() if first == "success" and again is None)
+        once = sum(1 for first, again in resumed.values() if first == ResponseStatus.SUCCESS and again is None)
         queued_once = Counter(queued) == Counter(p.execution_id for p in paused)
     finally:
         Execution.objects.filter(agent=agent).delete()

@@ -318,7 +318,6 @@ RIVER_MAX_SEGMENT_ATTEMPTS = env_int("RIVER_MAX_SEGMENT_ATTEMPTS", 20, minimum=1
 # and post-processes a finished run that is still not post-processed this long after
 # it ended. With the 30 s beat and the default lease, no run waits over 2 x lease.
 RIVER_WATCHDOG_GRACE_SECONDS = env_int("RIVER_WATCHDOG_GRACE_SECONDS", 60, minimum=1)
-RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS = env_int("RIVER_DEFAULT_TOOL_TIMEOUT_SECONDS", 30, minimum=1)
 RIVER_PROMPT_INJECTION_DETECTION = env_bool("RIVER_PROMPT_INJECTION_DETECTION", True)
 RIVER_STORAGE_QUOTA_BYTES = env_int("RIVER_STORAGE_QUOTA_BYTES", 5 * 1024**3, minimum=0)
 # SQLite data sources may only live under this directory (relative paths resolve here),

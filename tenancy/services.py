@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.errors import NotFound
-from tenancy.models import AccessToken, Membership, Workspace
+from tenancy.models import AccessToken
 
 TOKEN_PREFIX = "rvr"  # noqa: S105 - a public marker, not a secret
 
@@ -64,8 +64,3 @@ def token_revoke(*, user, token_id: int) -> AccessToken:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at"])
     return token
-
-
-def membership_set(*, workspace: Workspace, user, role: str) -> Membership:
-    membership, _ = Membership.objects.update_or_create(workspace=workspace, user=user, defaults={"role": role})
-    return membership

@@ -26,6 +26,7 @@ from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.selectors import execution_get_for_user, executions_for_user
 from governance.approvals import approval_get_for_user, approvals_for_user
 from governance.models import ApprovalRequest
+from governance.types import ResolutionStatus
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
 from tenancy.selectors import require_permission, workspace_get_for_user
 
@@ -201,12 +202,12 @@ class ApprovalSerializer(serializers.ModelSerializer):
 
 
 class ResolveInput(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["approved", "rejected", "edited_approved"])
+    status = serializers.ChoiceField(choices=[s.value for s in ResolutionStatus])
     modified_args = serializers.JSONField(required=False, default=None)
     resolution_comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
 
     def validate(self, attrs):
-        if attrs["status"] == "edited_approved" and not isinstance(attrs.get("modified_args"), dict):
+        if attrs["status"] == ResolutionStatus.EDITED_APPROVED and not isinstance(attrs.get("modified_args"), dict):
             raise serializers.ValidationError({"modified_args": ["An object is required with edited_approved."]})
         return attrs
 

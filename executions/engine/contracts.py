@@ -26,7 +26,7 @@ from agents.types import (
 )
 from common import limits
 from datasources.types import TableInfo
-from governance.types import Decision, GovernancePolicySpec
+from governance.types import Decision, GovernancePolicySpec, ResolutionStatus
 
 
 class _Contract(BaseModel):
@@ -250,12 +250,6 @@ class ExecutionResponse(BaseModel):
 class ContinuationType(StrEnum):
     INTERACTION_RESPONSE = "interaction_response"
     APPROVAL_RESOLVED = "approval_resolved"
-
-
-class ResolutionStatus(StrEnum):
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EDITED_APPROVED = "edited_approved"
 
 
 class InteractionResponse(_Contract):

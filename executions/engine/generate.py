@@ -22,8 +22,6 @@ from executions.engine.contracts import GenerateAgentRequest, GenerateAgentRespo
 from executions.engine.llm import LLMClient, LLMError
 from executions.engine.offline import TASK_MARKER
 
-WRITE_TOOLS = ("write_back", "create_data_source", "update_data_source", "delete_data_source",
-               "apply_governance_policy")
 DATA_TOOLS = ("classify_intent", "search_catalog", "generate_query", "execute_query", "explain_results")
 GENERATION_TIMEOUT_SECONDS = 120
 

@@ -144,10 +144,3 @@ def provider_health_snapshot(*, providers: list[str]) -> list[dict]:
     """For dashboards: one JSON-ready row per provider."""
     health = provider_health_get(providers=providers)
     return [health[p].model_dump() for p in providers]
-
-
-def provider_health_reset(*, provider: str, now: float | None = None) -> None:
-    current = int((time.time() if now is None else now) // BUCKET_SECONDS)
-    buckets = range(current - WINDOW_SECONDS // BUCKET_SECONDS - 1, current + 2)
-    fields = ["n", "err", *(f"lat{i}" for i in range(_BINS))]
-    cache.delete_many([_key(provider, b, f) for b in buckets for f in fields])

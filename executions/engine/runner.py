@@ -21,6 +21,7 @@ import pydantic
 
 from agents.types import Tier
 from common.errors import pydantic_details
+from common.fence import WriteFence, fence_bound
 from common.text import json_storable, text_storable
 from executions.engine import context as ctxmod
 from executions.engine import gate
@@ -41,7 +42,14 @@ from executions.engine.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, L
 from executions.engine.observation import observation_byte_limit, observation_fit
 from executions.engine.state import RUNNER_MODEL, RunState, call_hash, step
 from executions.engine.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
-from governance.types import Decision
+from governance.types import Decision, ResolutionStatus
+from telemetry.run_events import (
+    interaction_required_event,
+    observation_received_event,
+    tool_called_event,
+    turn_complete_event,
+    turn_reasoning_event,
+)
 
 logger = logging.getLogger("river.engine")
 
@@ -138,12 +146,17 @@ _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="river-tool")
 
 
 def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_exit: Callable[[], None] | None = None):
-    """Run a handler with a hard deadline. A handler that overruns is abandoned (its
-    thread finishes in the background) and the call reports a timeout."""
+    """Run a handler with a hard deadline. A handler that overruns is abandoned and the
+    call reports a timeout; its thread may finish in the background, but the write
+    fence bound to it is closed first, so a write it started can no longer commit
+    (common.fence). A write that committed just before the fence closed is reported
+    as done, not as a timeout."""
+    fence = WriteFence(deadline=time.monotonic() + timeout)
 
     def call():
         try:
-            return tool.handler(ctx, args)
+            with fence_bound(fence):
+                return tool.handler(ctx, args)
         finally:
             if on_exit:
                 on_exit()
@@ -152,7 +165,16 @@ def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_ex
     try:
         return future.result(timeout=timeout)
     except FutureTimeout:
-        raise ToolError(ToolErrorKind.TIMEOUT, f"{tool.name} did not finish within {timeout:g} s") from None
+        settled = fence.close()
+        if future.done():
+            return future.result()  # it finished (or failed) while the fence was closing
+        message = f"{tool.name} did not finish within {timeout:g} s"
+        if tool.writes:
+            message += (
+                "; its write was not committed" if settled
+                else "; its COMMIT was in flight, so the write may or may not have been applied"
+            )
+        raise ToolError(ToolErrorKind.TIMEOUT, message) from None
 
 
 def turn_limit(state: RunState) -> int:
@@ -216,6 +238,11 @@ def _tool_message(call_id: str, name: str, payload, *, ok: bool) -> dict:
 _STORED_TEXT = frozenset({"input", "output", "messages", "error"})
 
 
+def _turn_duration_ms(state: RunState) -> int:
+    """The time the turn's steps took (model call, tools), also across a pause."""
+    return sum(s.duration_ms or 0 for s in state.steps if s.turn == state.turn)
+
+
 def _summarise(value, limit: int = 240) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -258,7 +285,7 @@ class Engine:
                 self.journal.flush(state)
                 return paused
             if state.open_calls and state.turn:
-                self.journal.emit("turn_complete", {"turn": state.turn})
+                self.journal.emit(*turn_complete_event(turn=state.turn, duration_ms=_turn_duration_ms(state)))
             if state.final_answer is None and any(c.name == "finalize" for c in state.open_calls):
                 answer = next(c for c in state.open_calls if c.name == "finalize").arguments.get("answer", "")
                 self._add(state, StepType.FINAL_ANSWER, output={"answer": str(answer)})
@@ -376,10 +403,10 @@ class Engine:
                     "cost_usd": reply.cost_usd},
             messages=[_assistant_message(reply)],
         )
-        self.journal.emit("turn_reasoning", {
-            "turn": turn, "thought_summary": _summarise(reply.content or ", ".join(c.name for c in reply.tool_calls)),
-            "model_used": reply.model,
-        })
+        self.journal.emit(*turn_reasoning_event(
+            turn=turn, thought_summary=_summarise(reply.content or ", ".join(c.name for c in reply.tool_calls)),
+            model_used=reply.model,
+        ))
         if not reply.tool_calls:
             self._add(state, StepType.FINAL_ANSWER, output={"answer": reply.content or ""})
         return None
@@ -444,7 +471,7 @@ class Engine:
             request = InteractionRequest.model_validate(args)
             self._add(state, StepType.INTERACTION, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=request.model_dump(mode="json"), status=StepStatus.PENDING)
-            self.journal.emit("interaction_required", {"turn": state.turn, **request.model_dump(mode="json")})
+            self.journal.emit(*interaction_required_event(turn=state.turn, request=request.model_dump(mode="json")))
             return Outcome(status=ResponseStatus.AWAITING_INTERACTION)
 
         if tool.category == ToolCategory.EXECUTION or tool.writes:
@@ -456,7 +483,7 @@ class Engine:
         paused = self._dispatch(state, call, tool, parsed, args)
         if paused is not None:
             return paused
-        if resolution is not None and resolution.get("status") != "rejected" and tool.writes:
+        if resolution is not None and resolution.get("status") != ResolutionStatus.REJECTED and tool.writes:
             return self._approved_write_checked(state, call, resolution)
         return None
 
@@ -484,7 +511,7 @@ class Engine:
         """None to dispatch; True when handled without dispatch; an Outcome to pause."""
         if resolution is not None:
             status = resolution.get("status")
-            if status == "rejected":
+            if status == ResolutionStatus.REJECTED:
                 comment = resolution.get("resolution_comment") or "no comment"
                 message = f"The approver rejected this {call.name} call: {comment}"
                 self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
@@ -493,7 +520,7 @@ class Engine:
                           messages=[_tool_message(call.id, call.name, {"rejected": True, "comment": comment},
                                                   ok=False)])
                 return True
-            if status == "edited_approved":
+            if status == ResolutionStatus.EDITED_APPROVED:
                 verdict = gate.before_tool(state, tool, args, confidence=None)
                 if verdict.decision == Decision.BLOCKED:
                     return self._blocked(state, call, args, verdict)
@@ -542,7 +569,7 @@ class Engine:
         condition = gate.auto_approved(state, call.name, {"confidence_score": confidence, "tool": {
             "name": call.name}, "args": args})
         if condition:
-            resolution = {"status": "approved", "resolved_by": "auto", "auto_approved": True,
+            resolution = {"status": ResolutionStatus.APPROVED.value, "resolved_by": "auto", "auto_approved": True,
                           "condition": condition}
             self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED,
                       output={**policy, "approval_request": payload.model_dump(mode="json"),
@@ -577,7 +604,7 @@ class Engine:
         else:
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args)
-        self.journal.emit("tool_called", {"turn": state.turn, "tool_name": call.name, "args_summary": _summarise(args)})
+        self.journal.emit(*tool_called_event(turn=state.turn, tool_name=call.name, args_summary=_summarise(args)))
         sub_usage: list[dict] = []  # model calls made by the tool itself (sub-requests)
 
         def count_usage(reply: LLMReply) -> None:
@@ -591,7 +618,7 @@ class Engine:
             data_sources=request.data_source_metadata, input_prompt=request.input_prompt, llm=self.llm,
             extras=extras,
         )
-        timeout = float(request.agent_config.model_settings.timeout_seconds or tool.timeout_seconds)
+        timeout = float(request.agent_config.model_settings.timeout_seconds)  # one budget for every tool
         started = time.monotonic()
         attempts = 0
         error: ToolError | None = None
@@ -642,10 +669,10 @@ class Engine:
                       call_id=call.id, input=args, status=StepStatus.BLOCKED if withheld else StepStatus.COMPLETED,
                       duration_ms=duration, output=observed,
                       messages=[_tool_message(call.id, call.name, shown, ok=not withheld)])
-        self.journal.emit("observation_received", {
-            "turn": state.turn, "tool_name": call.name, "duration_ms": duration,
-            "result_summary": _summarise(state.steps[-1].output.get("summary", "")),
-        })
+        self.journal.emit(*observation_received_event(
+            turn=state.turn, tool_name=call.name, duration_ms=duration,
+            result_summary=_summarise(state.steps[-1].output.get("summary", "")),
+        ))
         return None
 
     def _export_check(self, state: RunState, call, tool: Tool, args: dict, result: dict) -> dict | Outcome | None:
@@ -663,7 +690,7 @@ class Engine:
             return None
         if verdict.decision == Decision.APPROVAL_REQUIRED:
             resolution = state.resolutions.get(call.id) or {}
-            if resolution.get("status") in ("approved", "edited_approved"):
+            if resolution.get("status") in (ResolutionStatus.APPROVED, ResolutionStatus.EDITED_APPROVED):
                 return None
             common = {"tool_name": call.name, "tool_category": tool.category.value, "call_id": call.id,
                       "input": args, "governance_decision": Decision.APPROVAL_REQUIRED}

@@ -26,6 +26,7 @@ from executions.engine.contracts import (
     StepType,
 )
 from executions.engine.llm import LLMToolCall
+from governance.types import ResolutionStatus
 
 RUNNER_MODEL = "river-runner"  # model_used of runner notices (not a model turn)
 
@@ -208,7 +209,7 @@ class RunState(BaseModel):
         if "resolution" in output and step.call_id:
             self.resolutions[step.call_id] = output["resolution"]
             modified = output["resolution"].get("modified_args")
-            if output["resolution"].get("status") == "edited_approved" and modified:
+            if output["resolution"].get("status") == ResolutionStatus.EDITED_APPROVED and modified:
                 self.arg_overrides[step.call_id] = modified
             self.pending = None
             return

@@ -1,7 +1,7 @@
 """The tool registry mechanism: what a tool declares and how the engine finds it.
 
 A tool is a typed function ``handler(ctx, args) -> output`` plus the facts the
-engine needs before dispatch: category, required permission, timeout, and whether
+engine needs before dispatch: category, required permission, and whether
 it writes (governed, intent/outcome journaled) or is idempotent (safe to retry
 after a crash). Tool modules live in ``executions.tools`` and register on import.
 """
@@ -73,7 +73,6 @@ class Tool:
     output_model: type[BaseModel]
     handler: Callable[[ToolContext, Any], BaseModel | dict]
     permission: str | None = None
-    timeout_seconds: float = 30.0
     writes: bool = False
     idempotent: bool = False
     tier: Tier | None = None  # model-backed tools say which tier they use

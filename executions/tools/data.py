@@ -28,12 +28,12 @@ from datasources.selectors import data_source_files_usage, data_source_get_in_wo
 from datasources.types import TableInfo
 from executions.engine.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
 from executions.models import Execution, ExecutionStep
+from executions.tools.fenced import fenced_in_transaction
 from governance.selectors import approval_notification_config
 from tenancy import permissions as perms
 from tenancy.selectors import require_permission, workspace_get_for_user
 
 T = TypeVar("T")
-TIMEOUT_SECONDS = 30.0
 QUERY_DEADLINE_MARGIN_MS = 12_000  # connecting may take up to 10 s (connectors.CONNECT_TIMEOUT_SECONDS)
 
 
@@ -222,7 +222,7 @@ def execute_query(ctx: ToolContext, args: ExecuteQueryInput) -> ExecuteQueryOutp
     source = _data_source(ctx, args.data_source_id)
     # The statement must time out before the engine gives up on the tool: a statement
     # timeout is reported and not retried, a tool timeout is retried (another query).
-    tool_seconds = ctx.agent.model_settings.timeout_seconds or TIMEOUT_SECONDS
+    tool_seconds = ctx.agent.model_settings.timeout_seconds
     result = _call(
         lambda: ds_services.query_execute(
             data_source=source,
@@ -404,7 +404,6 @@ def _execution_tool(name, description, input_model, output_model, handler, permi
             output_model=output_model,
             handler=handler,
             permission=permission,
-            timeout_seconds=TIMEOUT_SECONDS,
             writes=writes,
             idempotent=not writes,
         )
@@ -416,7 +415,7 @@ CREATE_DATA_SOURCE = _execution_tool(
     "Register a new data source in this workspace (types: " + ", ".join(SUPPORTED_TYPES) + ").",
     CreateDataSourceInput,
     CreateDataSourceOutput,
-    create_data_source,
+    fenced_in_transaction(create_data_source),
     perms.DATA_SOURCE_CREATE,
     writes=True,
 )
@@ -425,7 +424,7 @@ UPDATE_DATA_SOURCE = _execution_tool(
     "Change a data source's settings; connection changes clear its cached schema.",
     UpdateDataSourceInput,
     SuccessOutput,
-    update_data_source,
+    fenced_in_transaction(update_data_source),
     perms.DATA_SOURCE_UPDATE,
     writes=True,
 )
@@ -434,7 +433,7 @@ DELETE_DATA_SOURCE = _execution_tool(
     "Delete a data source from this workspace.",
     DataSourceIdInput,
     SuccessOutput,
-    delete_data_source,
+    fenced_in_transaction(delete_data_source),
     perms.DATA_SOURCE_DELETE,
     writes=True,
 )
@@ -496,7 +495,6 @@ SEARCH_CATALOG = register(
         output_model=SearchCatalogOutput,
         handler=search_catalog,
         permission=None,
-        timeout_seconds=TIMEOUT_SECONDS,
         idempotent=True,
     )
 )

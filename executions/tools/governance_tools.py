@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from common.errors import InvalidInput, NotFound, PermissionDenied
 from executions.engine.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool, register
+from executions.tools.fenced import fenced_in_transaction
 from governance import checker
 from governance.selectors import active_policies
 from governance.services import policy_create
@@ -224,7 +225,7 @@ APPLY_GOVERNANCE_POLICY = register(
         category=ToolCategory.EXECUTION,
         input_model=ApplyGovernancePolicyInput,
         output_model=ApplyGovernancePolicyOutput,
-        handler=apply_governance_policy,
+        handler=fenced_in_transaction(apply_governance_policy),
         permission="policy:create",
         writes=True,
     )

@@ -79,7 +79,7 @@ def _register(name: str, *, category: ToolCategory, writes: bool, idempotent: bo
     return register(
         Tool(
             name=name, description=description, category=category, input_model=MarkerInput,
-            output_model=MarkerOutput, handler=_handler(name), permission=None, timeout_seconds=60,
+            output_model=MarkerOutput, handler=_handler(name), permission=None,
             writes=writes, idempotent=idempotent,
         )
     )

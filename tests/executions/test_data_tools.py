@@ -129,7 +129,6 @@ def test_tool_is_declared_as_the_spec_says(name):
     assert tool is not None
     assert tool.category == category
     assert tool.permission == permission
-    assert tool.timeout_seconds == 30
     assert tool.writes is writes
     assert tool.idempotent is (not writes)
 

@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agents.models import Agent, AgentVersion
 from executions import tasks
+from executions.engine.contracts import ResponseStatus
 from executions.engine.llm import LLMReply, LLMToolCall
 from executions.engine.tools import Tool, ToolCategory, get_tool, register
 from executions.journal import DbJournal
@@ -331,7 +332,7 @@ class Command(BaseCommand):
             started = time.perf_counter()
             status = execution_run_segment(execution_id=execution.pk, llm=model)
             ended = time.perf_counter()
-        if status != "success" or len(model.spans) != TURNS or len(TOOL_SPANS) != TURNS - 1:
+        if status != ResponseStatus.SUCCESS or len(model.spans) != TURNS or len(TOOL_SPANS) != TURNS - 1:
             raise CommandError(f"benchmark run {execution.pk} ended {status!r} after {len(model.spans)} turns")
         starts = [s for s, _ in model.spans]
         # The last turn ends when its journal write has committed (the segment waits

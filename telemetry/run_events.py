@@ -1,0 +1,95 @@
+"""The live events of a run: the one place where each event's name and fields are written.
+
+Every path that reports a run's progress (the engine's journal, the services that end,
+pause or resume a run, the WebSocket replay) builds its events here, so a field added
+or renamed changes every path at once. The payload fields are the spec's WebSocket
+event reference (000); ``interaction_required`` is River's addition for ``ask_user``.
+
+Plain Python: the engine imports it and must not import Django.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+
+class RunEventType(StrEnum):
+    RUN_STARTED = "run_started"
+    TURN_REASONING = "turn_reasoning"
+    TOOL_CALLED = "tool_called"
+    OBSERVATION_RECEIVED = "observation_received"
+    TURN_COMPLETE = "turn_complete"
+    APPROVAL_REQUIRED = "approval_required"
+    APPROVAL_RESOLVED = "approval_resolved"
+    RUN_COMPLETED = "run_completed"
+    INTERACTION_REQUIRED = "interaction_required"
+
+
+class RunEvent(NamedTuple):
+    """An event before it has a sequence number: ``emit(*event)`` or store its two parts."""
+
+    type: RunEventType
+    payload: dict[str, Any]
+
+
+def _iso(value: dt.datetime | str) -> str:
+    return value.isoformat() if isinstance(value, dt.datetime) else str(value)
+
+
+def run_started_event(*, execution_id: int, agent_id: Any, trigger_type: str,
+                      started_at: dt.datetime | str) -> RunEvent:
+    return RunEvent(RunEventType.RUN_STARTED, {
+        "execution_id": int(execution_id), "agent_id": str(agent_id), "trigger_type": str(trigger_type),
+        "started_at": _iso(started_at),
+    })
+
+
+def turn_reasoning_event(*, turn: int, thought_summary: str, model_used: str | None) -> RunEvent:
+    return RunEvent(RunEventType.TURN_REASONING,
+                    {"turn": int(turn), "thought_summary": thought_summary, "model_used": model_used})
+
+
+def tool_called_event(*, turn: int, tool_name: str, args_summary: str) -> RunEvent:
+    return RunEvent(RunEventType.TOOL_CALLED, {"turn": int(turn), "tool_name": tool_name, "args_summary": args_summary})
+
+
+def observation_received_event(*, turn: int, tool_name: str, result_summary: str, duration_ms: int) -> RunEvent:
+    return RunEvent(RunEventType.OBSERVATION_RECEIVED, {
+        "turn": int(turn), "tool_name": tool_name, "result_summary": result_summary, "duration_ms": int(duration_ms),
+    })
+
+
+def turn_complete_event(*, turn: int, duration_ms: int) -> RunEvent:
+    return RunEvent(RunEventType.TURN_COMPLETE, {"turn": int(turn), "duration_ms": int(duration_ms)})
+
+
+def approval_required_event(*, approval_id: Any, tool_name: str, pending_since: dt.datetime | str) -> RunEvent:
+    return RunEvent(RunEventType.APPROVAL_REQUIRED, {
+        "approval_id": str(approval_id), "tool_name": tool_name, "pending_since": _iso(pending_since),
+    })
+
+
+def approval_resolved_event(*, approval_id: Any, resolution: str, resolved_by: Any) -> RunEvent:
+    return RunEvent(RunEventType.APPROVAL_RESOLVED, {
+        "approval_id": None if approval_id is None else str(approval_id), "resolution": str(resolution),
+        "resolved_by": resolved_by,
+    })
+
+
+def run_completed_event(*, status: str, duration_ms: int, turns_used: int, final_output_summary: str) -> RunEvent:
+    return RunEvent(RunEventType.RUN_COMPLETED, {
+        "status": str(status), "duration_ms": int(duration_ms), "turns_used": int(turns_used),
+        "final_output_summary": final_output_summary,
+    })
+
+
+def interaction_required_event(*, turn: int, request: dict[str, Any]) -> RunEvent:
+    return RunEvent(RunEventType.INTERACTION_REQUIRED, {"turn": int(turn), **request})
+
+
+def event_message(*, event_type: str, seq: int, execution_id: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """What a client receives, live or replayed: the type, the run's sequence number
+    and id, then the payload's fields."""
+    return {"type": str(event_type), "seq": seq, "execution_id": execution_id, **payload}
