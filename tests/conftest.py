@@ -107,3 +107,15 @@ def _no_dns_for_data_sources(monkeypatch):
 
     known = {"localhost": ["127.0.0.1"]}
     monkeypatch.setattr(network, "resolver", lambda host, port: list(known.get(host.lower().rstrip("."), [])))
+
+
+@pytest.fixture
+def durable_tool_records():
+    """The durable test tools' call and hook records, empty before and after the test."""
+    from tests.executions.durable_support import CALLS, HOOKS
+
+    CALLS.clear()
+    HOOKS.clear()
+    yield CALLS, HOOKS
+    CALLS.clear()
+    HOOKS.clear()

@@ -35,12 +35,8 @@ from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 
 
 @pytest.fixture(autouse=True)
-def _clean_tool_records():
-    CALLS.clear()
-    HOOKS.clear()
-    yield
-    CALLS.clear()
-    HOOKS.clear()
+def _clean_tool_records(durable_tool_records):
+    """Every test here starts and ends with no recorded tool calls or hooks."""
 
 
 @pytest.fixture

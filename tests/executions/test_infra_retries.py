@@ -17,19 +17,15 @@ from executions import services, tasks
 from executions.models import Execution, ExecutionEvent
 from governance.models import ApprovalRequest
 from governance.services import policy_create
-from tests.executions.durable_support import CALLS, HOOKS
+from tests.executions.durable_support import CALLS
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _clean_tool_records():
-    CALLS.clear()
-    HOOKS.clear()
-    yield
-    CALLS.clear()
-    HOOKS.clear()
+def _clean_tool_records(durable_tool_records):
+    """Every test here starts and ends with no recorded tool calls or hooks."""
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from executions.models import ExecutionEvent
 from governance.models import ApprovalRequest
 from telemetry import run_events
 from telemetry.run_events import RunEventType, event_message
-from tests.executions.durable_support import CALLS, HOOKS
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,12 +87,8 @@ def test_no_other_module_spells_an_event_name():
 
 
 @pytest.fixture(autouse=True)
-def _clean_tool_records():
-    CALLS.clear()
-    HOOKS.clear()
-    yield
-    CALLS.clear()
-    HOOKS.clear()
+def _clean_tool_records(durable_tool_records):
+    """Every test here starts and ends with no recorded tool calls or hooks."""
 
 
 @pytest.fixture
