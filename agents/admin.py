@@ -3,8 +3,8 @@ from django.contrib import admin, messages
 
 from agents.models import Agent, AgentMemory, AgentVersion
 from agents.services import agent_transition, agent_version_create, agent_version_spec
-from common.errors import RiverError
 from common.formfields import BoundedJSONField
+from rivercore.errors import RiverError
 
 
 class AgentVersionInline(admin.TabularInline):

@@ -19,14 +19,14 @@ from rest_framework.response import Response
 
 from agents import selectors, services
 from agents.models import Agent, AgentVersion
-from agents.types import (
+from rivercore import limits
+from rivercore.errors import InvalidInput, pydantic_details
+from rivercore.types.agents import (
     ApprovalRules,
     GovernanceLevel,
     ModelConfig,
     NotificationConfig,
 )
-from common import limits
-from common.errors import InvalidInput, pydantic_details
 from tenancy.permissions import AGENT_CREATE
 from tenancy.selectors import require_permission, workspace_get_for_user
 

@@ -6,7 +6,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from agents.types import (
+from common.fields import PydanticJSONField
+from rivercore.types.agents import (
     ActionLevel,
     ApprovalRules,
     BusinessFunction,
@@ -15,7 +16,6 @@ from agents.types import (
     NotificationConfig,
     Tier,
 )
-from common.fields import PydanticJSONField
 
 
 def _choices(enum) -> list[tuple[str, str]]:

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from django.db.models import QuerySet
 
 from agents.models import Agent, AgentVersion
-from common.errors import NotFound
 from datasources.models import DataSource
+from rivercore.errors import NotFound
 from tenancy.selectors import workspaces_for_user
 
 

@@ -15,7 +15,12 @@ from django.db.models import Max
 
 from agents.models import Agent, AgentVersion
 from agents.selectors import data_source_ids_outside_workspace
-from agents.types import (
+from governance.audit import audit_record
+from governance.checker import auto_approve_condition_validate
+from governance.expressions import ExpressionError
+from governance.selectors import approval_channels_active
+from rivercore.errors import Conflict, InvalidInput, pydantic_details
+from rivercore.types.agents import (
     TOOL_NAMES,
     ActionLevel,
     ApprovalRules,
@@ -24,11 +29,6 @@ from agents.types import (
     ModelConfig,
     NotificationConfig,
 )
-from common.errors import Conflict, InvalidInput, pydantic_details
-from governance.audit import audit_record
-from governance.checker import auto_approve_condition_validate
-from governance.expressions import ExpressionError
-from governance.selectors import approval_channels_active
 from tenancy.models import Workspace
 from tenancy.permissions import ORG_ADMIN_ROLE, Role
 

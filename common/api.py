@@ -12,7 +12,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from common.errors import InvalidInput, RiverError, pydantic_details
+from rivercore.errors import InvalidInput, RiverError, pydantic_details
 
 
 class Pagination(PageNumberPagination):

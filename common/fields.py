@@ -6,7 +6,7 @@ import pydantic
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from common.errors import pydantic_details
+from rivercore.errors import pydantic_details
 
 
 class PydanticJSONField(models.JSONField):

@@ -17,7 +17,7 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 
-from common.errors import InvalidInput
+from rivercore.errors import InvalidInput
 
 
 def _path(parts: tuple) -> str:

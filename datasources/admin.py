@@ -7,9 +7,9 @@ from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from common.errors import RiverError
 from datasources import services
 from datasources.models import DataSource
+from rivercore.errors import RiverError
 
 
 class DataSourceForm(forms.ModelForm):

@@ -13,11 +13,11 @@ from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView, ListAPIView
 from rest_framework.response import Response
 
-from common import limits
-from common.errors import InvalidInput
 from datasources import selectors, services
 from datasources.connectors import SUPPORTED_TYPES
 from datasources.models import DataSource
+from rivercore import limits
+from rivercore.errors import InvalidInput
 from tenancy import permissions as perms
 from tenancy.selectors import require_permission, workspace_get_for_user
 

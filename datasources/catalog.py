@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel, Field
 
 from datasources.models import DataSource
-from datasources.types import TableInfo
+from rivercore.types.datasources import TableInfo
 
 K1 = 1.2
 B = 0.75

@@ -37,10 +37,10 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from common.dberrors import failure_annotate, sqlstate_is_transient
-from common.fence import FenceClosed, WriteFence, current_fence
-from common.text import text_storable
 from datasources.network import HostNotAllowed, host_check
-from datasources.types import ColumnInfo, ConnectionConfig, ConnectionTestResult, TableInfo
+from rivercore.fence import FenceClosed, WriteFence, current_fence
+from rivercore.text import text_storable
+from rivercore.types.datasources import ColumnInfo, ConnectionConfig, ConnectionTestResult, TableInfo
 
 CONNECT_TIMEOUT_SECONDS = 10
 DEFAULT_PG_PORT = 5432

@@ -1,8 +1,8 @@
-"""Errors of the data source services, on top of the shared taxonomy in common.errors."""
+"""Errors of the data source services, on top of the shared taxonomy in rivercore.errors."""
 
 from __future__ import annotations
 
-from common.errors import InvalidInput, RiverError
+from rivercore.errors import InvalidInput, RiverError
 
 
 class DataSourceUnavailable(RiverError):

@@ -5,7 +5,7 @@ from django.db import models
 from django.utils import timezone
 
 from common.fields import PydanticJSONField
-from datasources.types import ConnectionConfig, TableInfo
+from rivercore.types.datasources import ConnectionConfig, TableInfo
 
 
 class DataSource(models.Model):

@@ -8,9 +8,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 
-from common.errors import InvalidInput, NotFound
-from common.text import has_unstorable
 from datasources.models import DataSource
+from rivercore.errors import InvalidInput, NotFound
+from rivercore.text import has_unstorable
 from tenancy.selectors import workspaces_for_user
 
 

@@ -18,16 +18,16 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from common.crypto import decrypt_json, encrypt_json
-from common.errors import Conflict, InvalidInput, PermissionDenied, pydantic_details
-from common.text import json_unstorable_path
 from datasources import connectors, network
 from datasources.errors import DataSourceUnavailable, HostNotAllowed, QueryFailed, QueryRefused, QueryTimedOut
 from datasources.identifiers import DEFAULT_SCHEMAS, qualified_table_parse, schema_matches, table_resolve
 from datasources.models import DataSource
 from datasources.selectors import sqlite_path_relative, sqlite_path_resolve
 from datasources.sqlguard import query_check
-from datasources.types import ConnectionConfig, ConnectionTestResult, QueryResult, TableInfo, WriteResult
 from datasources.write_retry import write_with_retry
+from rivercore.errors import Conflict, InvalidInput, PermissionDenied, pydantic_details
+from rivercore.text import json_unstorable_path
+from rivercore.types.datasources import ConnectionConfig, ConnectionTestResult, QueryResult, TableInfo, WriteResult
 
 logger = logging.getLogger(__name__)
 

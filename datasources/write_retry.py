@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 
 from common.dberrors import Backoff
-from common.errors import RiverError
 from datasources import connectors
+from rivercore.errors import RiverError
 
 logger = logging.getLogger("river.datasources")
 

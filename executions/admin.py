@@ -2,9 +2,9 @@ from django import forms
 from django.contrib import admin
 
 from common.crypto import encrypt_text
-from common.errors import InvalidInput
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
 from executions.providers import provider_models_parse
+from rivercore.errors import InvalidInput
 
 
 class _ReadOnlyAdmin(admin.ModelAdmin):

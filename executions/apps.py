@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class ExecutionsConfig(AppConfig):
     name = "executions"
     verbose_name = "Executions"
+
+    def ready(self) -> None:
+        import executions.tools  # noqa: F401 - importing the package registers every built-in tool once

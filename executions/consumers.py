@@ -15,11 +15,11 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from common.errors import NotFound
 from executions.models import ExecutionEvent
 from executions.selectors import execution_get_for_user
+from rivercore.errors import NotFound
+from rivercore.events import event_message
 from telemetry.events import execution_group, workspace_group
-from telemetry.run_events import event_message
 from tenancy.selectors import workspace_get_for_user, workspaces_for_user
 
 logger = logging.getLogger(__name__)

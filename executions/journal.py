@@ -14,10 +14,6 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connections, transaction
 
-from common.text import json_storable
-from executions.engine.contracts import Step
-from executions.engine.runner import RunInterrupted
-from executions.engine.state import RunState
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.write_behind import (
     JournalConnection,
@@ -27,8 +23,12 @@ from executions.write_behind import (
     numbered,
 )
 from governance.audit import audit_record
+from rivercore.contracts import Step
+from rivercore.events import event_message
+from rivercore.runner import RunInterrupted
+from rivercore.state import RunState
+from rivercore.text import json_storable
 from telemetry.events import events_publish, events_publish_committed
-from telemetry.run_events import event_message
 
 logger = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ def _json(value) -> str:
     standard library on the step payloads serialised every turn; values it does not
     know (Decimal, lazy strings) are converted as Django's encoder does. A NUL
     (``\\u0000``, which jsonb refuses) or a lone surrogate (which orjson refuses) is
-    escaped (common.text) rather than failing the flush on every retry."""
+    escaped (rivercore.text) rather than failing the flush on every retry."""
     try:
         text = orjson.dumps(value, default=_django_json_default, option=orjson.OPT_NON_STR_KEYS)
     except orjson.JSONEncodeError:

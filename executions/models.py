@@ -5,7 +5,7 @@ from django.db import models
 from django.utils import timezone
 
 from common.fields import PydanticJSONField
-from executions.engine.contracts import StepStatus
+from rivercore.contracts import StepStatus
 
 
 class Execution(models.Model):

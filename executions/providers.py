@@ -9,10 +9,10 @@ from __future__ import annotations
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 
-from agents.types import Tier
 from common.crypto import encrypt_text
-from common.errors import InvalidInput, NotFound, PermissionDenied
 from executions.models import LLMProvider, ProviderCallWindow
+from rivercore.errors import InvalidInput, NotFound, PermissionDenied
+from rivercore.types.agents import Tier
 from tenancy.models import Organization
 from tenancy.selectors import is_org_admin, organizations_administered, workspaces_for_user
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from common.errors import NotFound
 from executions.models import Execution
+from rivercore.errors import NotFound
 from tenancy.selectors import workspaces_for_user
 
 

@@ -19,11 +19,14 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion
-from agents.types import MemoryEntry
 from common.dberrors import Backoff, error_is_transient, retry_transient
-from common.errors import Conflict, InvalidInput
 from datasources.selectors import data_source_prompt_metadata
-from executions.engine.contracts import (
+from executions.journal import DbJournal, event_rows_publish, next_event_seq, step_from_row, step_row
+from executions.models import Execution, ExecutionEvent, ExecutionStep
+from governance import checker
+from governance.audit import audit_record
+from governance.selectors import active_policies
+from rivercore.contracts import (
     AgentConfig,
     DataSourceMetadata,
     ExecutionRequest,
@@ -34,21 +37,19 @@ from executions.engine.contracts import (
     TriggerContext,
     UserContext,
 )
-from executions.engine.runner import Engine, Outcome, RunInterrupted, new_state, response_build
-from executions.engine.state import RunState
-from executions.journal import DbJournal, event_rows_publish, next_event_seq, step_from_row, step_row
-from executions.models import Execution, ExecutionEvent, ExecutionStep
-from governance.audit import audit_record
-from governance.selectors import active_policies
-from governance.types import Decision, ResolutionStatus
-from telemetry.events import events_flush
-from telemetry.faults import infra_fault_record
-from telemetry.run_events import (
+from rivercore.errors import Conflict, InvalidInput
+from rivercore.events import (
     approval_required_event,
     approval_resolved_event,
     run_completed_event,
     run_started_event,
 )
+from rivercore.runner import Engine, Outcome, RunInterrupted, new_state, response_build
+from rivercore.state import RunState
+from rivercore.types.agents import MemoryEntry
+from rivercore.types.governance import Decision, ResolutionStatus
+from telemetry.events import events_flush
+from telemetry.faults import infra_fault_record
 from tenancy.selectors import workspace_permissions, workspace_roles
 
 logger = logging.getLogger("river.executions")
@@ -178,7 +179,7 @@ def execution_start(
 
 def _new_state_screened(request: ExecutionRequest):
     if not settings.RIVER_PROMPT_INJECTION_DETECTION:
-        from executions.engine import context as ctxmod
+        from rivercore import context as ctxmod
 
         state = RunState(request=request, base_messages=ctxmod.base_messages(request),
                          tool_schemas=ctxmod.tool_schemas(request))
@@ -317,7 +318,7 @@ class _DurableHooks:
 
 
 def llm_for_execution(execution: Execution):
-    from executions.engine.router import router_for_organization
+    from executions.routing import router_for_organization
 
     return router_for_organization(organization_id=execution.workspace.organization_id)
 
@@ -430,7 +431,7 @@ def _segment_run(execution: Execution, token: str, llm) -> str | None:
             trigger_type=execution.trigger_type, started_at=execution.started_at,
         ))
     engine = Engine(
-        llm=llm or llm_for_execution(execution), journal=journal, hooks=_DurableHooks(execution),
+        llm=llm or llm_for_execution(execution), journal=journal, hooks=_DurableHooks(execution), policy=checker,
         tool_thread_exit=lambda: connection.close(),
     )
     try:
@@ -798,7 +799,7 @@ def agent_health_update(*, agent_id, status: str, execution_id: int) -> None:
 def _notify_outcome(execution: Execution) -> None:
     """Per the agent version's notification_config: which outcomes, which channels.
     Sent after commit; a failing channel is logged and never touches the run."""
-    from agents.types import NotificationConfig
+    from rivercore.types.agents import NotificationConfig
 
     config = NotificationConfig.model_validate(execution.agent_version.notification_config or {})
     if execution.status not in config.notify_on or not config.channels:
@@ -860,9 +861,9 @@ def execution_approval_resolve(
     decision or a 409, never a 500."""
     import pydantic
 
-    from common.errors import pydantic_details
-    from executions.engine.tools import get_tool
     from governance.approvals import approval_authorize, approval_decide, approval_get_for_user
+    from rivercore.errors import pydantic_details
+    from rivercore.tools import get_tool
 
     approval = approval_get_for_user(user=user, approval_id=approval_id)
     # Checked again under the row lock; here so a non-approver learns 403, not 400.

@@ -17,8 +17,10 @@ from django.core import signing
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from common.errors import Conflict, InvalidInput, NotFound, PermissionDenied
-from executions.engine.contracts import (
+from executions.journal import governance_decisions_audit
+from executions.models import ContinuationUse
+from governance import checker
+from rivercore.contracts import (
     ContinuationRequest,
     ContinuationType,
     ExecutionRequest,
@@ -28,11 +30,10 @@ from executions.engine.contracts import (
     StepStatus,
     StepType,
 )
-from executions.engine.runner import Engine, MemoryJournal, new_state, response_build
-from executions.engine.state import RunState
-from executions.journal import governance_decisions_audit
-from executions.models import ContinuationUse
-from governance.types import Decision, ResolutionStatus
+from rivercore.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from rivercore.runner import Engine, MemoryJournal, new_state, response_build
+from rivercore.state import RunState
+from rivercore.types.governance import Decision, ResolutionStatus
 from tenancy.models import AccessToken, Workspace
 from tenancy.selectors import is_org_admin, workspace_permissions
 
@@ -135,7 +136,7 @@ def continuation_consume(*, state_digest: str, execution_id: int, organization_i
 
 def _run(state: RunState, llm) -> ExecutionResponse:
     already = len(state.steps)
-    outcome = Engine(llm=llm, journal=MemoryJournal()).run(state)
+    outcome = Engine(llm=llm, journal=MemoryJournal(), policy=checker).run(state)
     ctx = state.request.user_context
     governance_decisions_audit(
         organization_id=ctx.org_id, workspace_id=ctx.workspace_id, execution_id=state.request.execution_id,
@@ -148,7 +149,7 @@ def _run(state: RunState, llm) -> ExecutionResponse:
 
 
 def _llm_for(org_id: int):
-    from executions.engine.router import router_for_organization
+    from executions.routing import router_for_organization
 
     return router_for_organization(organization_id=org_id)
 
@@ -176,7 +177,7 @@ def execute_continue(*, user, auth, continuation: ContinuationRequest, llm=None)
         resolution = continuation.approval_resolution.model_dump(mode="json")
         _refuse_self_approval(request=state.request, resolved_by=resolution["resolved_by"])
         if resolution["status"] == ResolutionStatus.EDITED_APPROVED:
-            from executions.engine.tools import get_tool
+            from rivercore.tools import get_tool
 
             tool = get_tool(pending.tool_name)
             try:

@@ -17,13 +17,13 @@ from django.shortcuts import render
 from django.urls import path, reverse_lazy
 from django.views.decorators.http import require_GET, require_POST
 
-from common.errors import NotFound, RiverError
 from executions import services
-from executions.engine.tools import get_tool
 from executions.selectors import execution_get_for_user
 from governance.approvals import approval_get_for_user, approvals_for_user, may_resolve, self_approval_refused
 from governance.models import ApprovalRequest
-from governance.types import ResolutionStatus
+from rivercore.errors import NotFound, RiverError
+from rivercore.tools import get_tool
+from rivercore.types.governance import ResolutionStatus
 
 RECENTLY_RESOLVED = 20
 LOGIN_URL = reverse_lazy("login")

@@ -2,7 +2,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.db import models
 
-from common.errors import InvalidInput
 from common.formfields import BoundedJSONField
 from governance.models import (
     ApprovalRequest,
@@ -14,7 +13,8 @@ from governance.models import (
     WorkspaceSettings,
 )
 from governance.services import policy_admin_delete, policy_admin_saved, policy_validate
-from governance.types import PolicyScope
+from rivercore.errors import InvalidInput
+from rivercore.types.governance import PolicyScope
 
 
 class PolicyAdminForm(forms.ModelForm):

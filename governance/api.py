@@ -17,13 +17,13 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from common import limits
-from common.errors import InvalidInput, NotFound, PermissionDenied
 from governance import services
 from governance.audit import audit_verify
 from governance.models import AuditLogEntry, Policy
 from governance.selectors import audit_entries_for_user, policies_for_user, policy_get_for_user
-from governance.types import PolicyScope
+from rivercore import limits
+from rivercore.errors import InvalidInput, NotFound, PermissionDenied
+from rivercore.types.governance import PolicyScope
 from tenancy.selectors import organizations_administered, workspace_get_for_user, workspaces_for_user
 
 # --- policies ----------------------------------------------------------------------

@@ -13,11 +13,11 @@ from datetime import timedelta
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from common.errors import Conflict, NotFound, PermissionDenied
 from governance.audit import audit_record
 from governance.models import ApprovalRequest
 from governance.notifications import approval_notify
-from governance.types import ResolutionStatus
+from rivercore.errors import Conflict, NotFound, PermissionDenied
+from rivercore.types.governance import ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
 from tenancy.selectors import workspace_permissions, workspace_roles, workspaces_for_user

@@ -13,6 +13,10 @@ class GovernanceConfig(AppConfig):
     verbose_name = "Governance"
 
     def ready(self) -> None:
+        from governance import checker
+        from rivercore.gate import policy_checker_install
+
+        policy_checker_install(checker)  # the engine's policy port
         # Deleting an organization, by any path (admin, shell, a service), archives
         # its audit trail: the entries stay (no constraint cascades into them) and a
         # closing ``organization_deleted`` entry is sealed and anchored after commit.

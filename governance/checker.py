@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from datasources.identifiers import identifier_key, policy_name_key
 from governance import counters, expressions
-from governance.types import (
+from rivercore.types.governance import (
     CallFacts,
     Decision,
     Enforcement,

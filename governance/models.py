@@ -7,7 +7,7 @@ from django.db import models
 from django.utils import timezone
 
 from common.fields import PydanticJSONField
-from governance.types import ApprovalNotificationConfig, Enforcement, PolicyScope, PolicyType
+from rivercore.types.governance import ApprovalNotificationConfig, Enforcement, PolicyScope, PolicyType
 
 
 def _choices(enum) -> list[tuple[str, str]]:

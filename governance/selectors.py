@@ -6,9 +6,9 @@ from uuid import UUID
 
 from django.db.models import Q, QuerySet
 
-from common.errors import NotFound
 from governance.models import AuditLogEntry, Policy, WorkspaceSettings
-from governance.types import ApprovalNotificationConfig, GovernancePolicySpec, PolicyScope
+from rivercore.errors import NotFound
+from rivercore.types.governance import ApprovalNotificationConfig, GovernancePolicySpec, PolicyScope
 from tenancy.selectors import organizations_administered, workspaces_for_user
 
 

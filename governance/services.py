@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from common.errors import InvalidInput, NotFound, PermissionDenied
 from governance import expressions
 from governance.audit import audit_record
 from governance.checker import QUERY_NAMES, conditions_expression, infer_policy_type
 from governance.models import Policy
 from governance.selectors import policy_get_for_user
-from governance.types import Enforcement, PolicyScope, PolicyType
+from rivercore.errors import InvalidInput, NotFound, PermissionDenied
+from rivercore.types.governance import Enforcement, PolicyScope, PolicyType
 from tenancy.models import Workspace
 from tenancy.permissions import ORG_ADMIN_ROLE, POLICY_CREATE, Role
 from tenancy.selectors import (

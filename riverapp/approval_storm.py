@@ -32,13 +32,13 @@ from unittest import mock
 import httpx
 from django.db import connection
 
-from agents.types import Tier
 from executions import services, tasks
-from executions.engine.contracts import ResponseStatus
-from executions.engine.llm import LLMReply, LLMToolCall
 from governance import tasks as governance_tasks
 from governance.models import ApprovalRequest
-from governance.types import ResolutionStatus
+from rivercore.contracts import ResponseStatus
+from rivercore.llm import LLMReply, LLMToolCall
+from rivercore.types.agents import Tier
+from rivercore.types.governance import ResolutionStatus
 
 DECISIONS = (
     {"status": ResolutionStatus.APPROVED.value},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 
-from common.errors import NotFound, PermissionDenied
+from rivercore.errors import NotFound, PermissionDenied
 from tenancy.models import AccessToken, Membership, Organization, OrganizationMember, Workspace
 from tenancy.permissions import ALL_PERMISSIONS, ORG_ADMIN_ROLE, permissions_for_role
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from common.errors import NotFound
+from rivercore.errors import NotFound
 from tenancy.models import AccessToken
 
 TOKEN_PREFIX = "rvr"  # noqa: S105 - a public marker, not a secret

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from agents.models import Agent, AgentVersion
-from agents.types import Tier
-from executions.engine.llm import LLMReply, LLMToolCall
+from rivercore.llm import LLMReply, LLMToolCall
+from rivercore.types.agents import Tier
 
 
 def make_agent(

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 # The six trigger types are part of the engine's contract (trigger_context.trigger_type).
-from executions.engine.contracts import TriggerType
+from rivercore.contracts import TriggerType
 
 __all__ = ["TriggerType", "TriggerConfig"]
 

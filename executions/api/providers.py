@@ -11,9 +11,9 @@ from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView, ListAPIView
 from rest_framework.response import Response
 
-from common import limits
 from executions import providers
 from executions.models import LLMProvider
+from rivercore import limits
 
 
 class LLMProviderSerializer(serializers.ModelSerializer):

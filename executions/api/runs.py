@@ -14,19 +14,19 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user
-from common import limits
-from common.errors import InvalidInput
 from executions import services, stateless
-from executions.engine.contracts import (
-    ContinuationRequest,
-    ExecutionRequest,
-    GenerateAgentRequest,
-)
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.selectors import execution_get_for_user, executions_for_user
 from governance.approvals import approval_get_for_user, approvals_for_user
 from governance.models import ApprovalRequest
-from governance.types import ResolutionStatus
+from rivercore import limits
+from rivercore.contracts import (
+    ContinuationRequest,
+    ExecutionRequest,
+    GenerateAgentRequest,
+)
+from rivercore.errors import InvalidInput
+from rivercore.types.governance import ResolutionStatus
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
 from tenancy.selectors import require_permission, workspace_get_for_user
 
@@ -179,8 +179,8 @@ class ExecuteContinue(APIView):
 class GenerateAgent(APIView):
     @extend_schema(request=_JSON, responses=_JSON, description="Suggest an agent configuration.")
     def post(self, request):
-        from executions.engine.generate import agent_generate
-        from executions.engine.router import router_for_organization
+        from executions.routing import router_for_organization
+        from rivercore.generate import agent_generate
 
         body = GenerateAgentRequest.model_validate(request.data)
         workspace = workspace_get_for_user(user=request.user, workspace_id=body.user_context.workspace_id)

@@ -19,17 +19,17 @@ from django.db.models import Func, IntegerField, Sum, Value
 from django.db.models.functions import Coalesce
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.errors import Conflict, InvalidInput, NotFound, PermissionDenied, RiverError
 from datasources import services as ds_services
 from datasources.catalog import CatalogMatch, catalog_search
 from datasources.connectors import SUPPORTED_TYPES
 from datasources.errors import DataSourceUnavailable, QueryTimedOut
 from datasources.selectors import data_source_files_usage, data_source_get_in_workspace, data_sources_in_workspace
-from datasources.types import TableInfo
-from executions.engine.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
 from executions.models import Execution, ExecutionStep
 from executions.tools.fenced import fenced_in_transaction
 from governance.selectors import approval_notification_config
+from rivercore.errors import Conflict, InvalidInput, NotFound, PermissionDenied, RiverError
+from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
+from rivercore.types.datasources import TableInfo
 from tenancy import permissions as perms
 from tenancy.selectors import require_permission, workspace_get_for_user
 

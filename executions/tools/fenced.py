@@ -1,7 +1,7 @@
 """Write tools whose changes land in River's own database commit through the call's fence.
 
 The engine abandons a tool at its timeout and closes the call's write fence
-(common.fence). A tool that writes River rows (a data source, a policy) runs its
+(rivercore.fence). A tool that writes River rows (a data source, a policy) runs its
 handler in one transaction here and commits it only while the fence is open, so a
 handler that overran its timeout leaves nothing behind. ``write_back`` does not need
 this: its rows are in the customer's database, whose connector commits through the
@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db import transaction
 
-from common.fence import FenceClosed, current_fence
-from executions.engine.tools import ToolContext, ToolError, ToolErrorKind
+from rivercore.fence import FenceClosed, current_fence
+from rivercore.tools import ToolContext, ToolError, ToolErrorKind
 
 
 def fenced_in_transaction(handler: Callable[[ToolContext, Any], Any]) -> Callable[[ToolContext, Any], Any]:

@@ -8,13 +8,13 @@ from typing import Literal
 from django.contrib.auth import get_user_model
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.errors import InvalidInput, NotFound, PermissionDenied
-from executions.engine.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool, register
 from executions.tools.fenced import fenced_in_transaction
 from governance import checker
 from governance.selectors import active_policies
 from governance.services import policy_create
-from governance.types import CallFacts, Decision, GovernancePolicySpec, PolicyType
+from rivercore.errors import InvalidInput, NotFound, PermissionDenied
+from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool, register
+from rivercore.types.governance import CallFacts, Decision, GovernancePolicySpec, PolicyType
 
 # --- check_governance --------------------------------------------------------------
 

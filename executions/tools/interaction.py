@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from executions.engine.contracts import InteractionType
-from executions.engine.tools import Tool, ToolCategory, ToolContext, register
+from rivercore.contracts import InteractionType
+from rivercore.tools import Tool, ToolCategory, ToolContext, register
 
 
 class AskUserInput(BaseModel):

@@ -21,10 +21,10 @@ import sqlglot
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlglot import exp
 
-from agents.types import Tier
-from executions.engine.llm import LLMError, LLMErrorKind
-from executions.engine.offline import DEFAULT_ROW_LIMIT, TASK_MARKER, dialect_for
-from executions.engine.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
+from rivercore.llm import LLMError, LLMErrorKind
+from rivercore.offline import DEFAULT_ROW_LIMIT, TASK_MARKER, dialect_for
+from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
+from rivercore.types.agents import Tier
 
 
 class IntentType(StrEnum):

@@ -4,8 +4,8 @@ import pytest
 
 from agents.models import Agent
 from agents.services import agent_transition, agent_version_create, agent_version_deploy
-from common.errors import InvalidInput
 from governance.models import AuditLogEntry, WorkspaceSettings
+from rivercore.errors import InvalidInput
 from tests.agents.conftest import version_body
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from datasources import connectors, services
 from datasources.errors import DataSourceUnavailable
-from datasources.types import ConnectionConfig
+from rivercore.types.datasources import ConnectionConfig
 from tests.datasources.fixtures import *  # noqa: F403
 
 BANNER = b"SSH-2.0-OpenSSH_9.9 secret-build-banner-4711\r\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from datasources import connectors
-from datasources.types import ConnectionConfig
+from rivercore.types.datasources import ConnectionConfig
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import pg_count, sqlite_count
 

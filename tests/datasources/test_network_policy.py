@@ -9,11 +9,11 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from common.errors import InvalidInput
 from datasources import connectors, network, services
 from datasources.errors import HostNotAllowed
 from datasources.models import DataSource
-from datasources.types import ConnectionConfig
+from rivercore.errors import InvalidInput
+from rivercore.types.datasources import ConnectionConfig
 
 FORBIDDEN_BY_DEFAULT = [
     "10.0.0.1",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from common.crypto import decrypt_json
-from common.errors import Conflict, InvalidInput, PermissionDenied
 from datasources import services
 from datasources.errors import DataSourceUnavailable, QueryRefused, QueryTimedOut
 from datasources.models import DataSource
+from rivercore.errors import Conflict, InvalidInput, PermissionDenied
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import pg_count, sqlite_count
 

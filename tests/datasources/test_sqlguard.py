@@ -9,7 +9,7 @@ import pytest
 
 from datasources import connectors
 from datasources.sqlguard import query_check
-from datasources.types import ConnectionConfig
+from rivercore.types.datasources import ConnectionConfig
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import PG_ADMIN, pg_count, sqlite_count
 

@@ -12,7 +12,7 @@ import pytest
 
 from datasources import connectors
 from datasources.sqlguard import ALLOWED_FUNCTIONS, MAX_SIZE_ARGUMENT, query_check
-from datasources.types import ConnectionConfig
+from rivercore.types.datasources import ConnectionConfig
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import PG_ADMIN
 

@@ -12,13 +12,13 @@ import sqlite3
 
 import pytest
 
-from common.errors import InvalidInput
 from datasources import services
 from datasources.identifiers import identifier_fold, identifier_key, policy_name_key, table_resolve
 from datasources.services import data_source_create
 from datasources.sqlguard import query_check
 from governance.checker import auto_approve_matches, check_query_result, check_tool_call
-from governance.types import Decision
+from rivercore.errors import InvalidInput
+from rivercore.types.governance import Decision
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import pg_admin_connect, pg_count, sqlite_count
 from tests.governance.policy_support import facts, policy

@@ -8,10 +8,10 @@ import sqlite3
 
 import pytest
 
-from common.errors import InvalidInput
 from datasources import connectors, services
 from datasources.errors import QueryTimedOut
 from datasources.models import DataSource
+from rivercore.errors import InvalidInput
 from tests.datasources.fixtures import *  # noqa: F403
 
 URL = "/api/v1/data-sources/"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from executions.engine.tools import Tool, ToolCategory, ToolContext, get_tool, register
+from rivercore.tools import Tool, ToolCategory, ToolContext, get_tool, register
 
 CALLS: list[tuple[str, str]] = []  # (tool name, marker), in call order
 HOOKS: dict[str, Callable[[ToolContext, BaseModel], None]] = {}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from executions.engine.contracts import ExecutionRequest
-from executions.engine.tools import Tool, ToolCategory, ToolError, ToolErrorKind, get_tool, register
+from rivercore.contracts import ExecutionRequest
+from rivercore.tools import Tool, ToolCategory, ToolError, ToolErrorKind, get_tool, register
 
 EXAMPLE = json.loads((Path(__file__).parent / "example_execution_request.json").read_text())
 

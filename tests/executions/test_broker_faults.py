@@ -15,9 +15,9 @@ from kombu.exceptions import OperationalError as BrokerDown
 
 from agents.models import Agent
 from executions import services, tasks
-from executions.engine.llm import LLMError, LLMErrorKind
 from executions.models import Execution, ExecutionEvent
 from governance.models import ApprovalRequest
+from rivercore.llm import LLMError, LLMErrorKind
 from telemetry.faults import infra_fault_count
 from tests.executions import durable_support  # noqa: F401 - registers the durable_* tools
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply

@@ -1,8 +1,8 @@
 import json
 
-from executions.engine import context as ctxmod
-from executions.engine.contracts import ExecutionRequest
-from executions.engine.runner import new_state
+from rivercore import context as ctxmod
+from rivercore.contracts import ExecutionRequest
+from rivercore.runner import new_state
 from tests.executions import engine_support as support
 
 
@@ -32,7 +32,7 @@ def test_context_is_built_once_and_later_turns_only_append():
     request = support.request_for(tools=["test_echo"])
     state, _ = new_state(request)
     first = json.dumps(state.messages()[:2])
-    from executions.engine.contracts import Step, StepType
+    from rivercore.contracts import Step, StepType
 
     state.apply(Step(step_number=1, step_type=StepType.REASONING, turn=1, model_used="m",
                      output={"content": "thinking", "tool_calls": []},
@@ -80,8 +80,8 @@ def test_history_compression_is_deterministic_and_keeps_turn_boundaries():
 
 
 def test_running_context_estimate_matches_a_full_recount_and_survives_replay():
-    from executions.engine.contracts import Step, StepType
-    from executions.engine.state import RunState
+    from rivercore.contracts import Step, StepType
+    from rivercore.state import RunState
 
     request = support.request_for(tools=["test_echo"])
     state, _ = new_state(request)

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
-from executions.engine.tools import Tool, ToolCategory, ToolError, ToolErrorKind, get_tool, register
 from executions.models import ContinuationUse
+from rivercore.tools import Tool, ToolCategory, ToolError, ToolErrorKind, get_tool, register
 from tenancy.services import token_issue
 from tests.executions import engine_support as support
 from tests.executions.test_execute_api import body_for

@@ -4,14 +4,14 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from agents.types import TOOL_NAMES
-from executions.engine.contracts import (
+from rivercore.contracts import (
     ContinuationRequest,
     ExecutionRequest,
     ExecutionResponse,
     GenerateAgentRequest,
 )
-from executions.engine.tools import all_tools
+from rivercore.tools import all_tools
+from rivercore.types.agents import TOOL_NAMES
 
 EXAMPLE = json.loads((Path(__file__).parent / "example_execution_request.json").read_text())
 

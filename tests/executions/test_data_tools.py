@@ -13,9 +13,9 @@ from agents.models import Agent, AgentVersion
 from datasources.models import DataSource
 from datasources.selectors import data_source_prompt_metadata
 from datasources.services import data_source_create, data_source_discover, data_source_update
-from executions.engine.contracts import AgentConfig, DataSourceMetadata, UserContext
-from executions.engine.tools import ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from executions.models import Execution, ExecutionStep
+from rivercore.contracts import AgentConfig, DataSourceMetadata, UserContext
+from rivercore.tools import ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from tenancy.permissions import ROLE_PERMISSIONS, Role
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import sqlite_count

@@ -17,9 +17,6 @@ from django.db import connection
 from django.utils import timezone
 
 from executions import tasks
-from executions.engine.contracts import Step, StepStatus, StepType, Tokens
-from executions.engine.llm import LLMToolCall
-from executions.engine.runner import RunInterrupted
 from executions.journal import DbJournal, step_row
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.services import (
@@ -30,6 +27,9 @@ from executions.services import (
     executions_requeue_stale,
     state_load,
 )
+from rivercore.contracts import Step, StepStatus, StepType, Tokens
+from rivercore.llm import LLMToolCall
+from rivercore.runner import RunInterrupted
 from tests.executions.durable_support import CALLS, HOOKS, TOOL_NAMES
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 

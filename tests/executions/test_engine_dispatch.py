@@ -4,10 +4,10 @@ about the runner, and the model path has its own tests over HTTP."""
 
 import pytest
 
-from agents.types import Tier
-from executions.engine.contracts import StepType
-from executions.engine.runner import Engine, new_state, response_build, select_tier
-from executions.engine.state import RunState
+from rivercore.contracts import StepType
+from rivercore.runner import Engine, new_state, response_build, select_tier
+from rivercore.state import RunState
+from rivercore.types.agents import Tier
 from tests.executions import engine_support as support
 from tests.factories import ScriptedLLM, text_reply, tool_reply
 

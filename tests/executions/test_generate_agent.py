@@ -7,10 +7,11 @@ import uuid
 
 import pytest
 
-from agents.types import Tier
-from executions.engine.contracts import GenerateAgentRequest, GenerateAgentResponse
-from executions.engine.generate import GenerationFailed, agent_generate
-from executions.engine.router import ProviderConfig, Router, offline_provider
+from executions.routing import router_build
+from rivercore.contracts import GenerateAgentRequest, GenerateAgentResponse
+from rivercore.generate import GenerationFailed, agent_generate
+from rivercore.router import ProviderConfig, offline_provider
+from rivercore.types.agents import Tier
 
 USER = {"user_id": 4421, "org_id": 12, "workspace_id": 37, "roles": ["org_editor"],
         "permissions": ["agent:create", "data_source:view"]}
@@ -27,7 +28,7 @@ SPEC_EXAMPLE = {
 
 def generate(payload: dict, llm=None) -> GenerateAgentResponse:
     request = GenerateAgentRequest.model_validate(payload)
-    response = agent_generate(request=request, llm=llm or Router([offline_provider()]))
+    response = agent_generate(request=request, llm=llm or router_build([offline_provider()]))
     # The wire shape validates on its own, as the endpoint will return it.
     return GenerateAgentResponse.model_validate(json.loads(response.model_dump_json()))
 
@@ -93,7 +94,7 @@ def test_a_models_suggestions_are_kept_within_the_workspace(fake_openai):
         "reasoning": "because", "confidence_score": 0.8, "warnings": [],
     }
     server.text("```json\n" + json.dumps(suggestion) + "\n```")
-    llm = Router([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.REASONING: "openai/m"},
+    llm = router_build([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.REASONING: "openai/m"},
                                  base_url=server.base_url)])
     response = generate(SPEC_EXAMPLE, llm=llm)
     assert [t.tool_name for t in response.agent_config.suggested_tools] == ["write_back"]
@@ -109,7 +110,7 @@ def test_a_models_suggestions_are_kept_within_the_workspace(fake_openai):
 def test_an_invalid_model_reply_is_a_generation_failure(fake_openai):
     server = fake_openai()
     server.text('{"agent_config": {"name": "x"}, "reasoning": "r", "confidence_score": 3}')
-    llm = Router([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.BALANCED: "openai/m"},
+    llm = router_build([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.BALANCED: "openai/m"},
                                  base_url=server.base_url)])
     with pytest.raises(GenerationFailed) as caught:
         generate(SPEC_EXAMPLE, llm=llm)
@@ -120,7 +121,7 @@ def test_an_invalid_model_reply_is_a_generation_failure(fake_openai):
 def test_no_reachable_model_is_a_generation_failure(fake_openai):
     server = fake_openai()
     server.always("error", 503)
-    llm = Router([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.BALANCED: "openai/m"},
+    llm = router_build([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.BALANCED: "openai/m"},
                                  base_url=server.base_url, max_retries=0)])
     with pytest.raises(GenerationFailed):
         generate(SPEC_EXAMPLE, llm=llm)

@@ -1,6 +1,6 @@
 """POST /api/v1/generate-agent through the router (the offline planner here)."""
 
-from executions.engine.contracts import GenerateAgentResponse
+from rivercore.contracts import GenerateAgentResponse
 
 PROMPT = "Create an agent that monitors support tickets every hour and drafts responses for high-priority issues"
 

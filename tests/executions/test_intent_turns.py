@@ -9,9 +9,10 @@ import uuid
 
 import pytest
 
-from executions.engine import context as ctxmod
-from executions.engine.router import ProviderConfig, Router
-from executions.engine.runner import (
+from executions.routing import router_build
+from rivercore import context as ctxmod
+from rivercore.router import ProviderConfig
+from rivercore.runner import (
     INTENT_MAX_TURNS,
     INTENT_TIERS,
     Engine,
@@ -32,7 +33,7 @@ def _reset_calls():
 @pytest.fixture
 def model(fake_openai):
     server = fake_openai()
-    router = Router([ProviderConfig(name=f"fake-{uuid.uuid4().hex[:8]}", models=TIER_MODELS,
+    router = router_build([ProviderConfig(name=f"fake-{uuid.uuid4().hex[:8]}", models=TIER_MODELS,
                                     base_url=server.base_url, max_retries=0)])
     return server, router
 

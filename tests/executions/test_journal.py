@@ -15,14 +15,14 @@ import psycopg
 import pytest
 from django.db import DatabaseError, connection
 
-from executions.engine.contracts import Step, StepStatus, StepType, Tokens
-from executions.engine.runner import RunInterrupted
-from executions.engine.state import RunState
 from executions.journal import DbJournal
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.services import execution_claim, execution_start, state_load
 from executions.write_behind import journal_connections_close
 from governance.models import AuditLogEntry
+from rivercore.contracts import Step, StepStatus, StepType, Tokens
+from rivercore.runner import RunInterrupted
+from rivercore.state import RunState
 from telemetry import events as telemetry_events
 from tests.factories import make_agent
 

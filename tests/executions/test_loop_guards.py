@@ -5,10 +5,11 @@ import uuid
 
 import pytest
 
-from executions.engine import context as ctxmod
-from executions.engine.contracts import StepType
-from executions.engine.router import ProviderConfig, Router
-from executions.engine.runner import Engine, new_state, response_build
+from executions.routing import router_build
+from rivercore import context as ctxmod
+from rivercore.contracts import StepType
+from rivercore.router import ProviderConfig
+from rivercore.runner import Engine, new_state, response_build
 from tests.executions import engine_support as support
 
 TIER_MODELS = {"fast": "m-fast", "balanced": "m-balanced", "reasoning": "m-reasoning", "coding": "m-coding"}
@@ -23,7 +24,7 @@ def _reset_calls():
 def model(fake_openai):
     """A scripted server and a router in front of it (unique health window per test)."""
     server = fake_openai()
-    router = Router([ProviderConfig(name=f"fake-{uuid.uuid4().hex[:8]}", models=TIER_MODELS,
+    router = router_build([ProviderConfig(name=f"fake-{uuid.uuid4().hex[:8]}", models=TIER_MODELS,
                                     base_url=server.base_url, max_retries=0)])
     return server, router
 
@@ -166,7 +167,7 @@ def test_failover_to_a_healthy_provider(fake_openai):
     broken, healthy = fake_openai(), fake_openai()
     broken.always("error", 500)
     healthy.text("Served by the healthy provider.")
-    router = Router([
+    router = router_build([
         ProviderConfig(name=f"broken-{uuid.uuid4().hex[:6]}", models=TIER_MODELS, base_url=broken.base_url,
                        priority=1, max_retries=0),
         ProviderConfig(name=f"healthy-{uuid.uuid4().hex[:6]}", models=TIER_MODELS, base_url=healthy.base_url,
@@ -181,7 +182,7 @@ def test_failover_to_a_healthy_provider(fake_openai):
 def test_cost_accounting_per_model_and_unknown_prices_flagged(fake_openai):
     server = fake_openai()
     server.tool_call("test_echo", {"text": "1"}, usage=_usage(1000)).text("done", usage=_usage(1000))
-    router = Router([ProviderConfig(
+    router = router_build([ProviderConfig(
         name=f"priced-{uuid.uuid4().hex[:6]}", base_url=server.base_url, max_retries=0,
         models={"fast": "gpt-4o-mini", "balanced": "made-up-model-without-price"},
     )])

@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict
 
 from datasources.services import data_source_discover
 from executions import tasks
-from executions.engine.tools import Tool, ToolCategory, get_tool, register
 from executions.models import Execution, ExecutionStep
 from executions.services import execution_run_segment, execution_start
+from rivercore.tools import Tool, ToolCategory, get_tool, register
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 

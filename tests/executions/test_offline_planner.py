@@ -13,9 +13,9 @@ from pathlib import Path
 import litellm
 import pytest
 
-from executions.engine import offline
-from executions.engine.context import FINALIZE_SCHEMA, SUMMARY_REQUEST, base_messages
-from executions.engine.contracts import ExecutionRequest
+from rivercore import offline
+from rivercore.context import FINALIZE_SCHEMA, SUMMARY_REQUEST, base_messages
+from rivercore.contracts import ExecutionRequest
 
 EXAMPLE = json.loads((Path(__file__).parent / "example_execution_request.json").read_text())
 ALL_TOOLS = ["classify_intent", "search_catalog", "generate_query", "execute_query", "explain_results",
@@ -304,8 +304,9 @@ def support_source(workspace, tmp_path, settings):
 def run_engine(workspace, support_source, prompt: str, *, action_level: str):
     from django.db import connection
 
-    from executions.engine.router import Router, offline_provider
-    from executions.engine.runner import Engine, new_state, response_build
+    from executions.routing import router_build
+    from rivercore.router import offline_provider
+    from rivercore.runner import Engine, new_state, response_build
 
     source, tables, _ = support_source
     data = json.loads(json.dumps(EXAMPLE))
@@ -316,7 +317,7 @@ def run_engine(workspace, support_source, prompt: str, *, action_level: str):
     data["data_source_metadata"] = [{"data_source_id": source.pk, "name": source.name, "type": "sqlite",
                                      "access_level": "read_write", "schemas": [t.model_dump() for t in tables]}]
     state, _ = new_state(ExecutionRequest.model_validate(data))
-    outcome = Engine(llm=Router([offline_provider()]), tool_thread_exit=lambda: connection.close()).run(state)
+    outcome = Engine(llm=router_build([offline_provider()]), tool_thread_exit=lambda: connection.close()).run(state)
     return response_build(state, outcome)
 
 

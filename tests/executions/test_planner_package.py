@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from datasources.sqlguard import query_check
-from executions.engine.planner import graph_from_source, question_plan
-from executions.engine.planner.schema import name_words
+from rivercore.planner import graph_from_source, question_plan
+from rivercore.planner.schema import name_words
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,7 +143,7 @@ def test_hostile_values_and_names_stay_literals_and_identifiers(dialect):
 
 
 def test_the_planner_package_imports_no_django():
-    code = ("import sys; import executions.engine.planner; "
+    code = ("import sys; import rivercore.planner; "
             "sys.exit(1 if any(m == 'django' or m.startswith('django.') for m in sys.modules) else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from datasources.services import data_source_create, data_source_discover, query_execute
-from executions.engine.contracts import AgentConfig, DataSourceMetadata, UserContext
-from executions.engine.router import Router, offline_provider
-from executions.engine.tools import ToolContext, ToolError, get_tool
+from executions.routing import router_build
+from rivercore.contracts import AgentConfig, DataSourceMetadata, UserContext
+from rivercore.router import Router, offline_provider
+from rivercore.tools import ToolContext, ToolError, get_tool
 from tests.datasources.fixtures import pg_admin_connect, pg_relay, pg_server, sqlite_dir  # noqa: F401
 from tests.executions.test_offline_planner import EXAMPLE
 
@@ -123,7 +124,7 @@ def shop_rows() -> dict[str, list[tuple]]:
 
 @pytest.fixture
 def offline_llm() -> Router:
-    return Router([offline_provider()])
+    return router_build([offline_provider()])
 
 
 def tool_context(source, llm) -> ToolContext:

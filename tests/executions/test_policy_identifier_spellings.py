@@ -10,8 +10,8 @@ import pytest
 
 from datasources.selectors import data_source_prompt_metadata
 from datasources.services import data_source_create, data_source_discover
-from executions.engine.contracts import DataSourceMetadata, StepType
-from executions.engine.runner import Engine, new_state, response_build
+from rivercore.contracts import DataSourceMetadata, StepType
+from rivercore.runner import Engine, new_state, response_build
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import sqlite_count
 from tests.executions import engine_support as support

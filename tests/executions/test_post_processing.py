@@ -11,9 +11,9 @@ import pytest
 
 from agents.models import Agent, AgentMemory
 from executions import services, tasks
-from executions.engine.llm import LLMError, LLMErrorKind
 from executions.models import Execution
 from governance.models import AuditLogEntry, Notification
+from rivercore.llm import LLMError, LLMErrorKind
 from tests.factories import ScriptedLLM, make_agent, text_reply
 
 pytestmark = pytest.mark.django_db

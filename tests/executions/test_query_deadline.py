@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from datasources.services import data_source_discover
-from executions.engine.tools import ToolErrorKind
+from rivercore.tools import ToolErrorKind
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.executions.test_data_tools import ctx_for, error_of
 

@@ -13,11 +13,12 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from agents.types import Tier
-from executions.engine.contracts import AgentConfig, DataSourceMetadata, UserContext
-from executions.engine.router import ProviderConfig, Router, offline_provider
-from executions.engine.tools import ToolContext, ToolError, ToolErrorKind, get_tool
+from executions.routing import router_build
 from executions.tools.reasoning import apply_row_limit
+from rivercore.contracts import AgentConfig, DataSourceMetadata, UserContext
+from rivercore.router import ProviderConfig, Router, offline_provider
+from rivercore.tools import ToolContext, ToolError, ToolErrorKind, get_tool
+from rivercore.types.agents import Tier
 
 EXAMPLE = json.loads((Path(__file__).parent / "example_execution_request.json").read_text())
 COUNT_PROMPT = "How many open high-priority tickets were created in the last 24 hours?"
@@ -69,7 +70,7 @@ def run(tool_name: str, ctx: ToolContext, arguments: dict):
 
 @pytest.fixture
 def offline_llm() -> Router:
-    return Router([offline_provider()])
+    return router_build([offline_provider()])
 
 
 @pytest.fixture
@@ -203,7 +204,7 @@ def test_explain_results_and_visualization(offline_llm):
 def test_a_model_reply_that_is_not_valid_json_fails_the_tool(fake_openai):
     server = fake_openai()
     server.text("I think it is a data question.").text('{"intent_type": "WEATHER", "confidence": 2}')
-    llm = Router([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.FAST: "openai/m"},
+    llm = router_build([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.FAST: "openai/m"},
                                  base_url=server.base_url)])
     ctx = make_context(source_type="sqlite", described=True, llm=llm)
     with pytest.raises(ToolError) as not_json:
@@ -221,7 +222,7 @@ def test_a_model_reply_that_is_not_valid_json_fails_the_tool(fake_openai):
 def test_a_real_models_fenced_json_is_accepted(fake_openai):
     server = fake_openai()
     server.text('Here you go:\n```json\n{"intent_type": "DATA_QUERY", "confidence": 0.8}\n```')
-    llm = Router([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.FAST: "openai/m"},
+    llm = router_build([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.FAST: "openai/m"},
                                  base_url=server.base_url)])
     ctx = make_context(source_type="sqlite", described=True, llm=llm)
     result = run("classify_intent", ctx, {"user_prompt": COUNT_PROMPT})

@@ -14,8 +14,8 @@ import pytest
 from channels.layers import channel_layers
 
 from executions import services, tasks
-from executions.engine.provider_health import provider_health_get, provider_health_record
 from executions.models import Execution, ExecutionEvent
+from executions.provider_health import provider_health_get, provider_health_record
 from telemetry.events import events_flush, events_publish_committed
 from telemetry.faults import infra_fault_count
 from tests.factories import make_agent

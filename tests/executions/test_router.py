@@ -8,19 +8,20 @@ import uuid
 import litellm
 import pytest
 
-from agents.types import Tier
 from common.crypto import encrypt_text
-from executions.engine import offline
-from executions.engine.llm import LLMError, LLMErrorKind
-from executions.engine.provider_health import (
+from executions.models import LLMProvider
+from executions.provider_health import (
     BUCKET_SECONDS,
     WINDOW_SECONDS,
     provider_health_get,
     provider_health_record,
     provider_health_snapshot,
 )
-from executions.engine.router import ProviderConfig, Router, model_cost, router_for_organization
-from executions.models import LLMProvider
+from executions.routing import router_build, router_for_organization
+from rivercore import offline
+from rivercore.llm import LLMError, LLMErrorKind
+from rivercore.router import ProviderConfig, Router, model_cost
+from rivercore.types.agents import Tier
 
 TOOLS = [{"type": "function", "function": {
     "name": "classify_intent", "description": "Classify.",
@@ -42,7 +43,7 @@ def ask(router: Router, *, tier=Tier.BALANCED, timeout=10.0, tools=TOOLS):
 def test_tool_call_reply_is_parsed(fake_openai):
     server = fake_openai()
     server.tool_call("classify_intent", {"user_prompt": "How many tickets?"}, call_id="call_abc")
-    reply = ask(Router([provider(server)]))
+    reply = ask(router_build([provider(server)]))
 
     assert reply.content is None
     assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [
@@ -58,7 +59,7 @@ def test_tool_call_reply_is_parsed(fake_openai):
 def test_invalid_tool_arguments_are_kept_raw(fake_openai):
     server = fake_openai()
     server.tool_call("classify_intent", '{"user_prompt": "unterminated')
-    call = ask(Router([provider(server)])).tool_calls[0]
+    call = ask(router_build([provider(server)])).tool_calls[0]
     assert call.arguments == {}
     assert call.raw_arguments == '{"user_prompt": "unterminated'
 
@@ -66,7 +67,7 @@ def test_invalid_tool_arguments_are_kept_raw(fake_openai):
 def test_text_reply_and_token_usage(fake_openai):
     server = fake_openai()
     server.text("There are 3 tickets.", usage={"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127})
-    reply = ask(Router([provider(server)]), tools=[])
+    reply = ask(router_build([provider(server)]), tools=[])
     assert reply.content == "There are 3 tickets."
     assert (reply.input_tokens, reply.output_tokens) == (120, 7)
     assert "tools" not in server.requests[0]  # an empty tool list is not sent
@@ -75,7 +76,7 @@ def test_text_reply_and_token_usage(fake_openai):
 def test_empty_reply_is_flagged(fake_openai):
     server = fake_openai()
     server.empty()
-    reply = ask(Router([provider(server)]))
+    reply = ask(router_build([provider(server)]))
     assert reply.is_empty
     assert reply.tool_calls == []
 
@@ -83,11 +84,11 @@ def test_empty_reply_is_flagged(fake_openai):
 def test_tier_picks_the_providers_model_with_fallbacks(fake_openai):
     server = fake_openai()
     server.always("text", "ok")
-    router = Router([provider(server, models={Tier.FAST: "openai/small", Tier.BALANCED: "openai/medium"})])
+    router = router_build([provider(server, models={Tier.FAST: "openai/small", Tier.BALANCED: "openai/medium"})])
     assert ask(router, tier=Tier.FAST).model == "openai/small"
     coding = ask(router, tier=Tier.CODING)  # no coding model: balanced
     assert (coding.model, coding.tier) == ("openai/medium", Tier.BALANCED)
-    only = Router([provider(server, models={Tier.REASONING: "openai/deep"})])
+    only = router_build([provider(server, models={Tier.REASONING: "openai/deep"})])
     assert ask(only, tier=Tier.FAST).model == "openai/deep"  # no fast, no balanced: any tier it has
     assert [r["model"] for r in server.requests] == ["small", "medium", "deep"]
 
@@ -99,7 +100,7 @@ def test_failover_from_a_failing_provider_to_a_healthy_one(fake_openai):
     first = provider(failing, priority=1, max_retries=1)
     second = provider(healthy, priority=2)
 
-    reply = ask(Router([second, first]))
+    reply = ask(router_build([second, first]))
 
     assert reply.content == "from the healthy provider"
     assert reply.provider == second.name
@@ -114,7 +115,7 @@ def test_timeout_fails_over_without_retrying_the_slow_provider(fake_openai):
     slow.text("too late", delay=5)
     fast.text("in time")
     started = time.monotonic()
-    reply = ask(Router([provider(slow, priority=1, max_retries=2), provider(fast, priority=2)]), timeout=0.5)
+    reply = ask(router_build([provider(slow, priority=1, max_retries=2), provider(fast, priority=2)]), timeout=0.5)
     elapsed = time.monotonic() - started
     assert reply.content == "in time"
     assert slow.calls == 1
@@ -126,7 +127,7 @@ def test_all_providers_failing_is_provider_unavailable(fake_openai):
     a.always("error", 503, "overloaded")
     b.text("never", delay=5)
     with pytest.raises(LLMError) as caught:
-        ask(Router([provider(a, priority=1), provider(b, priority=2)]), timeout=0.5)
+        ask(router_build([provider(a, priority=1), provider(b, priority=2)]), timeout=0.5)
     assert caught.value.kind == LLMErrorKind.PROVIDER_UNAVAILABLE
     assert [attempt["error"] for attempt in caught.value.details["attempts"]] == ["server_error", "timeout"]
 
@@ -136,7 +137,7 @@ def test_a_bad_request_is_not_failed_over(fake_openai):
     a.error(400, "messages: invalid")
     b.text("should not be asked")
     with pytest.raises(LLMError) as caught:
-        ask(Router([provider(a, priority=1), provider(b, priority=2)]))
+        ask(router_build([provider(a, priority=1), provider(b, priority=2)]))
     assert caught.value.kind == LLMErrorKind.BAD_RESPONSE
     assert b.calls == 0
 
@@ -150,7 +151,7 @@ def test_degraded_by_error_rate_is_tried_after_healthy_providers(fake_openai):
         provider_health_record(provider=first.window, latency_ms=800, ok=index >= 4)  # 40% errors
     assert provider_health_get(providers=[first.window])[first.window].degraded
 
-    reply = ask(Router([first, second]))
+    reply = ask(router_build([first, second]))
     assert reply.content == "backup"
     assert preferred.calls == 0
 
@@ -178,7 +179,7 @@ def test_degraded_by_p90_latency(fake_openai):
     assert health.p50_ms <= 1_500 and health.p90_ms > 20_000
     assert health.degraded and "P90" in health.reasons[0]
 
-    assert ask(Router([first, second])).content == "backup"
+    assert ask(router_build([first, second])).content == "backup"
 
 
 def test_p90_at_twenty_seconds_is_not_degraded():
@@ -198,7 +199,7 @@ def test_when_all_are_degraded_the_least_degraded_goes_first(fake_openai):
     for index in range(10):
         provider_health_record(provider=first.window, latency_ms=500, ok=False)  # 100% errors
         provider_health_record(provider=second.window, latency_ms=500, ok=index >= 4)  # 40% errors
-    assert ask(Router([first, second])).content == "better"
+    assert ask(router_build([first, second])).content == "better"
 
 
 def test_the_window_forgets_samples_older_than_five_minutes():
@@ -224,7 +225,7 @@ def test_snapshot_reports_percentiles_for_dashboards():
 def test_a_priced_model_is_costed_from_litellms_price_map(fake_openai):
     server = fake_openai(model="gpt-4o-mini")
     server.text("ok", usage={"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200})
-    reply = ask(Router([provider(server, models={Tier.BALANCED: "openai/gpt-4o-mini"})]), tools=[])
+    reply = ask(router_build([provider(server, models={Tier.BALANCED: "openai/gpt-4o-mini"})]), tools=[])
     prompt_cost, completion_cost = litellm.cost_per_token(model="gpt-4o-mini", prompt_tokens=1000,
                                                           completion_tokens=200)
     assert reply.cost_usd is not None and reply.cost_usd > 0
@@ -234,7 +235,7 @@ def test_a_priced_model_is_costed_from_litellms_price_map(fake_openai):
 def test_an_unknown_model_has_no_cost_rather_than_zero(fake_openai):
     server = fake_openai(model="gpt-4o-mini")  # the server's claim about itself is not what is priced
     server.text("ok", usage={"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200})
-    reply = ask(Router([provider(server, models={Tier.BALANCED: "openai/river-local-llama"})]), tools=[])
+    reply = ask(router_build([provider(server, models={Tier.BALANCED: "openai/river-local-llama"})]), tools=[])
     assert reply.cost_usd is None
     assert (reply.input_tokens, reply.output_tokens) == (1000, 200)
 

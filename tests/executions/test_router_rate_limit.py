@@ -10,11 +10,12 @@ import uuid
 import pytest
 from django.db import connection
 
-from agents.types import Tier
-from executions.engine.llm import LLMError, LLMErrorKind
-from executions.engine.router import ProviderConfig, Router, router_for_organization
 from executions.models import LLMProvider, ProviderCallWindow
 from executions.providers import provider_call_acquire
+from executions.routing import router_build, router_for_organization
+from rivercore.llm import LLMError, LLMErrorKind
+from rivercore.router import ProviderConfig, Router
+from rivercore.types.agents import Tier
 
 MESSAGES = [{"role": "user", "content": "How many tickets?"}]
 MINUTE = 29_000_000 * 60  # a clock-minute boundary, in epoch seconds
@@ -51,7 +52,7 @@ def test_the_call_over_the_limit_goes_to_the_fallback_provider_unsent(fake_opena
     limited.always("text", "from the limited provider")
     fallback.always("text", "from the fallback")
     clock = FakeClock(MINUTE + 5)
-    router = Router([provider(limited, priority=1, rpm=3), provider(fallback, priority=2)],
+    router = router_build([provider(limited, priority=1, rpm=3), provider(fallback, priority=2)],
                     clock=clock, sleep=clock.sleep)
 
     replies = [ask(router).content for _ in range(4)]
@@ -66,7 +67,7 @@ def test_without_another_provider_the_call_waits_for_the_next_minute(fake_openai
     server = fake_openai()
     server.always("text", "ok")
     clock = FakeClock(MINUTE + 45)
-    router = Router([provider(server, rpm=2)], clock=clock, sleep=clock.sleep)
+    router = router_build([provider(server, rpm=2)], clock=clock, sleep=clock.sleep)
 
     ask(router)
     ask(router)
@@ -83,7 +84,7 @@ def test_a_window_that_opens_after_the_budget_fails_the_call_without_sending(fak
     server.always("text", "ok")
     clock = FakeClock(MINUTE + 10)
     limited = provider(server, rpm=1)
-    router = Router([limited], clock=clock, sleep=clock.sleep)
+    router = router_build([limited], clock=clock, sleep=clock.sleep)
     ask(router)
 
     with pytest.raises(LLMError) as caught:

@@ -10,10 +10,11 @@ import uuid
 
 import pytest
 
-from agents.types import Tier
-from executions.engine.llm import LLMError, LLMErrorKind
-from executions.engine.router import RETRY_BACKOFF_MAX_SECONDS, ProviderConfig, Router, retry_backoff
-from executions.engine.runner import Engine, new_state, response_build
+from executions.routing import router_build
+from rivercore.llm import LLMError, LLMErrorKind
+from rivercore.router import RETRY_BACKOFF_MAX_SECONDS, ProviderConfig, Router, retry_backoff
+from rivercore.runner import Engine, new_state, response_build
+from rivercore.types.agents import Tier
 from tests.executions import engine_support as support
 
 MESSAGES = [{"role": "system", "content": "You are a test agent."}, {"role": "user", "content": "How many?"}]
@@ -33,7 +34,7 @@ class Pauses(list):
 
 
 def router(*providers, pauses=None) -> Router:
-    return Router(list(providers), sleep=pauses if pauses is not None else Pauses(), rand=lambda: 1.0)
+    return router_build(list(providers), sleep=pauses if pauses is not None else Pauses(), rand=lambda: 1.0)
 
 
 def ask(r: Router, timeout=10.0):
@@ -118,7 +119,7 @@ def test_a_run_survives_a_5xx_burst_in_one_turn(fake_openai):
     server = fake_openai()
     server.error(503).error(503).tool_call("test_echo", {"text": "a"}).text("Echoed a.")
     pauses = Pauses()
-    r = Router([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.BALANCED: "m"},
+    r = router_build([ProviderConfig(name=f"p-{uuid.uuid4().hex[:8]}", models={Tier.BALANCED: "m"},
                                base_url=server.base_url, max_retries=2)], sleep=pauses)
     support.CALLS.clear()
     state, _ = new_state(support.request_for(tools=["test_echo"]))

@@ -13,13 +13,14 @@ import pytest
 from django.utils import timezone
 
 from agents.models import AgentVersion
-from agents.types import ModelConfig
 from executions import tasks
-from executions.engine.llm import LLMReply
-from executions.engine.router import ProviderConfig, Router
-from executions.engine.runner import Engine, new_state, response_build
 from executions.models import Execution, ExecutionStep
+from executions.routing import router_build
 from executions.services import execution_run_segment, execution_start
+from rivercore.llm import LLMReply
+from rivercore.router import ProviderConfig
+from rivercore.runner import Engine, new_state, response_build
+from rivercore.types.agents import ModelConfig
 from tests.executions import engine_support as support
 from tests.factories import ScriptedLLM, make_agent
 
@@ -57,7 +58,7 @@ def test_run_timeout_outside_60_to_86400_seconds_is_refused(value):
 
 def test_a_run_past_its_agents_timeout_ends_timeout_without_another_model_call(fake_openai):
     server = fake_openai()
-    router = Router([ProviderConfig(name=f"fake-{uuid.uuid4().hex[:8]}", models=TIER_MODELS,
+    router = router_build([ProviderConfig(name=f"fake-{uuid.uuid4().hex[:8]}", models=TIER_MODELS,
                                     base_url=server.base_url, max_retries=0)])
     request = support.request_for(tools=["test_echo"], model_config={"run_timeout_seconds": 60})
     state = started_ago(request, 61)

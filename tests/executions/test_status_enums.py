@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from executions.engine.contracts import ResolutionStatus as EngineResolutionStatus
-from executions.engine.contracts import ResponseStatus, StepStatus
 from executions.models import Execution, ExecutionStep
 from executions.services import _STATUS_FROM_RESPONSE
 from governance.approvals import _STATUS_FOR
 from governance.models import ApprovalRequest
-from governance.types import ResolutionStatus
+from rivercore.contracts import ResolutionStatus as EngineResolutionStatus
+from rivercore.contracts import ResponseStatus, StepStatus
+from rivercore.types.governance import ResolutionStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("executions", "governance", "agents", "telemetry", "triggers", "datasources", "tenancy", "riverapp")

@@ -16,10 +16,10 @@ import time
 import pytest
 from django.db import connection
 
-from common.fence import FenceClosed, WriteFence, fence_bound
 from datasources.services import data_source_discover
-from executions.engine.runner import run_tool_in_thread
-from executions.engine.tools import Tool, ToolCategory, ToolError, ToolErrorKind, get_tool
+from rivercore.fence import FenceClosed, WriteFence, fence_bound
+from rivercore.runner import run_tool_in_thread
+from rivercore.tools import Tool, ToolCategory, ToolError, ToolErrorKind, get_tool
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import pg_admin_connect, pg_count, sqlite_count
 from tests.executions.test_data_tools import ctx_for
@@ -158,7 +158,7 @@ def test_close_waits_for_a_commit_in_flight():
 
 
 def test_the_fence_is_bound_to_the_tool_thread_only():
-    from common.fence import current_fence
+    from rivercore.fence import current_fence
 
     fence = WriteFence(deadline=time.monotonic() + 60)
     with fence_bound(fence):

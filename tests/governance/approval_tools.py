@@ -10,7 +10,7 @@ import threading
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from executions.engine.tools import Tool, ToolCategory, get_tool, register
+from rivercore.tools import Tool, ToolCategory, get_tool, register
 
 WRITE_TOOL = "approval_test_write"
 SCORE_TOOL = "approval_test_score"

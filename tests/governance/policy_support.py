@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from governance.types import CallFacts, GovernancePolicySpec
+from rivercore.types.governance import CallFacts, GovernancePolicySpec
 
 
 def policy(expression: str, enforcement: str, policy_type: str | None = None, name: str = "p") -> GovernancePolicySpec:

@@ -7,7 +7,7 @@ PROCEED; issue 11 closes that gap). Unknown levels deny everything."""
 import pytest
 
 from governance.checker import action_level_decision, check_tool_call
-from governance.types import Decision
+from rivercore.types.governance import Decision
 from tests.governance.policy_support import facts
 
 READ, WRITE_IN_RULES, WRITE_NOT_IN_RULES = "read", "write_in_rules", "write_not_in_rules"

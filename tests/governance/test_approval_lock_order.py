@@ -19,12 +19,12 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from common.errors import Conflict
 from executions import services, tasks
 from executions.models import Execution
 from governance import approvals as governance_approvals
 from governance import tasks as governance_tasks
 from governance.models import ApprovalRequest
+from rivercore.errors import Conflict
 from tests.governance.test_approvals_api import paused_run
 
 WAIT_SECONDS = 15

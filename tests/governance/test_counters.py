@@ -9,7 +9,7 @@ from django.db import connection, connections
 
 from governance import counters
 from governance.checker import check_tool_call
-from governance.types import Decision
+from rivercore.types.governance import Decision
 from tests.governance.policy_support import facts, policy
 
 NOON = datetime(2024, 6, 3, 12, 0, tzinfo=UTC)

@@ -13,11 +13,11 @@ from pydantic import BaseModel
 
 from datasources.services import data_source_discover
 from executions import services
-from executions.engine.runner import Engine, new_state, response_build
-from executions.engine.tools import Tool, ToolCategory, all_tools, get_tool, register
 from executions.models import Execution
 from governance.models import ApprovalRequest, AuditLogEntry
 from governance.services import policy_create
+from rivercore.runner import Engine, new_state, response_build
+from rivercore.tools import Tool, ToolCategory, all_tools, get_tool, register
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.executions import engine_support
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
@@ -122,7 +122,7 @@ READS = {"test_connection", "discover_schema", "execute_query", "get_workspace_i
 
 
 def test_every_builtin_tool_is_classified_and_the_writing_ones_say_so():
-    from agents.types import TOOL_NAMES
+    from rivercore.types.agents import TOOL_NAMES
 
     builtin = {name: tool for name, tool in all_tools().items() if name in TOOL_NAMES}
     assert set(builtin) == WRITES | READS

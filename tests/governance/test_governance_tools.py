@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from executions.engine.contracts import AgentConfig, DataSourceMetadata, UserContext
-from executions.engine.tools import ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from executions.tools.governance_tools import ApplyGovernancePolicyInput, CheckGovernanceInput
 from governance.models import AuditLogEntry, Policy
 from governance.services import policy_create
+from rivercore.contracts import AgentConfig, DataSourceMetadata, UserContext
+from rivercore.tools import ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from tenancy.permissions import ALL_PERMISSIONS
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "executions" / "example_execution_request.json"

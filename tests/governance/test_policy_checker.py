@@ -6,7 +6,7 @@ import pytest
 
 from governance import counters
 from governance.checker import auto_approve_matches, check_llm_call, check_query_result, check_tool_call
-from governance.types import Decision
+from rivercore.types.governance import Decision
 from tests.governance.policy_support import facts, policy
 
 ENFORCEMENTS = {
@@ -114,7 +114,7 @@ def test_data_export_limit(enforcement):
 
 
 def test_spec_example_policy_without_type_is_a_data_export_limit():
-    from governance.types import GovernancePolicySpec
+    from rivercore.types.governance import GovernancePolicySpec
 
     spec = GovernancePolicySpec(
         policy_id="f9a2c4d6-8b1e-4f7a-a3c5-2d4e6f8b1a3c", name="PII Export Limit", scope="workspace",

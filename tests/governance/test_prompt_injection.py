@@ -34,10 +34,11 @@ import pytest
 from datasources.models import DataSource
 from datasources.services import data_source_create, data_source_discover
 from executions import services
-from executions.engine import runner
-from executions.engine.router import ProviderConfig, Router
 from executions.models import Execution
+from executions.routing import router_build
 from governance.models import ApprovalRequest, AuditLogEntry, Policy
+from rivercore import runner
+from rivercore.router import ProviderConfig
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.factories import make_agent
 from tests.fakes.openai_server import FakeOpenAI, Scripted
@@ -156,7 +157,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def router(server):
-    return Router([ProviderConfig(name=f"injection-{uuid.uuid4().hex[:8]}", models=TIER_MODELS,
+    return router_build([ProviderConfig(name=f"injection-{uuid.uuid4().hex[:8]}", models=TIER_MODELS,
                                   base_url=server.base_url, max_retries=0)])
 
 

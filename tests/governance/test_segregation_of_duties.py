@@ -227,9 +227,9 @@ def test_the_starter_is_not_notified_to_approve_their_own_run(workspace, owner, 
 
 
 def test_the_stateless_continue_refuses_the_runs_own_user_as_approver(workspace, org_admin):
-    from common.errors import PermissionDenied
-    from executions.engine.contracts import ContinuationRequest
     from executions.stateless import execute, execute_continue
+    from rivercore.contracts import ContinuationRequest
+    from rivercore.errors import PermissionDenied
     from tests.executions import engine_support
 
     request = engine_support.request_for(tools=["test_write"], action_level="act_with_approval")

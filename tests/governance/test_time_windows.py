@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from governance.checker import check_tool_call, time_facts
-from governance.types import Decision
+from rivercore.types.governance import Decision
 from tests.governance.policy_support import facts, policy
 
 NY = "America/New_York"

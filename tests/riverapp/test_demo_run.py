@@ -7,11 +7,11 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from agents.models import Agent
-from common.errors import PermissionDenied
 from executions.models import Execution
 from executions.services import execution_approval_resolve, execution_run_segment, execution_start
 from governance.models import ApprovalRequest
 from riverapp.demo import demo_database_path, demo_seed
+from rivercore.errors import PermissionDenied
 
 QUESTION = "How many open high-priority tickets were created in the last 24 hours?"
 

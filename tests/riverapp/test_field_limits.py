@@ -6,7 +6,7 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 
 from agents.models import Agent
-from common import limits
+from rivercore import limits
 from tenancy.models import OrganizationMember
 from tests.factories import make_agent
 

@@ -51,12 +51,12 @@ from pydantic import BaseModel, ConfigDict
 
 from agents.models import Agent, AgentVersion
 from executions import tasks
-from executions.engine.contracts import ResponseStatus
-from executions.engine.llm import LLMReply, LLMToolCall
-from executions.engine.tools import Tool, ToolCategory, get_tool, register
 from executions.journal import DbJournal
 from executions.models import Execution, ExecutionStep
 from executions.services import execution_run_segment, execution_start
+from rivercore.contracts import ResponseStatus
+from rivercore.llm import LLMReply, LLMToolCall
+from rivercore.tools import Tool, ToolCategory, get_tool, register
 from tenancy.models import Membership, Organization, Workspace
 from tenancy.permissions import Role
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from executions.engine.context import message_chars
-from executions.engine.contracts import (
+from rivercore.context import message_chars
+from rivercore.contracts import (
     ActionTaken,
     ApprovalRequestPayload,
     ExecutionRequest,
@@ -25,8 +25,8 @@ from executions.engine.contracts import (
     StepStatus,
     StepType,
 )
-from executions.engine.llm import LLMToolCall
-from governance.types import ResolutionStatus
+from rivercore.llm import LLMToolCall
+from rivercore.types.governance import ResolutionStatus
 
 RUNNER_MODEL = "river-runner"  # model_used of runner notices (not a model turn)
 

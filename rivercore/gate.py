@@ -1,12 +1,46 @@
 """The engine's side of governance: builds the facts from run state and asks the
-governance checker. Decisions themselves live in ``governance.checker``."""
+policy checker, a port. Decisions themselves live behind it (``governance.checker``
+in River, installed when the governance app is ready); with no checker installed the
+gate refuses to run rather than let a call through unchecked."""
 
 from __future__ import annotations
 
-from executions.engine.state import RunState
-from executions.engine.tools import Tool
-from governance import checker
-from governance.types import CallFacts, Decision, GovernanceResult
+from typing import Any, Protocol
+
+from rivercore.state import RunState
+from rivercore.tools import Tool
+from rivercore.types.governance import CallFacts, Decision, GovernancePolicySpec, GovernanceResult
+
+
+class PolicyChecker(Protocol):
+    """Decides on a call, a model turn and a query result against the agent's policies."""
+
+    def check_tool_call(self, facts: CallFacts) -> GovernanceResult: ...
+
+    def check_llm_call(self, *, policies: list[GovernancePolicySpec], tokens_used: int, org_id: int,
+                       workspace_id: int, agent_id: str, execution_id: int) -> GovernanceResult: ...
+
+    def check_query_result(self, *, facts: CallFacts, rows: int, tables: list[str],
+                           classifications: dict[str, str]) -> GovernanceResult: ...
+
+    def auto_approve_matches(self, *, condition: str, facts: dict[str, Any]) -> bool: ...
+
+
+_installed: PolicyChecker | None = None
+
+
+def policy_checker_install(checker: PolicyChecker) -> None:
+    """Make ``checker`` the process's default policy checker (River's governance app
+    does this in ``ready()``)."""
+    global _installed
+    _installed = checker
+
+
+def policy_checker() -> PolicyChecker:
+    """The installed policy checker; an error, never a silent pass, without one."""
+    if _installed is None:
+        raise RuntimeError("No policy checker is installed: the engine will not run calls unchecked.")
+    return _installed
 
 
 def call_facts(state: RunState, tool: Tool, arguments: dict, *, confidence: float | None = None) -> CallFacts:
@@ -33,11 +67,12 @@ def call_facts(state: RunState, tool: Tool, arguments: dict, *, confidence: floa
     )
 
 
-def before_tool(state: RunState, tool: Tool, arguments: dict, *, confidence: float | None) -> GovernanceResult:
+def before_tool(checker: PolicyChecker, state: RunState, tool: Tool, arguments: dict, *,
+                confidence: float | None) -> GovernanceResult:
     return checker.check_tool_call(call_facts(state, tool, arguments, confidence=confidence))
 
 
-def before_llm(state: RunState) -> GovernanceResult:
+def before_llm(checker: PolicyChecker, state: RunState) -> GovernanceResult:
     cfg = state.request.agent_config
     if not cfg.governance_policies:
         return GovernanceResult(decision=Decision.PROCEED, reason="no policies")
@@ -52,7 +87,8 @@ def before_llm(state: RunState) -> GovernanceResult:
     )
 
 
-def after_query(state: RunState, tool: Tool, arguments: dict, *, rows: int, tables: list[str]) -> GovernanceResult:
+def after_query(checker: PolicyChecker, state: RunState, tool: Tool, arguments: dict, *, rows: int,
+                tables: list[str]) -> GovernanceResult:
     cfg = state.request.agent_config
     if not cfg.governance_policies:
         return GovernanceResult(decision=Decision.PROCEED, reason="no policies")
@@ -66,7 +102,7 @@ def after_query(state: RunState, tool: Tool, arguments: dict, *, rows: int, tabl
     )
 
 
-def auto_approved(state: RunState, tool_name: str, facts: dict) -> str | None:
+def auto_approved(checker: PolicyChecker, state: RunState, tool_name: str, facts: dict) -> str | None:
     """The matching auto-approve condition for this tool, if any."""
     for rule in state.request.agent_config.approval_rules.auto_approve_conditions:
         if rule.tool == tool_name and checker.auto_approve_matches(condition=rule.condition, facts=facts):

@@ -6,7 +6,7 @@ Two rules, applied where the engine turns a tool's output into an observation:
   bytes of JSON (default 64 KB). A larger one is cut and says so: a query result
   keeps its first rows (``truncated: true`` and a ``note``), anything else keeps a
   prefix of its JSON text. A 40 MB result reaches neither the prompt nor a journal row.
-- **Storable text.** NUL characters and lone surrogates are escaped (common.text),
+- **Storable text.** NUL characters and lone surrogates are escaped (rivercore.text),
   since PostgreSQL refuses them and the journal write would otherwise fail on every
   retry.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from common.text import json_storable
+from rivercore.text import json_storable
 
 DEFAULT_OBSERVATION_BYTES = 65_536
 MAX_OBSERVATION_BYTES = 1_048_576

@@ -16,11 +16,11 @@ import re
 
 import pydantic
 
-from agents.types import ActionLevel, BusinessFunction, Tier
-from common.errors import RiverError
-from executions.engine.contracts import GenerateAgentRequest, GenerateAgentResponse
-from executions.engine.llm import LLMClient, LLMError
-from executions.engine.offline import TASK_MARKER
+from rivercore.contracts import GenerateAgentRequest, GenerateAgentResponse
+from rivercore.errors import RiverError
+from rivercore.llm import LLMClient, LLMError
+from rivercore.offline import TASK_MARKER
+from rivercore.types.agents import ActionLevel, BusinessFunction, Tier
 
 DATA_TOOLS = ("classify_intent", "search_catalog", "generate_query", "execute_query", "explain_results")
 GENERATION_TIMEOUT_SECONDS = 120

@@ -15,7 +15,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents.types import (
+from rivercore import limits
+from rivercore.types.agents import (
     ActionLevel,
     ApprovalRules,
     BusinessFunction,
@@ -24,9 +25,8 @@ from agents.types import (
     ModelConfig,
     Tier,
 )
-from common import limits
-from datasources.types import TableInfo
-from governance.types import Decision, GovernancePolicySpec, ResolutionStatus
+from rivercore.types.datasources import TableInfo
+from rivercore.types.governance import Decision, GovernancePolicySpec, ResolutionStatus
 
 
 class _Contract(BaseModel):

@@ -11,7 +11,7 @@ as plain values.
   and intent classification;
 * ``tasks``: the answers to the model-backed tools' sub-requests;
 * ``brain``: the next tool call or the final answer, from the conversation;
-* ``provider``: the litellm custom provider (``executions.engine.offline`` re-exports
+* ``provider``: the litellm custom provider (``rivercore.offline`` re-exports
   the names the engine uses).
 
 Importing this package loads none of ``rules``/``tasks``/``brain``/``provider``.
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from executions.engine.planner.question import Intent, intent_read
-from executions.engine.planner.schema import SchemaGraph, graph_build, graph_from_source
-from executions.engine.planner.sql import SqlPlan, sql_build
+from rivercore.planner.question import Intent, intent_read
+from rivercore.planner.schema import SchemaGraph, graph_build, graph_from_source
+from rivercore.planner.sql import SqlPlan, sql_build
 
 __all__ = ["Intent", "PlannedQuery", "SchemaGraph", "graph_build", "graph_from_source", "intent_read",
            "question_plan", "sql_build"]

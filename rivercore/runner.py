@@ -19,13 +19,9 @@ from typing import Protocol
 
 import pydantic
 
-from agents.types import Tier
-from common.errors import pydantic_details
-from common.fence import WriteFence, fence_bound
-from common.text import json_storable, text_storable
-from executions.engine import context as ctxmod
-from executions.engine import gate
-from executions.engine.contracts import (
+from rivercore import context as ctxmod
+from rivercore import gate
+from rivercore.contracts import (
     ApprovalRequestPayload,
     ErrorCode,
     ErrorInfo,
@@ -38,18 +34,22 @@ from executions.engine.contracts import (
     Tokens,
     Usage,
 )
-from executions.engine.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall
-from executions.engine.observation import observation_byte_limit, observation_fit
-from executions.engine.state import RUNNER_MODEL, RunState, call_hash, step
-from executions.engine.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
-from governance.types import Decision, ResolutionStatus
-from telemetry.run_events import (
+from rivercore.errors import pydantic_details
+from rivercore.events import (
     interaction_required_event,
     observation_received_event,
     tool_called_event,
     turn_complete_event,
     turn_reasoning_event,
 )
+from rivercore.fence import WriteFence, fence_bound
+from rivercore.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall
+from rivercore.observation import observation_byte_limit, observation_fit
+from rivercore.state import RUNNER_MODEL, RunState, call_hash, step
+from rivercore.text import json_storable, text_storable
+from rivercore.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
+from rivercore.types.agents import Tier
+from rivercore.types.governance import Decision, ResolutionStatus
 
 logger = logging.getLogger("river.engine")
 
@@ -149,7 +149,7 @@ def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_ex
     """Run a handler with a hard deadline. A handler that overruns is abandoned and the
     call reports a timeout; its thread may finish in the background, but the write
     fence bound to it is closed first, so a write it started can no longer commit
-    (common.fence). A write that committed just before the fence closed is reported
+    (rivercore.fence). A write that committed just before the fence closed is reported
     as done, not as a timeout."""
     fence = WriteFence(deadline=time.monotonic() + timeout)
 
@@ -253,6 +253,7 @@ class Engine:
     llm: LLMClient
     journal: Journal = field(default_factory=MemoryJournal)
     hooks: EngineHooks | None = None
+    policy: gate.PolicyChecker = field(default_factory=gate.policy_checker)
     # None: the agent's model_config.run_timeout_seconds (default one hour).
     execution_timeout_seconds: float | None = None
     compress_threshold_tokens: int = 24_000
@@ -262,7 +263,7 @@ class Engine:
     # --- bookkeeping -----------------------------------------------------------------
     def _add(self, state: RunState, step_type: StepType, **fields):
         # Model replies and tool arguments may carry NUL or lone surrogates: escaped
-        # here, so neither the journal nor the run's result refuses them (common.text).
+        # here, so neither the journal nor the run's result refuses them (rivercore.text).
         fields = {key: json_storable(value) if key in _STORED_TEXT else value for key, value in fields.items()}
         new = step(state, step_type, **fields)
         state.apply(new)
@@ -347,7 +348,7 @@ class Engine:
 
     def _reason(self, state: RunState) -> Outcome | None:
         turn = state.turn + 1
-        verdict = gate.before_llm(state)
+        verdict = gate.before_llm(self.policy, state)
         if verdict.decision == Decision.BLOCKED:
             self._add(state, StepType.GOVERNANCE_CHECK, turn=turn, governance_decision=Decision.BLOCKED,
                       status=StepStatus.BLOCKED, output={"reason": verdict.reason, "policy": verdict.policy_matched})
@@ -521,13 +522,13 @@ class Engine:
                                                   ok=False)])
                 return True
             if status == ResolutionStatus.EDITED_APPROVED:
-                verdict = gate.before_tool(state, tool, args, confidence=None)
+                verdict = gate.before_tool(self.policy, state, tool, args, confidence=None)
                 if verdict.decision == Decision.BLOCKED:
                     return self._blocked(state, call, args, verdict)
             return None
 
         confidence = self._confidence(state)
-        verdict = gate.before_tool(state, tool, args, confidence=confidence)
+        verdict = gate.before_tool(self.policy, state, tool, args, confidence=confidence)
         decision = verdict.decision
         common = {"tool_name": call.name, "tool_category": tool.category.value, "call_id": call.id, "input": args,
                   "governance_decision": decision}
@@ -566,7 +567,7 @@ class Engine:
             confidence_score=confidence,
             auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
         )
-        condition = gate.auto_approved(state, call.name, {"confidence_score": confidence, "tool": {
+        condition = gate.auto_approved(self.policy, state, call.name, {"confidence_score": confidence, "tool": {
             "name": call.name}, "args": args})
         if condition:
             resolution = {"status": ResolutionStatus.APPROVED.value, "resolved_by": "auto", "auto_approved": True,
@@ -684,7 +685,7 @@ class Engine:
         Once approved, the query runs again and its result is shown."""
         if call.name != "execute_query":
             return None
-        verdict = gate.after_query(state, tool, args, rows=int(result.get("total_rows") or 0),
+        verdict = gate.after_query(self.policy, state, tool, args, rows=int(result.get("total_rows") or 0),
                                    tables=list(result.get("tables") or []))
         if verdict.decision in (Decision.PROCEED, Decision.SUGGEST_ONLY):
             return None

@@ -10,8 +10,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from executions.engine.contracts import ExecutionRequest
-from executions.engine.tools import Tool, all_tools
+from rivercore.contracts import ExecutionRequest
+from rivercore.tools import Tool, all_tools
 
 FINALIZE_SCHEMA = {
     "type": "function",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from executions.engine.planner import question_plan
-from executions.engine.planner.rules import (
+from rivercore.planner import question_plan
+from rivercore.planner.rules import (
     DEFAULT_ROW_LIMIT,
     PRIORITY_COLUMNS,
     STATUS_COLUMNS,
@@ -148,7 +148,7 @@ def task_explain_results(payload: dict) -> dict:
 
 
 def task_generate_agent(payload: dict) -> dict:
-    from executions.engine.generate import offline_configuration
+    from rivercore.generate import offline_configuration
 
     return offline_configuration(payload)
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from executions.engine.planner.schema import Column, SchemaGraph, Table, name_words
+from rivercore.planner.schema import Column, SchemaGraph, Table, name_words
 
 Aggregate = Literal["count", "sum", "avg", "min", "max"]
 

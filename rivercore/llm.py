@@ -1,6 +1,6 @@
 """What the engine needs from a model: one completion per reasoning turn.
 
-``executions.engine.router`` implements this over litellm (providers, tiers,
+``rivercore.router`` implements this over litellm (providers, tiers,
 health window, failover); tests may pass any object with the same ``complete``.
 """
 
@@ -11,7 +11,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from agents.types import Tier
+from rivercore.types.agents import Tier
 
 
 class LLMToolCall(BaseModel):

@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from executions.engine.planner.rules import (
+from rivercore.planner.rules import (
     DATA_INTENTS,
     SAMPLE_ROWS,
     SIGNATURE,
@@ -19,7 +19,7 @@ from executions.engine.planner.rules import (
     read_prompt,
     tables_from_prompt,
 )
-from executions.engine.planner.tasks import as_rows, readable, task_explain_results
+from rivercore.planner.tasks import as_rows, readable, task_explain_results
 
 # --- the agent's brain ---------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The eight WebSocket events of the spec (000) are built in one place, telemetry.run_events.
+"""The eight WebSocket events of the spec (000) are built in one place, rivercore.events.
 
 Each builder gives the spec's key payload fields; no other module writes an event's
 name as a literal; and a real run, paused for approval, resumed and cancelled,
@@ -15,8 +15,8 @@ import pytest
 from executions import services, tasks
 from executions.models import ExecutionEvent
 from governance.models import ApprovalRequest
-from telemetry import run_events
-from telemetry.run_events import RunEventType, event_message
+from rivercore import events as run_events
+from rivercore.events import RunEventType, event_message
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,10 +71,10 @@ def test_no_other_module_spells_an_event_name():
     names = "|".join(SPEC_EVENTS)
     literal = re.compile(rf"""["']({names})["']""")
     offenders = []
-    for app in ("executions", "governance", "agents", "triggers", "telemetry", "datasources", "tenancy", "common",
-                "riverapp"):
+    for app in ("rivercore", "executions", "governance", "agents", "triggers", "telemetry", "datasources", "tenancy",
+                "common", "riverapp"):
         for path in (ROOT / app).rglob("*.py"):
-            if path == ROOT / "telemetry" / "run_events.py" or "migrations" in path.parts:
+            if path == ROOT / "rivercore" / "events.py" or "migrations" in path.parts:
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 # The continuation type of /execute/continue shares a word, not an event.

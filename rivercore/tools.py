@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from agents.types import Tier
+from rivercore.types.agents import Tier
 
 if TYPE_CHECKING:
-    from executions.engine.contracts import AgentConfig, DataSourceMetadata, UserContext
-    from executions.engine.llm import LLMClient
+    from rivercore.contracts import AgentConfig, DataSourceMetadata, UserContext
+    from rivercore.llm import LLMClient
 
 
 class ToolCategory(StrEnum):
@@ -98,15 +98,10 @@ def register(tool: Tool) -> Tool:
 
 
 def get_tool(name: str) -> Tool | None:
-    _load_builtin_tools()
+    """A registered tool (River registers its built-in tools when the executions app
+    is ready)."""
     return _REGISTRY.get(name)
 
 
 def all_tools() -> dict[str, Tool]:
-    _load_builtin_tools()
     return dict(_REGISTRY)
-
-
-def _load_builtin_tools() -> None:
-    # Importing the package registers every built-in tool exactly once.
-    import executions.tools  # noqa: F401

@@ -9,9 +9,9 @@ import uuid
 import litellm
 from litellm import CustomLLM, ModelResponse
 
-from executions.engine.planner.brain import plan_next
-from executions.engine.planner.rules import MODEL, PROVIDER, TASK_MARKER
-from executions.engine.planner.tasks import TASKS
+from rivercore.planner.brain import plan_next
+from rivercore.planner.rules import MODEL, PROVIDER, TASK_MARKER
+from rivercore.planner.tasks import TASKS
 
 # --- the litellm provider -------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from executions.engine.planner.question import Intent
-from executions.engine.planner.schema import Edge, SchemaGraph
+from rivercore.planner.question import Intent
+from rivercore.planner.schema import Edge, SchemaGraph
 
 
 class SqlPlan(BaseModel):

@@ -3,7 +3,10 @@
 litellm does the calling (one client for every provider, request and response
 translation, tool call parsing, exception mapping, price data). River adds what
 litellm lacks: the tier -> model choice per provider, the shared health window,
-the per-provider rate limit, and the order in which providers are tried.
+the per-provider rate limit, and the order in which providers are tried. The
+health window and the rate counter are ports (``HealthWindow``, ``RateAcquire``):
+the Django side (``executions.routing``) backs them with the shared cache and
+PostgreSQL, so this module stays plain Python.
 Failover and the per-provider retry are a short loop here rather than litellm's
 ``fallbacks`` / ``num_retries``: the order changes per call with provider health,
 and every attempt must land in the health window with its own outcome and latency.
@@ -19,17 +22,17 @@ in turn; on one provider:
   same address or key would fail the same way);
 - a 400/422 (the request itself is wrong) is reported without failover;
 - a provider at its ``rate_limit_rpm`` for the current clock minute is skipped
-  without sending anything (the counter is shared by every process, see
-  ``executions.providers.provider_call_acquire``). When every provider was skipped
+  without sending anything (the counter is shared by every process: the
+  ``rate_acquire`` port, ``executions.providers.provider_call_acquire`` in River). When every provider was skipped
   for its rate limit, the router waits for the next minute if that fits in the
   budget, then tries them again.
 
 Only when every provider has failed does the call fail.
 
-Providers come from the organization's ``LLMProvider`` rows; without any, from
-``RIVER_LLM_MODEL`` / ``RIVER_LLM_BASE_URL`` / ``RIVER_LLM_API_KEY`` (one model
-for every tier); without those, from the built-in offline planner, which is a
-litellm custom provider and so takes the same path as a real model.
+Which providers a run gets is decided outside (``executions.routing``: the
+organization's ``LLMProvider`` rows, else the quick-start settings, else the
+built-in offline planner, which is a litellm custom provider and so takes the
+same path as a real model).
 """
 
 from __future__ import annotations
@@ -38,15 +41,15 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import litellm
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from agents.types import Tier
-from executions.engine import offline
-from executions.engine.llm import LLMError, LLMErrorKind, LLMReply, LLMToolCall
-from executions.engine.provider_health import provider_health_get, provider_health_record
+from rivercore import offline
+from rivercore.llm import LLMError, LLMErrorKind, LLMReply, LLMToolCall
+from rivercore.types.agents import Tier
 
 logger = logging.getLogger("river.router")
 litellm.suppress_debug_info = True  # River logs failures itself; no banners on stdout
@@ -65,10 +68,28 @@ def retry_backoff(retry: int, *, rand: Callable[[], float] = random.random) -> f
     return ceiling * (0.5 + rand() / 2)
 
 
-def _db_rate_acquire(key: str, limit: int, window_start: int) -> bool:
-    from executions.providers import provider_call_acquire
+class HealthReading(Protocol):
+    """What the router reads of a provider's health: whether it is degraded and by
+    how much (0 = healthy), to order the providers."""
 
-    return provider_call_acquire(provider_key=key, limit=limit, window_start=window_start)
+    @property
+    def degraded(self) -> bool: ...
+
+    @property
+    def degradation(self) -> float: ...
+
+
+class HealthWindow(Protocol):
+    """The providers' shared health window (port)."""
+
+    def get(self, providers: list[str]) -> Mapping[str, HealthReading]: ...
+
+    def record(self, provider: str, latency_ms: float, ok: bool) -> None: ...
+
+
+RateAcquire = Callable[[str, int, int], bool]
+"""``(provider window key, limit per minute, window start epoch s) -> bool``: take one
+request slot of the provider's current minute, atomically for every process (port)."""
 
 
 class ProviderConfig(BaseModel):
@@ -161,25 +182,26 @@ def _parse_tool_calls(raw_calls) -> list[LLMToolCall]:
 
 
 class Router:
-    """``LLMClient`` over a list of providers. ``sleep`` and ``clock`` (epoch
-    seconds) are injectable so tests drive backoff and rate windows without waiting;
-    ``rate_acquire(key, limit, window_start) -> bool`` takes one request slot."""
+    """``LLMClient`` over a list of providers, with the shared health window and the
+    rate counter as ports. ``sleep`` and ``clock`` (epoch seconds) are injectable so
+    tests drive backoff and rate windows without waiting."""
 
-    def __init__(self, providers: list[ProviderConfig], *, sleep=time.sleep, clock=time.time,
-                 rate_acquire: Callable[[str, int, int], bool] | None = None,
+    def __init__(self, providers: list[ProviderConfig], *, health: HealthWindow, rate_acquire: RateAcquire,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
                  rand: Callable[[], float] = random.random):
         if not providers:
             raise ValueError("a router needs at least one provider")
         self.providers = list(providers)
+        self.health = health
+        self.rate_acquire = rate_acquire
         self.sleep = sleep
         self.clock = clock
-        self.rate_acquire = rate_acquire or _db_rate_acquire
         self.rand = rand
 
     def ordered(self) -> list[ProviderConfig]:
         """Healthy providers by priority, then degraded ones, least degraded first
         (so when every provider is degraded the least degraded is tried first)."""
-        health = provider_health_get(providers=[p.window for p in self.providers])
+        health = self.health.get([p.window for p in self.providers])
         return sorted(
             self.providers,
             key=lambda p: (health[p.window].degraded, health[p.window].degradation, p.priority),
@@ -251,7 +273,7 @@ class Router:
                 if kind is None:
                     raise LLMError(LLMErrorKind.BAD_RESPONSE, f"{provider.name} rejected the request: {exc}",
                                    {"provider": provider.name, "model": model}) from exc
-                provider_health_record(provider=provider.window, latency_ms=latency, ok=False)
+                self.health.record(provider.window, latency, False)
                 logger.warning("provider %s (%s) failed: %s", provider.name, model, kind)
                 if kind in RETRYABLE and retries < provider.max_retries:
                     pause = retry_backoff(retries + 1, rand=self.rand)
@@ -270,7 +292,7 @@ class Router:
                                  "attempts": retries + 1, "message": str(exc)[:300]})
                 return None
             latency = (time.monotonic() - started) * 1000
-            provider_health_record(provider=provider.window, latency_ms=latency, ok=True)
+            self.health.record(provider.window, latency, True)
             return self._reply(response, provider, model, served_tier, messages, int(latency))
 
     def _call(self, provider: ProviderConfig, model: str, messages, tools, timeout_seconds: float):
@@ -321,42 +343,3 @@ def offline_provider() -> ProviderConfig:
         name=offline.PROVIDER, models={tier: offline.MODEL for tier in Tier}, health_key=offline.PROVIDER
     )
 
-
-def providers_for_organization(*, organization_id: int) -> list[ProviderConfig]:
-    """The organization's enabled providers, else the settings' quick-start model,
-    else the offline planner."""
-    from django.conf import settings
-
-    from common.crypto import decrypt_text
-    from executions.models import LLMProvider
-
-    rows = LLMProvider.objects.filter(organization_id=organization_id, enabled=True).order_by("priority", "id")
-    providers = []
-    for row in rows:
-        tiers = {t.value for t in Tier}
-        models = {Tier(tier): name for tier, name in (row.tier_models or {}).items() if tier in tiers and name}
-        if not models:
-            logger.warning("provider %s of organization %s has no tier models; skipped", row.provider_name,
-                           organization_id)
-            continue
-        key = decrypt_text(row.api_key_encrypted) if row.api_key_encrypted else None
-        providers.append(ProviderConfig(
-            name=row.provider_name, models=models, api_key=SecretStr(key) if key else None,
-            base_url=row.base_url or None, priority=row.priority, max_retries=row.max_retries,
-            timeout_seconds=row.timeout_seconds or None, rate_limit_rpm=row.rate_limit_rpm or None,
-            health_key=f"org{organization_id}:{row.provider_name}",
-        ))
-    if providers:
-        return providers
-    if settings.RIVER_LLM_MODEL:
-        key = settings.RIVER_LLM_API_KEY
-        return [ProviderConfig(
-            name="default", models={tier: settings.RIVER_LLM_MODEL for tier in Tier},
-            api_key=SecretStr(key) if key else None, base_url=settings.RIVER_LLM_BASE_URL,
-            health_key="settings:default",
-        )]
-    return [offline_provider()]
-
-
-def router_for_organization(*, organization_id: int) -> Router:
-    return Router(providers_for_organization(organization_id=organization_id))

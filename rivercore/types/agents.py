@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from common import limits
+from rivercore import limits
 
 
 class BusinessFunction(StrEnum):

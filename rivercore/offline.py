@@ -1,6 +1,6 @@
 """River's offline planner: a deterministic stand-in for a language model.
 
-The code lives in ``executions.engine.planner`` (rules, tasks, brain, provider and
+The code lives in ``rivercore.planner`` (rules, tasks, brain, provider and
 the schema-graph planner); this module keeps the names the engine imports.
 
 It is a litellm custom provider (``river-offline/planner``), so the router calls
@@ -20,7 +20,7 @@ records it as the model used. It plays two roles:
 
 Queries come from two places. Record changes, time windows and the enum-like
 values listed in column descriptions use the single-table rules below; every other
-question is planned by ``executions.engine.planner`` (plain Python) from the
+question is planned by ``rivercore.planner`` (plain Python) from the
 discovered schema: keys declared or inferred from names for joins, sampled values
 for filters, a dimension, an aggregate, top-N. When neither can answer, the tool
 fails with what was tried and the final answer says so.
@@ -28,9 +28,9 @@ fails with what was tried and the final answer says so.
 
 from __future__ import annotations
 
-from executions.engine.planner.brain import plan_next, read_conversation
-from executions.engine.planner.provider import OfflinePlanner, ensure_registered, respond
-from executions.engine.planner.rules import (
+from rivercore.planner.brain import plan_next, read_conversation
+from rivercore.planner.provider import OfflinePlanner, ensure_registered, respond
+from rivercore.planner.rules import (
     DEFAULT_ROW_LIMIT,
     MODEL,
     PROVIDER,
@@ -42,7 +42,7 @@ from executions.engine.planner.rules import (
     read_prompt,
     tables_from_sources,
 )
-from executions.engine.planner.tasks import TASKS
+from rivercore.planner.tasks import TASKS
 
 __all__ = [
     "DEFAULT_ROW_LIMIT", "MODEL", "PROVIDER", "SIGNATURE", "TASKS", "TASK_MARKER", "OfflinePlanner", "build_query",
