@@ -41,6 +41,7 @@ fuzz: install-dev
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	DEBUG=true $(PY) manage.py makemigrations --check --dry-run
 
 bench: install-dev

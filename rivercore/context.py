@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from rivercore.contracts import ExecutionRequest
 from rivercore.tools import Tool, all_tools
@@ -53,14 +54,14 @@ REDACTED = "[removed: possible prompt injection]"
 @dataclass
 class ScreenResult:
     payload: object
-    detections: list[dict] = field(default_factory=list)
+    detections: list[dict[str, Any]] = field(default_factory=list)
 
 
 def screen_payload(payload: object, path: str = "trigger_payload") -> ScreenResult:
     """Replace instruction-like spans in every string of the payload."""
-    detections: list[dict] = []
+    detections: list[dict[str, Any]] = []
 
-    def walk(value, where):
+    def walk(value: object, where: str) -> object:
         if isinstance(value, str):
             matches = list(_INJECTION_RE.finditer(value))
             if not matches:
@@ -82,7 +83,7 @@ def allowed_tools(request: ExecutionRequest) -> list[Tool]:
     return [registry[name] for name in request.agent_config.tools if name in registry]
 
 
-def tool_schemas(request: ExecutionRequest) -> list[dict]:
+def tool_schemas(request: ExecutionRequest) -> list[dict[str, Any]]:
     return [tool.function_schema() for tool in allowed_tools(request)] + [FINALIZE_SCHEMA]
 
 
@@ -163,14 +164,14 @@ def system_prompt(request: ExecutionRequest) -> str:
     return "\n\n".join(sections)
 
 
-def base_messages(request: ExecutionRequest) -> list[dict]:
+def base_messages(request: ExecutionRequest) -> list[dict[str, Any]]:
     prompt = request.input_prompt
     if not prompt:
         prompt = "Handle this trigger according to your instructions."
     return [{"role": "system", "content": system_prompt(request)}, {"role": "user", "content": prompt}]
 
 
-def message_chars(message: dict) -> int:
+def message_chars(message: dict[str, Any]) -> int:
     """Roughly the JSON size of a chat message: its text, its tool calls' names and
     arguments, and a fixed allowance for the framing (role, ids, quotes)."""
     content = message.get("content")
@@ -181,12 +182,12 @@ def message_chars(message: dict) -> int:
     return size
 
 
-def estimate_tokens(messages: list[dict]) -> int:
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(message_chars(m) for m in messages) // 4
 
 
-def compress(messages: list[dict], *, threshold_tokens: int, keep_last: int = 8,
-             estimated_tokens: int | None = None) -> list[dict]:
+def compress(messages: list[dict[str, Any]], *, threshold_tokens: int, keep_last: int = 8,
+             estimated_tokens: int | None = None) -> list[dict[str, Any]]:
     """Deterministic compression: keep the base context and the latest exchanges, and
     replace older turns with one summary line per tool call. Turn boundaries are
     kept so every tool result still follows the assistant message that asked for it.

@@ -56,7 +56,7 @@ class AgentConfig(_Contract):
     tools: list[Annotated[str, Field(max_length=limits.IDENTIFIER)]] = Field(max_length=limits.LIST_ITEMS)
     governance_policies: list[GovernancePolicySpec]
     approval_rules: ApprovalRules
-    notification_config: dict | None = None
+    notification_config: dict[str, Any] | None = None
 
 
 class UserContext(_Contract):
@@ -65,7 +65,7 @@ class UserContext(_Contract):
     workspace_id: int
     roles: list[str]
     permissions: list[str]
-    attributes: dict | None = None
+    attributes: dict[str, Any] | None = None
 
 
 class TriggerContext(_Contract):
@@ -165,12 +165,12 @@ class Step(BaseModel):
     status: StepStatus = StepStatus.COMPLETED
     governance_decision: Decision | None = None
     error: str | None = None
-    messages: list[dict] = Field(default_factory=list, exclude=True)
+    messages: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
 
 
 class ActionTaken(BaseModel):
     tool_name: str
-    arguments: dict
+    arguments: dict[str, Any]
     result_summary: str
     status: str
 
@@ -178,13 +178,13 @@ class ActionTaken(BaseModel):
 class ExecutionResult(BaseModel):
     summary: str = ""
     actions_taken: list[ActionTaken] = Field(default_factory=list)
-    recommendations: list[dict] = Field(default_factory=list)
-    output_artifacts: list[dict] = Field(default_factory=list)
+    recommendations: list[dict[str, Any]] = Field(default_factory=list)
+    output_artifacts: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ApprovalRequestPayload(BaseModel):
     tool_name: str
-    proposed_payload: dict
+    proposed_payload: dict[str, Any]
     reasoning_summary: str = ""
     risk_context: str = ""
     confidence_score: float | None = None
@@ -228,7 +228,7 @@ class ErrorInfo(BaseModel):
     code: ErrorCode
     message: str
     recoverable: bool = False
-    details: dict = Field(default_factory=dict)
+    details: dict[str, Any] = Field(default_factory=dict)
 
 
 class ExecutionResponse(BaseModel):
@@ -258,12 +258,12 @@ class InteractionResponse(_Contract):
 
 class ApprovalResolution(_Contract):
     status: ResolutionStatus
-    modified_args: dict | None = None
+    modified_args: dict[str, Any] | None = None
     resolved_by: str = Field(max_length=limits.NAME)
     resolution_comment: str | None = Field(default=None, max_length=limits.COMMENT)
 
     @model_validator(mode="after")
-    def _edits_need_args(self):
+    def _edits_need_args(self) -> ApprovalResolution:
         if self.status == ResolutionStatus.EDITED_APPROVED and not self.modified_args:
             raise ValueError("modified_args is required when status is edited_approved")
         return self
@@ -277,7 +277,7 @@ class ContinuationRequest(_Contract):
     serialized_state: str
 
     @model_validator(mode="after")
-    def _matching_payload(self):
+    def _matching_payload(self) -> ContinuationRequest:
         if self.continuation_type == ContinuationType.INTERACTION_RESPONSE and self.interaction_response is None:
             raise ValueError("interaction_response is required for continuation_type interaction_response")
         if self.continuation_type == ContinuationType.APPROVAL_RESOLVED and self.approval_resolution is None:
@@ -300,12 +300,12 @@ class GenerateAgentRequest(_Contract):
     user_context: UserContext
     available_data_sources: list[AvailableDataSource]
     available_tools: list[str]
-    workspace_templates: list[dict] = Field(default_factory=list)
+    workspace_templates: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class SuggestedTrigger(BaseModel):
     trigger_type: TriggerType
-    trigger_config: dict
+    trigger_config: dict[str, Any]
     reasoning: str
 
 
@@ -323,7 +323,7 @@ class SuggestedTool(BaseModel):
 
 class SuggestedPolicy(BaseModel):
     name: str
-    conditions: dict
+    conditions: dict[str, Any]
     enforcement: str
     reasoning: str
 

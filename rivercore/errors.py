@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 
 class RiverError(Exception):
     status_code = 400
@@ -41,7 +43,7 @@ class Conflict(RiverError):
     code = "conflict"
 
 
-def pydantic_details(exc) -> dict[str, list[str]]:
+def pydantic_details(exc: ValidationError) -> dict[str, list[str]]:
     """Field path -> messages, from a pydantic ValidationError."""
     details: dict[str, list[str]] = {}
     for err in exc.errors():

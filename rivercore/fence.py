@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class FenceClosed(Exception):
@@ -25,7 +25,7 @@ class FenceClosed(Exception):
 
 
 class WriteFence:
-    def __init__(self, *, deadline: float, clock=time.monotonic):
+    def __init__(self, *, deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.deadline = deadline  # on ``clock``'s scale (time.monotonic)
         self._clock = clock
         self._lock = threading.Lock()

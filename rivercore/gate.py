@@ -43,7 +43,7 @@ def policy_checker() -> PolicyChecker:
     return _installed
 
 
-def call_facts(state: RunState, tool: Tool, arguments: dict, *, confidence: float | None = None) -> CallFacts:
+def call_facts(state: RunState, tool: Tool, arguments: dict[str, Any], *, confidence: float | None = None) -> CallFacts:
     request = state.request
     cfg = request.agent_config
     user = request.user_context
@@ -67,7 +67,7 @@ def call_facts(state: RunState, tool: Tool, arguments: dict, *, confidence: floa
     )
 
 
-def before_tool(checker: PolicyChecker, state: RunState, tool: Tool, arguments: dict, *,
+def before_tool(checker: PolicyChecker, state: RunState, tool: Tool, arguments: dict[str, Any], *,
                 confidence: float | None) -> GovernanceResult:
     return checker.check_tool_call(call_facts(state, tool, arguments, confidence=confidence))
 
@@ -87,7 +87,7 @@ def before_llm(checker: PolicyChecker, state: RunState) -> GovernanceResult:
     )
 
 
-def after_query(checker: PolicyChecker, state: RunState, tool: Tool, arguments: dict, *, rows: int,
+def after_query(checker: PolicyChecker, state: RunState, tool: Tool, arguments: dict[str, Any], *, rows: int,
                 tables: list[str]) -> GovernanceResult:
     cfg = state.request.agent_config
     if not cfg.governance_policies:
@@ -102,7 +102,7 @@ def after_query(checker: PolicyChecker, state: RunState, tool: Tool, arguments: 
     )
 
 
-def auto_approved(checker: PolicyChecker, state: RunState, tool_name: str, facts: dict) -> str | None:
+def auto_approved(checker: PolicyChecker, state: RunState, tool_name: str, facts: dict[str, Any]) -> str | None:
     """The matching auto-approve condition for this tool, if any."""
     for rule in state.request.agent_config.approval_rules.auto_approve_conditions:
         if rule.tool == tool_name and checker.auto_approve_matches(condition=rule.condition, facts=facts):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pydantic
 
@@ -105,7 +106,7 @@ _RECOMMEND_VERBS = r"\b(recommend|suggest|advise|propose)\w*"
 _READ_VERBS = r"\b(monitor|report|analy[sz]e|summari[sz]e|track|watch|alert|review|answer)\w*"
 
 
-def _schedule(text: str) -> tuple[dict, str] | None:
+def _schedule(text: str) -> tuple[dict[str, Any], str] | None:
     found = re.search(r"every (\d+) (minute|hour)s?", text)
     if found:
         amount, unit = int(found.group(1)), found.group(2)
@@ -122,7 +123,7 @@ def _schedule(text: str) -> tuple[dict, str] | None:
     return None
 
 
-def offline_configuration(payload: dict) -> dict:
+def offline_configuration(payload: dict[str, Any]) -> dict[str, Any]:
     """A configuration from the description's keywords (the offline planner's answer)."""
     prompt = str(payload.get("prompt") or "")
     text = prompt.lower()

@@ -27,7 +27,7 @@ def json_bytes(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, default=str, sort_keys=True).encode("utf-8", "surrogatepass"))
 
 
-def observation_byte_limit(attributes: dict | None) -> int:
+def observation_byte_limit(attributes: dict[str, Any] | None) -> int:
     """The limit carried in the run's user context (set from the workspace)."""
     raw = (attributes or {}).get("observation_byte_limit")
     if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
@@ -35,9 +35,9 @@ def observation_byte_limit(attributes: dict | None) -> int:
     return DEFAULT_OBSERVATION_BYTES
 
 
-def _cut_rows(result: dict, limit: int) -> dict:
+def _cut_rows(result: dict[str, Any], limit: int) -> dict[str, Any]:
     rows = list(result.get("rows") or [])
-    kept: list = []
+    kept: list[Any] = []
     base = {**result, "rows": [], "truncated": True}
     size = json_bytes(base) + _MARGIN
     for row in rows:

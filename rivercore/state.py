@@ -31,7 +31,7 @@ from rivercore.types.governance import ResolutionStatus
 RUNNER_MODEL = "river-runner"  # model_used of runner notices (not a model turn)
 
 
-def call_hash(name: str, arguments: dict) -> str:
+def call_hash(name: str, arguments: dict[str, Any]) -> str:
     canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(f"{name}:{canonical}".encode()).hexdigest()[:32]
 
@@ -42,7 +42,7 @@ class PendingCall(BaseModel):
     kind: str  # "approval" | "interaction"
     call_id: str
     tool_name: str
-    arguments: dict
+    arguments: dict[str, Any]
     turn: int
     approval: ApprovalRequestPayload | None = None
     interaction: InteractionRequest | None = None
@@ -50,8 +50,8 @@ class PendingCall(BaseModel):
 
 class RunState(BaseModel):
     request: ExecutionRequest
-    base_messages: list[dict]
-    tool_schemas: list[dict]
+    base_messages: list[dict[str, Any]]
+    tool_schemas: list[dict[str, Any]]
     steps: list[Step] = Field(default_factory=list)
     started_at_ms: int = Field(default_factory=lambda: int(time.time() * 1000))
 
@@ -72,12 +72,12 @@ class RunState(BaseModel):
     observed_calls: set[str] = Field(default_factory=set)
     intents_recorded: set[str] = Field(default_factory=set)  # write calls dispatched, outcome pending
     governance_pending: dict[str, ApprovalRequestPayload] = Field(default_factory=dict)
-    resolutions: dict[str, dict] = Field(default_factory=dict)  # call_id -> approval resolution
-    arg_overrides: dict[str, dict] = Field(default_factory=dict)  # edited arguments the model sees
+    resolutions: dict[str, dict[str, Any]] = Field(default_factory=dict)  # call_id -> approval resolution
+    arg_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)  # edited arguments the model sees
     pending: PendingCall | None = None
     actions_taken: list[ActionTaken] = Field(default_factory=list)
-    recommendations: list[dict] = Field(default_factory=list)
-    output_artifacts: list[dict] = Field(default_factory=list)
+    recommendations: list[dict[str, Any]] = Field(default_factory=list)
+    output_artifacts: list[dict[str, Any]] = Field(default_factory=list)
     final_answer: str | None = None
     # Plain fields rather than pydantic private attributes: those are read through
     # BaseModel.__getattr__, which is slow on a path taken several times a turn.
@@ -86,8 +86,8 @@ class RunState(BaseModel):
     context_chars: int | None = None  # message_chars() summed over messages(), kept up to date
 
     @classmethod
-    def replay(cls, *, request: ExecutionRequest, base_messages: list[dict], tool_schemas: list[dict],
-               steps: list[Step], started_at_ms: int | None = None) -> RunState:
+    def replay(cls, *, request: ExecutionRequest, base_messages: list[dict[str, Any]],
+               tool_schemas: list[dict[str, Any]], steps: list[Step], started_at_ms: int | None = None) -> RunState:
         state = cls(request=request, base_messages=base_messages, tool_schemas=tool_schemas)
         if started_at_ms is not None:
             state.started_at_ms = started_at_ms
@@ -143,7 +143,7 @@ class RunState(BaseModel):
                 self.call_counts[key] = self.call_counts.get(key, 0) + 1
 
     def _count_model(self, *, model: str, provider: str, tier: str, input_tokens: int, output_tokens: int,
-                     cost, turn: bool) -> None:
+                     cost: float | None, turn: bool) -> None:
         self.tokens_input += input_tokens
         self.tokens_output += output_tokens
         usage = self.models_used.setdefault(model, ModelUsage(provider=provider, tier=tier))
@@ -272,7 +272,7 @@ class RunState(BaseModel):
     def messages(self) -> list[dict[str, Any]]:
         """The conversation the model sees: base context + every step's messages,
         with approver-edited arguments in place of the originals."""
-        out: list[dict] = list(self.base_messages)
+        out: list[dict[str, Any]] = list(self.base_messages)
         for step in self.steps:
             for message in step.messages:
                 if self.arg_overrides and message.get("tool_calls"):
@@ -281,7 +281,7 @@ class RunState(BaseModel):
         return out
 
 
-def _with_overrides(message: dict, overrides: dict[str, dict]) -> dict:
+def _with_overrides(message: dict[str, Any], overrides: dict[str, dict[str, Any]]) -> dict[str, Any]:
     calls = []
     for call in message["tool_calls"]:
         if call.get("id") in overrides:
@@ -290,5 +290,5 @@ def _with_overrides(message: dict, overrides: dict[str, dict]) -> dict:
     return {**message, "tool_calls": calls}
 
 
-def step(state: RunState, step_type: StepType, **fields) -> Step:
+def step(state: RunState, step_type: StepType, **fields: Any) -> Step:
     return Step(step_number=state.next_step_number, step_type=step_type, turn=fields.pop("turn", state.turn), **fields)

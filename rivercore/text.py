@@ -19,7 +19,7 @@ NUL_ESCAPE = "\\0"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-def _replace(match: re.Match) -> str:
+def _replace(match: re.Match[str]) -> str:
     return NUL_ESCAPE if match.group() == "\x00" else "\ufffd"
 
 

@@ -43,7 +43,7 @@ RETRYABLE = frozenset({ToolErrorKind.TIMEOUT, ToolErrorKind.TRANSIENT})
 class ToolError(Exception):
     """A tool failure the model should see as an observation, not a crash."""
 
-    def __init__(self, kind: ToolErrorKind | str, message: str, details: dict | None = None):
+    def __init__(self, kind: ToolErrorKind | str, message: str, details: dict[str, Any] | None = None):
         super().__init__(message)
         self.kind = ToolErrorKind(kind)
         self.message = message
@@ -71,13 +71,13 @@ class Tool:
     category: ToolCategory
     input_model: type[BaseModel]
     output_model: type[BaseModel]
-    handler: Callable[[ToolContext, Any], BaseModel | dict]
+    handler: Callable[[ToolContext, Any], BaseModel | dict[str, Any]]
     permission: str | None = None
     writes: bool = False
     idempotent: bool = False
     tier: Tier | None = None  # model-backed tools say which tier they use
 
-    def function_schema(self) -> dict:
+    def function_schema(self) -> dict[str, Any]:
         """The tool in OpenAI function-calling format, from its pydantic input model."""
         schema = self.input_model.model_json_schema()
         schema.pop("title", None)

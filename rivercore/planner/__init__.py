@@ -19,6 +19,8 @@ Importing this package loads none of ``rules``/``tasks``/``brain``/``provider``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from rivercore.planner.question import Intent, intent_read
@@ -37,26 +39,26 @@ class PlannedQuery(BaseModel):
     query: str = ""
     dialect: str = ""
     explanation: str = ""
-    operations: list[dict] = Field(default_factory=list)
+    operations: list[dict[str, Any]] = Field(default_factory=list)
     data_source_id: int | None = None
     intent: Intent | None = None
     tried: list[str] = Field(default_factory=list)
 
 
-def _dialect(source: dict) -> str:
+def _dialect(source: dict[str, Any]) -> str:
     dialect = str(source.get("dialect") or "").lower()
     if dialect:
         return dialect
     return "sqlite" if str(source.get("type") or "").lower() in {"sqlite", "sqlite3"} else "postgresql"
 
 
-def question_plan(*, question: str, sources: list[dict], row_limit: int) -> PlannedQuery:
+def question_plan(*, question: str, sources: list[dict[str, Any]], row_limit: int) -> PlannedQuery:
     """The best query over any one of ``sources`` for ``question``, or why none."""
     if len(question) > QUESTION_MAX_CHARS:
         return PlannedQuery(answered=False, tried=[
             f"The question is longer than {QUESTION_MAX_CHARS} characters; ask one short question at a time."])
     tried: list[str] = []
-    best: tuple[tuple, PlannedQuery] | None = None
+    best: tuple[tuple[Any, ...], PlannedQuery] | None = None
     for source in sources:
         if not isinstance(source, dict):
             continue

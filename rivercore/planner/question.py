@@ -6,7 +6,7 @@ average, total, top N, by / per / each, which ... most)."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -147,7 +147,7 @@ def _value_mentions(text: str, original: str, graph: SchemaGraph) -> list[Mentio
 def _merge(mentions: list[Mention], original: str) -> list[Mention]:
     """Keep the longest non-overlapping mentions; one span may name several columns."""
 
-    def rank(m: Mention) -> tuple:
+    def rank(m: Mention) -> tuple[Any, ...]:
         capitalised = original[m.start:m.start + 1].isupper() and m.start > 0
         quoted = m.kind == "value" and not m.candidates
         kind_order = {"value": 0 if (quoted or capitalised) else 2, "table": 1, "column": 1}[m.kind]
@@ -314,10 +314,10 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
             "<=" if "most" in found.group(0) else "<")
         numeric = [m for m in mentions if m.kind == "column" and any(_column(graph, c).is_numeric
                                                                    for c in m.candidates)]
-        after = [m for m in numeric if 0 <= m.start - found.end() <= 2]  # "over 300000 milliseconds"
-        near = after or [m for m in numeric if m.end <= found.start()]
-        if near:
-            table, column = _pick(graph, near[-1].candidates, context, base)
+        following = [m for m in numeric if 0 <= m.start - found.end() <= 2]  # "over 300000 milliseconds"
+        near_numbers = following or [m for m in numeric if m.end <= found.start()]
+        if near_numbers:
+            table, column = _pick(graph, near_numbers[-1].candidates, context, base)
             intent.filters.append(Filter(table=table, column=column, value=found.group(3), op=op))
         else:
             intent.problems.append(f"I could not tell which number '{found.group(0)}' compares")
@@ -326,8 +326,8 @@ def intent_read(*, question: str, graph: SchemaGraph) -> Intent:
     for found in _YEAR.finditer(text):
         named = [m for m in mentions if m.kind == "column" and any(_column(graph, c).is_temporal
                                                                    for c in m.candidates)]
-        table = graph.table(base) if base else None
-        dates = [(table.name, c.name) for c in table.columns if c.is_temporal] if table else []
+        base_table = graph.table(base) if base else None
+        dates = [(base_table.name, c.name) for c in base_table.columns if c.is_temporal] if base_table else []
         target = _pick(graph, named[0].candidates, context, base) if named else (dates[0] if len(dates) == 1
                                                                                    else None)
         if target is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -181,7 +182,7 @@ def graph_build(*, tables: list[Table], dialect: str, source_id: int | None = No
     return SchemaGraph(tables=tables, edges=edges, dialect=dialect, source_id=source_id)
 
 
-def graph_from_source(source: dict, *, dialect: str) -> SchemaGraph:
+def graph_from_source(source: dict[str, Any], *, dialect: str) -> SchemaGraph:
     """A graph from one data source's metadata as the tools pass it (``schemas`` of
     ``table_name`` / ``columns`` with ``column_name``, ``data_type``, keys, samples)."""
     tables = []

@@ -5,6 +5,8 @@ River's SQL guard still checks before it runs."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from rivercore.planner.question import Intent
@@ -14,7 +16,7 @@ from rivercore.planner.schema import Edge, SchemaGraph
 class SqlPlan(BaseModel):
     query: str = ""
     explanation: str = ""
-    operations: list[dict] = Field(default_factory=list)
+    operations: list[dict[str, Any]] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
 
 

@@ -41,7 +41,7 @@ class Tier(StrEnum):
     CODING = "coding"
 
 
-def _not_a_boolean(value):
+def _not_a_boolean(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("must be a whole number, not true or false")
     return value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -50,7 +52,7 @@ class ConnectionTestResult(BaseModel):
 
 class QueryResult(BaseModel):
     columns: list[str]
-    rows: list[list]
+    rows: list[list[Any]]
     total_rows: int
     execution_time_ms: int
     truncated: bool = False

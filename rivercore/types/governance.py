@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -53,7 +54,7 @@ class GovernancePolicySpec(BaseModel):
     name: str
     scope: PolicyScope = PolicyScope.WORKSPACE
     policy_type: PolicyType | None = None
-    conditions: dict = Field(default_factory=dict)
+    conditions: dict[str, Any] = Field(default_factory=dict)
     enforcement: Enforcement
 
 
@@ -98,7 +99,7 @@ class CallFacts(BaseModel):
     tool_name: str
     tool_category: str
     writes: bool
-    arguments: dict = Field(default_factory=dict)
+    arguments: dict[str, Any] = Field(default_factory=dict)
     action_level: str
     require_approval_for: list[str] = Field(default_factory=list)
     policies: list[GovernancePolicySpec] = Field(default_factory=list)
