@@ -6,21 +6,23 @@ from django.utils import timezone
 
 from common.fields import PydanticJSONField
 from rivercore.contracts import StepStatus
+from rivercore.types.runs import RunStatus
 
 
 class Execution(models.Model):
     class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
-        AWAITING_INTERACTION = "awaiting_interaction", "Awaiting interaction"
-        COMPLETED = "completed", "Completed"
-        FAILED = "failed", "Failed"
-        MAX_TURNS_EXCEEDED = "max_turns_exceeded", "Max turns exceeded"
-        BUDGET_EXCEEDED = "budget_exceeded", "Budget exceeded"
-        TIMEOUT = "timeout", "Timeout"
-        CANCELLED = "cancelled", "Cancelled"
-        APPROVAL_EXPIRED = "approval_expired", "Approval expired"
+        # The core's RunStatus, with labels; the stored values are the same strings.
+        QUEUED = RunStatus.QUEUED.value, "Queued"
+        RUNNING = RunStatus.RUNNING.value, "Running"
+        AWAITING_APPROVAL = RunStatus.AWAITING_APPROVAL.value, "Awaiting approval"
+        AWAITING_INTERACTION = RunStatus.AWAITING_INTERACTION.value, "Awaiting interaction"
+        COMPLETED = RunStatus.COMPLETED.value, "Completed"
+        FAILED = RunStatus.FAILED.value, "Failed"
+        MAX_TURNS_EXCEEDED = RunStatus.MAX_TURNS_EXCEEDED.value, "Max turns exceeded"
+        BUDGET_EXCEEDED = RunStatus.BUDGET_EXCEEDED.value, "Budget exceeded"
+        TIMEOUT = RunStatus.TIMEOUT.value, "Timeout"
+        CANCELLED = RunStatus.CANCELLED.value, "Cancelled"
+        APPROVAL_EXPIRED = RunStatus.APPROVAL_EXPIRED.value, "Approval expired"
 
     TERMINAL = frozenset(
         {

@@ -7,7 +7,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 # The six trigger types are part of the engine's contract (trigger_context.trigger_type).
+from rivercore import limits
 from rivercore.contracts import TriggerType
+from rivercore.types.runs import RunStatus
 
 __all__ = ["TriggerType", "TriggerConfig"]
 
@@ -51,7 +53,7 @@ class ThresholdConfig(_Config):
 class WorkflowConfig(_Config):
     trigger_type: Literal["workflow"] = "workflow"
     upstream_agent_id: str
-    on_statuses: list[str] = Field(default_factory=lambda: ["completed"])
+    on_statuses: list[RunStatus] = Field(default_factory=lambda: [RunStatus.COMPLETED], max_length=limits.LIST_ITEMS)
 
 
 TriggerConfig = Annotated[

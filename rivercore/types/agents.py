@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from rivercore import limits
+from rivercore.types.runs import RunStatus
 
 
 class BusinessFunction(StrEnum):
@@ -106,7 +107,7 @@ class NotificationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     channels: list[Identifier] = Field(default_factory=list, max_length=limits.LIST_ITEMS)  # in_app, email, slack
-    notify_on: list[Identifier] = Field(default_factory=lambda: ["failed"], max_length=limits.LIST_ITEMS)
+    notify_on: list[RunStatus] = Field(default_factory=lambda: [RunStatus.FAILED], max_length=limits.LIST_ITEMS)
     recipients: list[Recipient] = Field(default_factory=list, max_length=limits.LIST_ITEMS)
 
 

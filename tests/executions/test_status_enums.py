@@ -9,16 +9,23 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pydantic
+import pytest
+
 from executions.models import Execution, ExecutionStep
 from executions.services import _STATUS_FROM_RESPONSE
 from governance.approvals import _STATUS_FOR
 from governance.models import ApprovalRequest
 from rivercore.contracts import ResolutionStatus as EngineResolutionStatus
 from rivercore.contracts import ResponseStatus, StepStatus
+from rivercore.types.agents import NotificationConfig
 from rivercore.types.governance import ResolutionStatus
+from rivercore.types.runs import RunStatus
+from triggers.types import WorkflowConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("executions", "governance", "agents", "telemetry", "triggers", "datasources", "tenancy", "riverapp")
+APPS = ("rivercore", "executions", "governance", "agents", "telemetry", "triggers", "datasources", "tenancy",
+        "riverapp", "common")
 
 STATUS_VALUES = sorted(
     ({s.value for s in Execution.Status} | {s.value for s in ApprovalRequest.Status} | {s.value for s in ResponseStatus}
@@ -50,6 +57,18 @@ def test_the_engine_and_governance_share_one_resolution_enum():
     assert {k.value: v.value for k, v in _STATUS_FOR.items()} == {
         "approved": "approved", "rejected": "rejected", "edited_approved": "edited",
     }
+
+
+def test_the_runs_stored_statuses_are_the_cores_run_statuses():
+    assert [(s.name, s.value) for s in Execution.Status] == [(s.name, s.value) for s in RunStatus]
+
+
+def test_configuration_names_run_statuses_through_the_enum():
+    assert NotificationConfig().notify_on == [RunStatus.FAILED]
+    assert WorkflowConfig(upstream_agent_id="a").on_statuses == [RunStatus.COMPLETED]
+    with pytest.raises(pydantic.ValidationError) as raised:
+        NotificationConfig(notify_on=["failed", "exploded"])
+    assert raised.value.errors()[0]["loc"] == ("notify_on", 1)
 
 
 def test_every_engine_outcome_maps_to_one_run_status():
