@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Func, IntegerField, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce
 
-from executions.models import Execution
+from executions.models import Execution, ExecutionStep
 from rivercore.errors import NotFound
 from tenancy.selectors import workspaces_for_user
 
@@ -19,3 +20,27 @@ def execution_get_for_user(*, user, execution_id) -> Execution:
         return executions_for_user(user=user).select_related("agent", "workspace").get(pk=int(execution_id))
     except (Execution.DoesNotExist, TypeError, ValueError):
         raise NotFound("Execution not found.") from None
+
+
+class _JsonBytes(Func):
+    """Bytes of a JSON column as stored text (octet_length on PostgreSQL)."""
+
+    output_field = IntegerField()
+    template = "LENGTH(CAST(%(expressions)s AS TEXT))"
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="octet_length(%(expressions)s::text)", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="LENGTH(CAST(%(expressions)s AS BLOB))", **extra)
+
+
+def execution_storage_usage(*, workspace_id: int) -> tuple[int, int]:
+    """(runs with a stored result, stored JSON bytes of run results and step outputs)
+    of one workspace."""
+    runs = Execution.objects.filter(workspace_id=workspace_id).exclude(result={})
+    results = runs.aggregate(size=Coalesce(Sum(_JsonBytes("result")), Value(0)))["size"]
+    outputs = ExecutionStep.objects.filter(execution__workspace_id=workspace_id, output__isnull=False).aggregate(
+        size=Coalesce(Sum(_JsonBytes("output")), Value(0))
+    )["size"]
+    return runs.count(), int(results) + int(outputs)

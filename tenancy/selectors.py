@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
 from rivercore.errors import NotFound, PermissionDenied
 from tenancy.models import AccessToken, Membership, Organization, OrganizationMember, Workspace
 from tenancy.permissions import ALL_PERMISSIONS, ORG_ADMIN_ROLE, permissions_for_role
+
+
+def user_active_get(*, user_id: int):
+    """The active user with this id, or None (a run's user may have been deactivated)."""
+    return get_user_model().objects.filter(pk=user_id, is_active=True).first()
 
 
 def workspaces_for_user(*, user) -> QuerySet[Workspace]:

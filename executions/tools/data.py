@@ -14,9 +14,6 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db.models import Func, IntegerField, Sum, Value
-from django.db.models.functions import Coalesce
 from pydantic import BaseModel, ConfigDict, Field
 
 from datasources import services as ds_services
@@ -24,14 +21,14 @@ from datasources.catalog import CatalogMatch, catalog_search
 from datasources.connectors import SUPPORTED_TYPES
 from datasources.errors import DataSourceUnavailable, QueryTimedOut
 from datasources.selectors import data_source_files_usage, data_source_get_in_workspace, data_sources_in_workspace
-from executions.models import Execution, ExecutionStep
+from executions.selectors import execution_storage_usage
 from executions.tools.fenced import fenced_in_transaction
 from governance.selectors import approval_notification_config
 from rivercore.errors import Conflict, InvalidInput, NotFound, PermissionDenied, RiverError
 from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
 from rivercore.types.datasources import TableInfo
 from tenancy import permissions as perms
-from tenancy.selectors import require_permission, workspace_get_for_user
+from tenancy.selectors import require_permission, user_active_get, workspace_get_for_user
 
 T = TypeVar("T")
 QUERY_DEADLINE_MARGIN_MS = 12_000  # connecting may take up to 10 s (connectors.CONNECT_TIMEOUT_SECONDS)
@@ -64,7 +61,7 @@ def _call(fn: Callable[[], T]) -> T:
 
 
 def _user(ctx: ToolContext):
-    user = get_user_model().objects.filter(pk=ctx.user.user_id, is_active=True).first()
+    user = user_active_get(user_id=ctx.user.user_id)
     if user is None:
         raise ToolError(ToolErrorKind.FORBIDDEN, "The run's user no longer exists or is inactive.")
     return user
@@ -318,32 +315,14 @@ class GetStorageInfoOutput(BaseModel):
     remaining_bytes: int
 
 
-class _JsonBytes(Func):
-    """Bytes of a JSON column as stored text (octet_length on PostgreSQL)."""
-
-    output_field = IntegerField()
-    template = "LENGTH(CAST(%(expressions)s AS TEXT))"
-
-    def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="octet_length(%(expressions)s::text)", **extra)
-
-    def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="LENGTH(CAST(%(expressions)s AS BLOB))", **extra)
-
-
 def storage_usage(*, workspace_id: int) -> GetStorageInfoOutput:
     """What the workspace stores: run results (Execution.result) and step outputs
     (ExecutionStep.output), measured as stored JSON bytes, plus the SQLite files of its
     data sources. ``file_count`` is the number of runs with a stored result plus those
     SQLite files."""
-    runs = Execution.objects.filter(workspace_id=workspace_id).exclude(result={})
-    results = runs.aggregate(size=Coalesce(Sum(_JsonBytes("result")), Value(0)))["size"]
-    run_count = runs.count()
-    outputs = ExecutionStep.objects.filter(execution__workspace_id=workspace_id, output__isnull=False).aggregate(
-        size=Coalesce(Sum(_JsonBytes("output")), Value(0))
-    )["size"]
+    run_count, stored_bytes = execution_storage_usage(workspace_id=workspace_id)
     file_count, file_bytes = data_source_files_usage(workspace_id=workspace_id)
-    total = int(results) + int(outputs) + file_bytes
+    total = stored_bytes + file_bytes
     quota = int(settings.RIVER_STORAGE_QUOTA_BYTES)
     percentage = round(total / quota * 100, 4) if quota else (100.0 if total else 0.0)
     return GetStorageInfoOutput(

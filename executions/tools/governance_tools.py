@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from django.contrib.auth import get_user_model
 from pydantic import BaseModel, ConfigDict, Field
 
 from executions.tools.fenced import fenced_in_transaction
@@ -15,6 +14,7 @@ from governance.services import policy_create
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
 from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool, register
 from rivercore.types.governance import CallFacts, Decision, GovernancePolicySpec, PolicyType
+from tenancy.selectors import user_active_get
 
 # --- check_governance --------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class ApplyGovernancePolicyOutput(BaseModel):
 
 
 def apply_governance_policy(ctx: ToolContext, args: ApplyGovernancePolicyInput) -> ApplyGovernancePolicyOutput:
-    actor = get_user_model().objects.filter(pk=ctx.user.user_id, is_active=True).first()
+    actor = user_active_get(user_id=ctx.user.user_id)
     if actor is None:
         raise ToolError(ToolErrorKind.FORBIDDEN, "The calling user is not active.")
     try:
