@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from django.db.models import QuerySet
 
-from agents.models import Agent, AgentVersion
+from agents.models import Agent, AgentMemory, AgentVersion
 from datasources.models import DataSource
 from rivercore.errors import NotFound
 from tenancy.selectors import workspaces_for_user
@@ -49,3 +49,8 @@ def data_source_ids_outside_workspace(*, workspace_id: int, data_source_ids: Ite
     wanted = set(data_source_ids)
     found = set(DataSource.objects.filter(workspace_id=workspace_id, pk__in=wanted).values_list("pk", flat=True))
     return sorted(wanted - found)
+
+
+def agent_memories_recent(*, agent_id: int, limit: int = 10) -> list[AgentMemory]:
+    """The agent's latest long-term memories, oldest first (the order a prompt reads them)."""
+    return list(reversed(AgentMemory.objects.filter(agent_id=agent_id).order_by("-created_at")[:limit]))

@@ -13,7 +13,7 @@ import pydantic
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from agents.models import Agent, AgentVersion
+from agents.models import Agent, AgentMemory, AgentVersion
 from agents.selectors import data_source_ids_outside_workspace
 from governance.audit import audit_record
 from governance.checker import auto_approve_condition_validate
@@ -334,3 +334,45 @@ def agent_transition(*, agent: Agent, target: str, actor) -> Agent:
             details={"from": source, "to": target},
         )
     return locked
+
+
+# --- health and memory, written after each run (executions' post-processing) ------------
+
+HEALTH_DEGRADED_AFTER = 3
+HEALTH_CRITICAL_AFTER = 5
+
+
+def agent_health_record(*, agent_id: int, succeeded: bool, execution_id: int) -> Agent:
+    """Count a run's outcome into the agent's health: a success resets the streak;
+    3 failures in a row make it degraded, 5 critical. A change of health is audited."""
+    with transaction.atomic():
+        agent = Agent.objects.select_for_update().select_related("workspace").get(pk=agent_id)
+        before = agent.health
+        agent.consecutive_failures = 0 if succeeded else agent.consecutive_failures + 1
+        failures = agent.consecutive_failures
+        if failures >= HEALTH_CRITICAL_AFTER:
+            agent.health = Agent.Health.CRITICAL
+        elif failures >= HEALTH_DEGRADED_AFTER:
+            agent.health = Agent.Health.DEGRADED
+        else:
+            agent.health = Agent.Health.HEALTHY
+        agent.save(update_fields=["consecutive_failures", "health", "updated_at"])
+        if agent.health != before:
+            audit_record(
+                organization_id=agent.workspace.organization_id, workspace_id=agent.workspace_id,
+                event_type="agent_health_changed", agent_id=agent.pk, execution_id=execution_id,
+                details={"from": before, "to": agent.health, "consecutive_failures": failures},
+            )
+    return agent
+
+
+def agent_memory_record(*, agent_id: int, execution_id: int, summary: str, learnings: Sequence[str],
+                        flagged_items: Sequence[str]) -> AgentMemory:
+    """The agent's long-term memory of one finished run (one entry per run: writing it
+    again replaces it). Texts are cut to the stored limits."""
+    memory, _ = AgentMemory.objects.update_or_create(
+        execution_id=execution_id,
+        defaults={"agent_id": agent_id, "summary": summary[:1000], "learnings": list(learnings)[:10],
+                  "flagged_items": list(flagged_items)[:10]},
+    )
+    return memory

@@ -27,13 +27,12 @@ from rivercore.contracts import (
     ExecutionResponse,
     ResponseStatus,
     Step,
-    StepStatus,
-    StepType,
 )
 from rivercore.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from rivercore.runner import Engine, MemoryJournal, new_state, response_build
 from rivercore.state import RunState
-from rivercore.types.governance import Decision, ResolutionStatus
+from rivercore.steps import answer_check, answer_step, edited_arguments, resolution_step
+from rivercore.types.governance import ResolutionStatus
 from tenancy.models import AccessToken, Workspace
 from tenancy.selectors import is_org_admin, workspace_permissions
 
@@ -177,38 +176,18 @@ def execute_continue(*, user, auth, continuation: ContinuationRequest, llm=None)
         resolution = continuation.approval_resolution.model_dump(mode="json")
         _refuse_self_approval(request=state.request, resolved_by=resolution["resolved_by"])
         if resolution["status"] == ResolutionStatus.EDITED_APPROVED:
-            from rivercore.tools import get_tool
-
-            tool = get_tool(pending.tool_name)
-            try:
-                resolution["modified_args"] = tool.input_model.model_validate(
-                    resolution["modified_args"]).model_dump(mode="json", exclude_none=True)
-            except Exception as exc:  # noqa: BLE001 - reported as a field error
-                raise InvalidInput("modified_args do not fit the tool's schema.",
-                                   details={"approval_resolution.modified_args": [str(exc)[:500]]}) from None
-        state.apply(Step(
-            step_number=state.next_step_number, step_type=StepType.GOVERNANCE_CHECK, turn=state.turn,
-            call_id=pending.call_id, tool_name=pending.tool_name, status=StepStatus.COMPLETED,
-            governance_decision=(Decision.BLOCKED if resolution["status"] == ResolutionStatus.REJECTED
-                                 else Decision.PROCEED),
-            output={"resolution": resolution},
-        ))
+            resolution["modified_args"] = edited_arguments(pending.tool_name, resolution["modified_args"],
+                                                           field="approval_resolution.modified_args")
+        state.apply(resolution_step(step_number=state.next_step_number, turn=state.turn, call_id=pending.call_id,
+                                    tool_name=pending.tool_name, resolution=resolution))
     else:
         if pending.kind != "interaction":
             raise InvalidInput("The run is waiting for an approval, not an answer.",
                                details={"continuation_type": ["expected approval_resolved"]})
-        from executions.services import _validate_answer
-
         answer = continuation.interaction_response.user_response
-        _validate_answer(pending.interaction, answer)
-        body = {"user_response": answer}
-        state.apply(Step(
-            step_number=state.next_step_number, step_type=StepType.OBSERVATION, turn=state.turn,
-            tool_name="ask_user", tool_category="interaction", call_id=pending.call_id, input=pending.arguments,
-            output={"result": body, "_dispatched": True, "summary": str(answer)[:300]},
-            messages=[{"role": "tool", "tool_call_id": pending.call_id,
-                       "content": f"[Tool Result] Tool 'ask_user' returned: {json.dumps(body, default=str)}"}],
-        ))
+        answer_check(pending.interaction, answer)
+        state.apply(answer_step(step_number=state.next_step_number, turn=state.turn, call_id=pending.call_id,
+                                arguments=pending.arguments, answer=answer))
     continuation_consume(state_digest=digest, execution_id=state.request.execution_id,
                          organization_id=state.request.user_context.org_id, user=user)
     return _run(state, llm or _llm_for(state.request.user_context.org_id))

@@ -46,6 +46,7 @@ from rivercore.fence import WriteFence, fence_bound
 from rivercore.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall
 from rivercore.observation import observation_byte_limit, observation_fit
 from rivercore.state import RUNNER_MODEL, RunState, call_hash, step
+from rivercore.steps import tool_message
 from rivercore.text import json_storable, text_storable
 from rivercore.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from rivercore.types.agents import Tier
@@ -227,12 +228,6 @@ def _assistant_message(reply: LLMReply) -> dict:
             for call in reply.tool_calls
         ]
     return message
-
-
-def _tool_message(call_id: str, name: str, payload, *, ok: bool) -> dict:
-    verb = "returned" if ok else "failed"
-    body = json.dumps(payload, default=str, sort_keys=True)
-    return {"role": "tool", "tool_call_id": call_id, "content": f"[Tool Result] Tool '{name}' {verb}: {body}"}
 
 
 _STORED_TEXT = frozenset({"input", "output", "messages", "error"})
@@ -425,7 +420,7 @@ class Engine:
         error = {"code": code or _KIND_CODES[kind], "message": message, "details": details or {}}
         self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=call.arguments,
                   status=StepStatus.FAILED, error=message, output={"error": error},
-                  messages=[_tool_message(call.id, call.name, {"error": error}, ok=False)])
+                  messages=[tool_message(call.id, call.name, {"error": error}, ok=False)])
 
     def _handle_call(self, state: RunState, call: LLMToolCall) -> Outcome | None:
         cfg = state.request.agent_config
@@ -518,7 +513,7 @@ class Engine:
                 self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
                           status=StepStatus.BLOCKED, error=message,
                           output={"rejected": True, "comment": comment},
-                          messages=[_tool_message(call.id, call.name, {"rejected": True, "comment": comment},
+                          messages=[tool_message(call.id, call.name, {"rejected": True, "comment": comment},
                                                   ok=False)])
                 return True
             if status == ResolutionStatus.EDITED_APPROVED:
@@ -544,7 +539,7 @@ class Engine:
                     "message": f"Action level {state.request.agent_config.action_level.value}: {call.name} was "
                                "recorded as a recommendation and not executed."}
             self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
-                      status=StepStatus.BLOCKED, output=note, messages=[_tool_message(call.id, call.name, note,
+                      status=StepStatus.BLOCKED, output=note, messages=[tool_message(call.id, call.name, note,
                                                                                        ok=True)])
             return True
         if decision == Decision.APPROVAL_REQUIRED:
@@ -591,7 +586,7 @@ class Engine:
         body = {"blocked": True, "reason": verdict.reason, "policy": verdict.policy_matched}
         self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
                   status=StepStatus.BLOCKED, error=f"Action blocked by governance: {verdict.reason}", output=body,
-                  messages=[_tool_message(call.id, call.name, body, ok=False)])
+                  messages=[tool_message(call.id, call.name, body, ok=False)])
         return True
 
     def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed, args: dict) -> Outcome | None:
@@ -651,7 +646,7 @@ class Engine:
             self._add(state, StepType.OBSERVATION, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args, status=status, duration_ms=duration, error=error.message,
                       output={**body, "_dispatched": True, "summary": error.message, "llm_usage": sub_usage},
-                      messages=[_tool_message(call.id, call.name, body, ok=False)])
+                      messages=[tool_message(call.id, call.name, body, ok=False)])
         else:
             result = output.model_dump(mode="json") if isinstance(output, pydantic.BaseModel) else output
             result = tool.output_model.model_validate(result).model_dump(mode="json")
@@ -669,7 +664,7 @@ class Engine:
             self._add(state, StepType.OBSERVATION, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args, status=StepStatus.BLOCKED if withheld else StepStatus.COMPLETED,
                       duration_ms=duration, output=observed,
-                      messages=[_tool_message(call.id, call.name, shown, ok=not withheld)])
+                      messages=[tool_message(call.id, call.name, shown, ok=not withheld)])
         self.journal.emit(*observation_received_event(
             turn=state.turn, tool_name=call.name, duration_ms=duration,
             result_summary=_summarise(state.steps[-1].output.get("summary", "")),

@@ -16,6 +16,7 @@ from kombu.exceptions import OperationalError as BrokerDown
 from agents.models import Agent
 from executions import services, tasks
 from executions.models import Execution, ExecutionEvent
+from executions.services import finish
 from governance.models import ApprovalRequest
 from rivercore.llm import LLMError, LLMErrorKind
 from telemetry.faults import infra_fault_count
@@ -242,14 +243,14 @@ def test_one_run_whose_post_processing_keeps_failing_does_not_hold_up_the_others
     first, second = _completed(agent, owner), _completed(agent, owner)  # their post_process never ran
     Execution.objects.filter(pk__in=[first.pk, second.pk]).update(
         finished_at=timezone.now() - timedelta(seconds=61))
-    real_update = services.agent_health_update
+    real_update = finish.agent_health_update
 
     def health_update(*, agent_id, status, execution_id):
         if execution_id == first.pk:
             raise RuntimeError("bug in one run's post-processing")
         return real_update(agent_id=agent_id, status=status, execution_id=execution_id)
 
-    monkeypatch.setattr(services, "agent_health_update", health_update)
+    monkeypatch.setattr(finish, "agent_health_update", health_update)
     assert services.executions_post_process_missed() == [second.pk]
 
     first.refresh_from_db()

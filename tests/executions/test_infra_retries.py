@@ -15,6 +15,7 @@ from django.db import OperationalError
 
 from executions import services, tasks
 from executions.models import Execution, ExecutionEvent
+from executions.services import segment
 from governance.models import ApprovalRequest
 from governance.services import policy_create
 from tests.executions.durable_support import CALLS
@@ -153,7 +154,7 @@ def _approver(workspace):
 def test_the_lease_heartbeat_outlives_a_dropped_connection(workspace, owner, settings, sent):
     from django.db.models import QuerySet
 
-    from executions.services import _LeaseHeartbeat
+    from executions.services.segment import _LeaseHeartbeat
     from telemetry.faults import infra_fault_count
 
     settings.RIVER_LEASE_SECONDS = 5  # a beat every 1.67 s
@@ -188,13 +189,13 @@ def test_a_database_error_while_recording_the_end_finishes_the_run_on_retry_with
 ):
     agent = make_agent(workspace=workspace, owner=owner)
     execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
-    real_end = services.execution_segment_end
+    real_end = segment.execution_segment_end
 
     def end_once_broken(**kwargs):
-        monkeypatch.setattr(services, "execution_segment_end", real_end)
+        monkeypatch.setattr(segment, "execution_segment_end", real_end)
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(services, "execution_segment_end", end_once_broken)
+    monkeypatch.setattr(segment, "execution_segment_end", end_once_broken)
     llm = ScriptedLLM([text_reply("All done.")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) is None
     execution.refresh_from_db()

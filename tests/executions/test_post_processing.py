@@ -84,7 +84,7 @@ def test_memory_write_back_failure_leaves_the_run_completed_and_is_logged(
         services.execution_post_process(execution_id=finish(agent, owner, fail=True).pk)
     caplog.set_level(logging.ERROR, logger="river.executions")
 
-    with mock.patch("executions.services.memory_write", side_effect=RuntimeError("memory store unavailable")), \
+    with mock.patch("executions.services.finish.memory_write", side_effect=RuntimeError("memory store unavailable")), \
             django_capture_on_commit_callbacks(execute=True):
         assert tasks.post_process(execution.pk) is True
 

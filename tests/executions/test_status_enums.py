@@ -13,7 +13,7 @@ import pydantic
 import pytest
 
 from executions.models import Execution, ExecutionStep
-from executions.services import _STATUS_FROM_RESPONSE
+from executions.services.segment import _STATUS_FROM_RESPONSE
 from governance.approvals import _STATUS_FOR
 from governance.models import ApprovalRequest
 from rivercore.contracts import ResolutionStatus as EngineResolutionStatus

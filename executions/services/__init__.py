@@ -1,0 +1,43 @@
+"""Durable runs, one module per job; this package is their public face.
+
+- ``start``: build the request once, create the run, queue its first segment;
+- ``segment``: claim the lease, replay the committed steps, run the loop, record how
+  the segment ended (paused, or ended through ``finish``);
+- ``resume``: an answer or an approver's decision appended, the run queued again; cancel;
+- ``finish``: every way a run ends, each in one place (``run_end``), and the
+  post-processing that follows (agent health and memory through ``agents.services``,
+  notifications);
+- ``watchdog``: runs no worker will pick up, runs out of attempts, lost post-processing;
+- ``approvals``: resolving and expiring approval requests, which resume or end runs;
+- ``queue``: sending task messages after commit, never failing the caller.
+"""
+
+from executions.services.approvals import approvals_expire_due, execution_approval_resolve
+from executions.services.finish import execution_end_expired, execution_post_process, memory_write
+from executions.services.resume import execution_cancel, execution_respond, execution_resume_after_resolution
+from executions.services.segment import execution_claim, execution_run_segment, execution_segment_end, state_load
+from executions.services.start import execution_start
+from executions.services.watchdog import (
+    execution_fail_exhausted,
+    executions_post_process_missed,
+    executions_requeue_stale,
+)
+
+__all__ = [
+    "approvals_expire_due",
+    "execution_approval_resolve",
+    "execution_cancel",
+    "execution_claim",
+    "execution_end_expired",
+    "execution_fail_exhausted",
+    "execution_post_process",
+    "execution_respond",
+    "execution_resume_after_resolution",
+    "execution_run_segment",
+    "execution_segment_end",
+    "execution_start",
+    "executions_post_process_missed",
+    "executions_requeue_stale",
+    "memory_write",
+    "state_load",
+]

@@ -1,0 +1,175 @@
+"""How runs end, each ending in one place, and what follows once a run has ended
+(post-processing: the agent's health, its long-term memory, outcome notifications).
+
+Every ending goes through ``run_end``: the terminal status and what goes with it, the
+``run_completed`` event, and post-processing queued after commit. The endings are
+the engine's (completed, failed, max turns, budget, timeout: ``execution_segment_end``),
+a crash or give-up (``run_end_failed``), a cancel and an expired approval."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.services import agent_health_record, agent_memory_record
+from executions.journal import event_rows_publish, next_event_seq
+from executions.models import Execution, ExecutionEvent
+from executions.services.queue import post_process_queue_on_commit
+from rivercore.contracts import StepStatus, StepType
+from rivercore.events import run_completed_event
+
+logger = logging.getLogger("river.executions")
+
+_SUCCESS = {Execution.Status.COMPLETED}
+_NEUTRAL = {Execution.Status.CANCELLED, Execution.Status.APPROVAL_EXPIRED}
+
+
+def run_error(code: str, message: str) -> dict:
+    """The stored error of a run ended outside the engine (the engine's own has the same shape)."""
+    return {"code": code, "message": message, "recoverable": False, "details": {}}
+
+
+def run_end(row: Execution, *, status: str, summary: str, error: dict | None = None, result: dict | None = None,
+            usage: dict | None = None, duration_ms: int | None = None, turns: int | None = None,
+            seq: int | None = None) -> None:
+    """End a run. The caller holds the row lock inside its transaction and has checked
+    the run may end this way. ``seq`` is the next event number when the caller knows it."""
+    assert status in Execution.TERMINAL, status
+    row.status = status
+    row.finished_at = timezone.now()
+    row.lease_token = ""
+    row.lease_expires_at = None
+    row.error = error
+    fields = ["status", "finished_at", "lease_token", "lease_expires_at", "error"]
+    if result is not None:
+        row.result = result
+        fields.append("result")
+    if usage is not None:
+        row.usage = usage
+        fields.append("usage")
+    row.save(update_fields=fields)
+    if duration_ms is None:
+        duration_ms = int((row.finished_at - row.started_at).total_seconds() * 1000) if row.started_at else 0
+    kind, payload = run_completed_event(status=row.status, duration_ms=max(duration_ms, 0),
+                                        turns_used=row.turn_count if turns is None else turns,
+                                        final_output_summary=summary)
+    event = ExecutionEvent.objects.create(execution=row, seq=next_event_seq(row.pk) if seq is None else seq,
+                                          event_type=kind, payload=payload)
+    event_rows_publish(row, [event])
+    post_process_queue_on_commit(row.pk)
+
+
+def run_end_failed(row: Execution, *, code: str, message: str) -> None:
+    """End a running or queued run ``failed`` (a crash, or out of attempts)."""
+    run_end(row, status=Execution.Status.FAILED, summary=message, error=run_error(code, message))
+
+
+def run_end_cancelled(row: Execution, *, by: str) -> None:
+    """End a run that a person cancelled; its open approval requests close with it."""
+    from governance.approvals import approvals_close_for_execution
+
+    run_end(row, status=Execution.Status.CANCELLED, summary="cancelled",
+            error=run_error("CANCELLED", f"Cancelled by {by}"))
+    approvals_close_for_execution(execution_id=row.pk, reason="run cancelled")
+
+
+def gave_up_message(attempts: int, infra_error: str) -> str:
+    last = f"; last infrastructure error: {infra_error}" if infra_error else ""
+    return (f"gave up after {attempts} segment attempts (workers kept dying or the database or broker "
+            f"kept failing{last})")
+
+
+def execution_end_expired(*, execution_id: int) -> None:
+    """The approval expired: the run ends ``approval_expired`` (caller audited it)."""
+    row = Execution.objects.select_for_update().get(pk=execution_id)
+    if row.status != Execution.Status.AWAITING_APPROVAL:
+        return
+    run_end(row, status=Execution.Status.APPROVAL_EXPIRED, summary="approval expired",
+            error=run_error("APPROVAL_EXPIRED", "The approval request expired."))
+
+
+# --- post-execution processing -----------------------------------------------------------
+
+
+def execution_post_process(*, execution_id: int) -> bool:
+    """Spec step 9, exactly once per run: health, memory write-back, notifications.
+    Returns False when another call already did it.
+
+    The claim (``post_processed_at``), the health update and the memory row commit
+    together, so a worker killed half-way leaves nothing done and the watchdog does
+    it all again; a second caller finds the claim taken. Notifications go out after
+    that commit (network calls stay outside transactions)."""
+    with transaction.atomic():
+        claimed = Execution.objects.filter(pk=execution_id, post_processed_at__isnull=True).filter(
+            status__in=Execution.TERMINAL
+        ).update(post_processed_at=timezone.now())
+        if claimed != 1:
+            return False
+        execution = Execution.objects.select_related("agent", "workspace", "agent_version").get(pk=execution_id)
+        agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk)
+        if execution.status == Execution.Status.COMPLETED:
+            _memory_write_best_effort(execution_id)
+        _notify_outcome(execution)
+    return True
+
+
+def _memory_write_best_effort(execution_id: int) -> None:
+    """Memory is best effort: a failure is logged and rolled back to its savepoint,
+    and never changes the run or the rest of its post-processing."""
+    try:
+        with transaction.atomic():
+            memory_write(execution_id=execution_id)
+    except Exception:  # noqa: BLE001 - memory is best-effort by design
+        logger.exception("memory write-back failed for execution %s (run status unchanged)", execution_id)
+
+
+def agent_health_update(*, agent_id, status: str, execution_id: int) -> None:
+    """A run's outcome counts into its agent's health; a cancel or an expired approval
+    says nothing about the agent and does not count."""
+    if status in _NEUTRAL:
+        return
+    agent_health_record(agent_id=agent_id, succeeded=status in _SUCCESS, execution_id=execution_id)
+
+
+def _notify_outcome(execution: Execution) -> None:
+    """Per the agent version's notification_config: which outcomes, which channels.
+    Sent after commit; a failing channel is logged and never touches the run."""
+    from rivercore.types.agents import NotificationConfig
+
+    config = NotificationConfig.model_validate(execution.agent_version.notification_config or {})
+    if execution.status not in config.notify_on or not config.channels:
+        return
+    from governance.notifications import notify_run_outcome
+
+    kwargs = {
+        "workspace_id": execution.workspace_id, "execution_id": execution.pk, "agent_name": execution.agent.name,
+        "status": execution.status, "channels": list(config.channels), "recipients": list(config.recipients),
+        "summary": ((execution.result or {}).get("summary") or "")[:500],
+        "user_ids": [execution.requested_by_id] if execution.requested_by_id else [],
+    }
+
+    def send() -> None:
+        try:
+            notify_run_outcome(**kwargs)
+        except Exception:  # noqa: BLE001 - a notification never changes a finished run
+            logger.exception("outcome notification for execution %s failed", execution.pk)
+
+    transaction.on_commit(send)
+
+
+def memory_write(*, execution_id: int):
+    """Long-term memory from a finished run: summarised, never the raw log."""
+    execution = Execution.objects.get(pk=execution_id)
+    result = execution.result or {}
+    steps = list(execution.steps.filter(step_type__in=[StepType.OBSERVATION, StepType.GOVERNANCE_CHECK])
+                 .order_by("step_number"))
+    learnings, flagged = [], []
+    for row in steps:
+        if row.step_type == StepType.OBSERVATION and row.status == StepStatus.FAILED and row.tool_name:
+            learnings.append(f"{row.tool_name} failed: {row.error[:160]}")
+        if row.status == StepStatus.BLOCKED:
+            flagged.append(f"{row.tool_name or 'action'} was blocked: {(row.error or '')[:160]}")
+    return agent_memory_record(agent_id=execution.agent_id, execution_id=execution.pk,
+                               summary=result.get("summary") or "", learnings=learnings, flagged_items=flagged)

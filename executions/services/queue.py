@@ -1,0 +1,52 @@
+"""Sending a committed run's task messages. A broker that is down never fails the
+caller: the row is the record, and the watchdog sends the message again."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import DatabaseError, InterfaceError, transaction
+
+from executions.models import Execution
+from telemetry.faults import infra_fault_record
+
+logger = logging.getLogger("river.executions")
+
+
+def task_send(task, execution_id: int) -> bool:
+    """Send a task message for a committed run. A broker that is down is counted and
+    logged, never raised: the row is the record, and the watchdog sends the message
+    again (a failed publish must not turn a committed start into a 500)."""
+    try:
+        task.delay(execution_id)
+    except Exception as exc:  # noqa: BLE001 - any broker failure; the watchdog recovers the run
+        infra_fault_record(component="broker", operation=f"publish {task.name}", exc=exc,
+                           subject=f"execution {execution_id}")
+        return False
+    return True
+
+
+def segment_queue_on_commit(execution_id: int) -> None:
+    """After commit, send the run's segment. The caller set ``published_at`` in the
+    same transaction; if the send fails it is cleared, so the watchdog's next pass
+    sends it again instead of waiting out the grace period."""
+    from executions.tasks import run_segment
+
+    def send() -> None:
+        if task_send(run_segment, execution_id):
+            return
+        try:
+            Execution.objects.filter(pk=execution_id, status=Execution.Status.QUEUED).update(published_at=None)
+        except (DatabaseError, InterfaceError) as exc:  # the grace period covers it
+            infra_fault_record(component="database", operation="mark unpublished", exc=exc,
+                               subject=f"execution {execution_id}")
+
+    transaction.on_commit(send)
+
+
+def post_process_queue_on_commit(execution_id: int) -> None:
+    """Send ``post_process`` after commit; if the broker is down the watchdog's
+    ``executions_post_process_missed`` does it after the grace period."""
+    from executions.tasks import post_process
+
+    transaction.on_commit(lambda: task_send(post_process, execution_id))

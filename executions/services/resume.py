@@ -1,0 +1,80 @@
+"""Resuming a paused run (an answer to ``ask_user``, an approver's decision) and
+cancelling one. The new step is appended and the run queued again after commit."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from executions.journal import event_rows_publish, next_event_seq, step_row
+from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.services.finish import run_end_cancelled
+from executions.services.queue import segment_queue_on_commit
+from executions.services.segment import state_load
+from rivercore.contracts import (
+    Step,
+)
+from rivercore.errors import Conflict
+from rivercore.events import (
+    approval_resolved_event,
+)
+from rivercore.steps import answer_check, answer_step, resolution_step
+
+logger = logging.getLogger("river.executions")
+
+def _append_and_requeue(*, execution: Execution, expected_status: str, new_steps: list[Step]) -> None:
+    """Caller holds the execution row lock (select_for_update)."""
+    if execution.status != expected_status:
+        raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
+    ExecutionStep.objects.bulk_create([step_row(execution.pk, s) for s in new_steps])
+    execution.status = Execution.Status.QUEUED
+    execution.queued_at = execution.published_at = timezone.now()  # the watchdog's lost-message rule counts from here
+    execution.save(update_fields=["status", "queued_at", "published_at"])
+    segment_queue_on_commit(execution.pk)
+
+
+def execution_respond(*, execution: Execution, user, user_response) -> Execution:
+    """Answer an ask_user question and resume the run."""
+    with transaction.atomic():
+        row = Execution.objects.select_for_update().get(pk=execution.pk)
+        if row.status != Execution.Status.AWAITING_INTERACTION:
+            raise Conflict(f"Execution is {row.status}; it is not waiting for an answer.", code="invalid_state")
+        state = state_load(row)
+        pending = state.pending
+        if pending is None or pending.interaction is None:
+            raise Conflict("Execution has no open question.", code="invalid_state")
+        answer_check(pending.interaction, user_response)
+        answer = answer_step(step_number=state.next_step_number, turn=state.turn, call_id=pending.call_id,
+                             arguments=pending.arguments, answer=user_response, answered_by=user.pk)
+        _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_INTERACTION, new_steps=[answer])
+    return row
+
+
+def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolution: dict) -> None:
+    """Record an approver's decision as a step and queue the resume. Runs inside the
+    caller's transaction, after the audit entry was written."""
+    row = Execution.objects.select_for_update().get(pk=execution_id)
+    if row.status != Execution.Status.AWAITING_APPROVAL:
+        raise Conflict(f"Execution is {row.status}; it is not waiting for approval.", code="invalid_state")
+    next_number = (row.steps.order_by("-step_number").values_list("step_number", flat=True).first() or 0) + 1
+    decision = resolution_step(step_number=next_number, turn=row.turn_count, call_id=call_id,
+                               tool_name=resolution.get("tool_name"), resolution=resolution)
+    _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
+    seq = next_event_seq(row.pk)
+    kind, payload = approval_resolved_event(
+        approval_id=resolution.get("approval_id"), resolution=resolution["status"],
+        resolved_by=resolution.get("resolved_by"),
+    )
+    event = ExecutionEvent.objects.create(execution=row, seq=seq, event_type=kind, payload=payload)
+    event_rows_publish(row, [event])
+
+
+def execution_cancel(*, execution: Execution, user) -> Execution:
+    with transaction.atomic():
+        row = Execution.objects.select_for_update().get(pk=execution.pk)
+        if row.is_terminal:
+            raise Conflict(f"Execution already ended ({row.status}).", code="invalid_state")
+        run_end_cancelled(row, by=user.get_username())
+    return row

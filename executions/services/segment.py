@@ -1,0 +1,296 @@
+"""Running a segment: claim the run's lease, replay its committed steps, run the loop
+until it ends or pauses, and record how the segment ended. Any worker may pick up a
+segment after a crash; it rebuilds the state from the committed steps."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from executions.journal import DbJournal, event_rows_publish, next_event_seq, step_from_row
+from executions.models import Execution, ExecutionEvent
+from executions.services.finish import gave_up_message, run_end, run_end_failed
+from governance import checker
+from governance.audit import audit_record
+from rivercore.contracts import (
+    ExecutionRequest,
+    ResponseStatus,
+    StepType,
+)
+from rivercore.events import (
+    approval_required_event,
+    run_started_event,
+)
+from rivercore.runner import Engine, Outcome, RunInterrupted, response_build
+from rivercore.state import RunState
+from telemetry.events import events_flush
+from telemetry.faults import infra_fault_record
+
+logger = logging.getLogger("river.executions")
+
+_STATUS_FROM_RESPONSE = {
+    ResponseStatus.SUCCESS: Execution.Status.COMPLETED,
+    ResponseStatus.FAILED: Execution.Status.FAILED,
+    ResponseStatus.MAX_TURNS_EXCEEDED: Execution.Status.MAX_TURNS_EXCEEDED,
+    ResponseStatus.BUDGET_EXCEEDED: Execution.Status.BUDGET_EXCEEDED,
+    ResponseStatus.TIMEOUT: Execution.Status.TIMEOUT,
+    ResponseStatus.AWAITING_APPROVAL: Execution.Status.AWAITING_APPROVAL,
+    ResponseStatus.AWAITING_INTERACTION: Execution.Status.AWAITING_INTERACTION,
+}
+
+
+def execution_claim(*, execution_id: int) -> str | None:
+    """Compare-and-set: take the lease on a queued run, or a running one whose lease
+    expired. Returns the lease token, or None when another worker holds the run."""
+    token = uuid.uuid4().hex
+    now = timezone.now()
+    claimed = (
+        Execution.objects.filter(pk=execution_id)
+        .filter(Q(status=Execution.Status.QUEUED) | Q(status=Execution.Status.RUNNING, lease_expires_at__lt=now))
+        .update(
+            status=Execution.Status.RUNNING, lease_token=token,
+            lease_expires_at=now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
+            attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now),
+            published_at=None,  # the message that brought us here is consumed
+        )
+    )
+    return token if claimed == 1 else None
+
+
+def state_load(execution: Execution) -> RunState:
+    request = ExecutionRequest.model_validate(execution.context["request"])
+    steps = [step_from_row(row) for row in execution.steps.order_by("step_number")]
+    started = execution.started_at or execution.queued_at
+    return RunState.replay(
+        request=request, base_messages=execution.context["base_messages"],
+        tool_schemas=execution.context["tool_schemas"], steps=steps,
+        started_at_ms=int(started.timestamp() * 1000),
+    )
+
+
+class _LeaseHeartbeat:
+    """Renews the lease while a long model or tool call holds the segment."""
+
+    def __init__(self, execution_id: int, token: str):
+        self.execution_id = execution_id
+        self.token = token
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"lease-{execution_id}", daemon=True)
+
+    def _run(self) -> None:
+        interval = max(1.0, settings.RIVER_LEASE_SECONDS / 3)
+        try:
+            while not self.stop_event.wait(interval):
+                try:
+                    Execution.objects.filter(
+                        pk=self.execution_id, lease_token=self.token, status=Execution.Status.RUNNING
+                    ).update(lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS))
+                except (DatabaseError, InterfaceError) as exc:
+                    # A dropped connection: reconnect at the next beat. If the database
+                    # stays away the lease runs out and the journal's fence stops us.
+                    infra_fault_record(component="database", operation="lease renewal", exc=exc,
+                                       subject=f"execution {self.execution_id}")
+                    connection.close()
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join(timeout=5)
+
+
+class _DurableHooks:
+    def __init__(self, execution: Execution):
+        self.execution = execution
+
+    def tool_context_extras(self) -> dict:
+        return {"workspace_id": self.execution.workspace_id}
+
+    def approved_call_failed(self, state, *, call_id, tool_name, error) -> None:
+        from governance.approvals import approval_action_failed
+
+        approval_action_failed(execution_id=self.execution.pk, call_id=call_id, error=error)
+
+    def auto_approved(self, state, *, call_id, tool_name, arguments, condition) -> None:
+        audit_record(
+            organization_id=self.execution.workspace.organization_id, workspace_id=self.execution.workspace_id,
+            event_type="approval_auto_approved", execution_id=self.execution.pk, agent_id=self.execution.agent_id,
+            details={"tool_name": tool_name, "arguments": arguments, "condition": condition, "call_id": call_id},
+        )
+
+
+def llm_for_execution(execution: Execution):
+    from executions.routing import router_for_organization
+
+    return router_for_organization(organization_id=execution.workspace.organization_id)
+
+
+def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
+    """Run turns until the run ends or pauses. Safe to call twice: only the caller
+    that wins the lease runs; the other returns at once."""
+    try:
+        token = execution_claim(execution_id=execution_id)
+    except (DatabaseError, InterfaceError) as exc:
+        # Nothing was claimed: the run keeps its state and the watchdog sends it again.
+        infra_fault_record(component="database", operation="claim", exc=exc, subject=f"execution {execution_id}")
+        if not connection.in_atomic_block:
+            connection.close()
+        return None
+    if token is None:
+        return None
+    try:
+        execution = Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
+        if execution.attempts > settings.RIVER_MAX_SEGMENT_ATTEMPTS:
+            _segment_fail(execution_id, token, gave_up_message(execution.attempts - 1, execution.infra_error),
+                          code="INFRASTRUCTURE_ERROR")
+            return ResponseStatus.FAILED.value
+        return _segment_run(execution, token, llm)
+    except RunInterrupted:
+        raise  # another worker holds the run now, or it was cancelled
+    except (DatabaseError, InterfaceError) as exc:
+        # Infrastructure, not the run: hand the run back to the watchdog (bounded by
+        # RIVER_MAX_SEGMENT_ATTEMPTS). If the database is still away the release
+        # fails too, and the lease running out does the same job.
+        _segment_release(execution_id, token, exc)
+        return None
+    except Exception as exc:  # noqa: BLE001 - a bug must end the run, not leave it running forever
+        logger.exception("segment of execution %s crashed", execution_id)
+        _segment_fail(execution_id, token, f"internal error: {exc.__class__.__name__}")
+        return ResponseStatus.FAILED.value
+    finally:
+        # Turns hand their events to the background publisher; the segment is over
+        # only when they are out, so whoever waited for it also waited for them.
+        events_flush()
+
+
+def _segment_release(execution_id: int, token: str, exc: BaseException) -> None:
+    """Put a run whose segment hit an infrastructure error back in the queue, lease
+    dropped and ``published_at`` cleared, so the watchdog's next pass sends it again
+    (at most one attempt per pass: a database that is down cannot burn them all)."""
+    kind = exc.__class__.__name__
+    infra_fault_record(component="database", operation="run segment", exc=exc, subject=f"execution {execution_id}")
+    try:
+        if not connection.in_atomic_block:  # a worker: drop the connection the error broke
+            connection.close_if_unusable_or_obsolete()
+        Execution.objects.filter(pk=execution_id, lease_token=token, status=Execution.Status.RUNNING).update(
+            status=Execution.Status.QUEUED, lease_token="", lease_expires_at=None, published_at=None,
+            infra_error=kind[:200],
+        )
+    except (DatabaseError, InterfaceError) as again:
+        logger.warning("execution %s keeps its lease until it expires: the release failed too (%s)",
+                       execution_id, again.__class__.__name__)
+        if not connection.in_atomic_block:
+            connection.close()
+
+
+def _segment_fail(execution_id: int, token: str, message: str, *, code: str = "AGENT_ERROR") -> None:
+    """End a run that cannot go on (caller held its lease)."""
+    with transaction.atomic():
+        row = Execution.objects.select_for_update().get(pk=execution_id)
+        if row.lease_token != token or row.status != Execution.Status.RUNNING:
+            return
+        run_end_failed(row, code=code, message=message)
+
+
+def _segment_run(execution: Execution, token: str, llm) -> str | None:
+    execution_id = execution.pk
+    state = state_load(execution)
+    journal = DbJournal(execution, token)
+    if not state.steps:
+        journal.emit(*run_started_event(
+            execution_id=execution.pk, agent_id=execution.agent_id,
+            trigger_type=execution.trigger_type, started_at=execution.started_at,
+        ))
+    engine = Engine(
+        llm=llm or llm_for_execution(execution), journal=journal, hooks=_DurableHooks(execution), policy=checker,
+        tool_thread_exit=lambda: connection.close(),
+    )
+    try:
+        with _LeaseHeartbeat(execution.pk, token):
+            outcome = engine.run(state)
+            journal.settle()  # the last turn's write is committed before the run's status moves
+    except RunInterrupted:
+        logger.info("segment of execution %s stopped: cancelled or lease lost", execution_id)
+        return None
+    finally:
+        journal.close()
+    execution_segment_end(execution=execution, token=token, state=state, outcome=outcome, next_seq=journal.seq)
+    return outcome.status.value
+
+
+def snapshot_build(state: RunState) -> dict:
+    return {
+        "messages": state.messages(),
+        "pending": state.pending.model_dump(mode="json") if state.pending else None,
+        "observations": [s.model_dump(mode="json") for s in state.steps if s.step_type == StepType.OBSERVATION],
+        "counters": {
+            "turn": state.turn, "tokens_input": state.tokens_input, "tokens_output": state.tokens_output,
+            "consecutive_stalls": state.consecutive_stalls, "call_counts": state.call_counts,
+            "tool_error_streak": state.tool_error_streak, "intent": state.intent,
+        },
+        "step_count": len(state.steps),
+    }
+
+
+def execution_segment_end(
+    *, execution: Execution, token: str, state: RunState, outcome: Outcome, next_seq: int | None = None
+) -> None:
+    """Record how the segment ended. ``next_seq`` is the next event sequence number
+    when the caller's journal knows it (it held the lease, so nobody else appended)."""
+    status = _STATUS_FROM_RESPONSE[outcome.status]
+    response = response_build(state, outcome)
+    with transaction.atomic():
+        # The built context (prompt, tool schemas) is large and not needed here.
+        row = Execution.objects.select_for_update().defer("context").get(pk=execution.pk)
+        if row.lease_token != token or row.status != Execution.Status.RUNNING:
+            return  # cancelled meanwhile, or another worker took over
+        seq = next_seq if next_seq is not None else next_event_seq(row.pk)
+        if status not in (Execution.Status.AWAITING_APPROVAL, Execution.Status.AWAITING_INTERACTION):
+            run_end(row, status=status, summary=(state.final_answer or "")[:300],
+                    error=response.error.model_dump(mode="json") if response.error else None,
+                    result=response.result.model_dump(mode="json"), usage=response.usage.model_dump(mode="json"),
+                    duration_ms=response.usage.execution_duration_ms, turns=state.turn, seq=seq)
+            return
+        row.status = status
+        row.lease_token = ""
+        row.lease_expires_at = None
+        row.usage = response.usage.model_dump(mode="json")
+        row.context_snapshot = snapshot_build(state)
+        # The segment got through: the attempt bound counts the next segment afresh,
+        # so a run with many approvals is not mistaken for one that keeps crashing.
+        row.attempts = 0
+        row.infra_error = ""
+        row.save(update_fields=["status", "lease_token", "lease_expires_at", "usage", "context_snapshot", "attempts",
+                                "infra_error"])
+        if status == Execution.Status.AWAITING_APPROVAL:
+            approval = _approval_open(row, state)
+            kind, payload = approval_required_event(
+                approval_id=approval.pk, tool_name=approval.tool_name, pending_since=approval.created_at,
+            )
+            event = ExecutionEvent.objects.create(execution=row, seq=seq, event_type=kind, payload=payload)
+            event_rows_publish(row, [event])
+
+
+def _approval_open(execution: Execution, state: RunState):
+    from governance.approvals import approval_request_open
+
+    pending = state.pending
+    rules = state.request.agent_config.approval_rules
+    return approval_request_open(
+        workspace_id=execution.workspace_id, execution_id=execution.pk, agent_id=execution.agent_id,
+        call_id=pending.call_id, payload=pending.approval.model_dump(mode="json"),
+        approver_roles=rules.approver_roles, escalation_timeout_minutes=rules.escalation_timeout_minutes,
+        run_started_by_id=execution.requested_by_id,
+    )

@@ -1,0 +1,86 @@
+"""Steps that both drivers append from outside the loop, and the tool-result message
+the model sees. Each is built here once: the durable runs (``executions.services``)
+and the stateless ``/api/v1/execute/continue`` resume a paused run with the same
+steps, and the runner writes every tool result with the same ``tool_message``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pydantic
+
+from rivercore.contracts import InteractionRequest, Step, StepStatus, StepType
+from rivercore.errors import Conflict, InvalidInput, pydantic_details
+from rivercore.tools import get_tool
+from rivercore.types.governance import Decision, ResolutionStatus
+
+ANSWER_TOOL = "ask_user"
+
+
+def tool_message(call_id: str, name: str, payload: object, *, ok: bool) -> dict[str, Any]:
+    """The ``tool`` message the model reads for one call's result (or failure)."""
+    verb = "returned" if ok else "failed"
+    body = json.dumps(payload, default=str, sort_keys=True)
+    return {"role": "tool", "tool_call_id": call_id, "content": f"[Tool Result] Tool '{name}' {verb}: {body}"}
+
+
+def answer_check(interaction: InteractionRequest, answer: object) -> None:
+    """Refuse an answer the question does not allow (missing, or not an offered option)."""
+    empty = answer is None or (isinstance(answer, str) and not answer.strip())
+    if interaction.required and empty:
+        raise InvalidInput("An answer is required.", details={"user_response": ["This question needs an answer."]})
+    if interaction.options and not empty:
+        chosen = answer if isinstance(answer, list) else [answer]
+        unknown = [c for c in chosen if c not in interaction.options]
+        if unknown:
+            raise InvalidInput(
+                "The answer must be one of the offered options.",
+                details={"user_response": [f"{u!r} is not one of {interaction.options}" for u in unknown]},
+            )
+
+
+def answer_step(*, step_number: int, turn: int, call_id: str, arguments: dict[str, Any], answer: object,
+                answered_by: int | None = None) -> Step:
+    """The observation that answers an open ``ask_user`` call."""
+    body = {"user_response": answer}
+    output: dict[str, Any] = {"result": body, "_dispatched": True, "summary": str(answer)[:300]}
+    if answered_by is not None:
+        output["answered_by"] = answered_by
+    return Step(
+        step_number=step_number, step_type=StepType.OBSERVATION, turn=turn, tool_name=ANSWER_TOOL,
+        tool_category="interaction", call_id=call_id, input=arguments, output=output,
+        messages=[tool_message(call_id, ANSWER_TOOL, body, ok=True)],
+    )
+
+
+def resolution_step(*, step_number: int, turn: int, call_id: str, tool_name: str | None,
+                    resolution: dict[str, Any]) -> Step:
+    """The governance step that records an approver's decision on a paused call; the
+    loop reads it when the run goes on (a rejection blocks the call, an approval or an
+    edit lets it through)."""
+    rejected = resolution["status"] == ResolutionStatus.REJECTED
+    return Step(
+        step_number=step_number, step_type=StepType.GOVERNANCE_CHECK, turn=turn, call_id=call_id,
+        tool_name=tool_name, status=StepStatus.COMPLETED,
+        governance_decision=Decision.BLOCKED if rejected else Decision.PROCEED,
+        output={"resolution": resolution},
+    )
+
+
+def edited_arguments(tool_name: str, arguments: object, *, field: str = "modified_args") -> dict[str, Any]:
+    """An approver's edited arguments, validated by the tool's input model; errors name
+    ``field`` and the argument at fault."""
+    tool = get_tool(tool_name)
+    if tool is None:
+        raise Conflict(f"Tool {tool_name!r} is no longer available; approve or reject instead.",
+                       code="tool_unavailable")
+    if not isinstance(arguments, dict) or not arguments:
+        raise InvalidInput("modified_args is required to edit.", details={field: ["required"]})
+    try:
+        return tool.input_model.model_validate(arguments).model_dump(mode="json", exclude_none=True)
+    except pydantic.ValidationError as exc:
+        raise InvalidInput(
+            "The edited arguments do not fit the tool's schema.",
+            details={f"{field}.{key}": value for key, value in pydantic_details(exc).items()},
+        ) from None
