@@ -7,7 +7,7 @@ health window, failover); tests may pass any object with the same ``complete``.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -17,7 +17,7 @@ from rivercore.types.agents import Tier
 class LLMToolCall(BaseModel):
     id: str
     name: str
-    arguments: dict = Field(default_factory=dict)
+    arguments: dict[str, Any] = Field(default_factory=dict)
     raw_arguments: str = ""  # as the model sent it, when it was not valid JSON
 
 
@@ -44,7 +44,7 @@ class LLMErrorKind(StrEnum):
 
 
 class LLMError(Exception):
-    def __init__(self, kind: LLMErrorKind | str, message: str, details: dict | None = None):
+    def __init__(self, kind: LLMErrorKind | str, message: str, details: dict[str, Any] | None = None):
         super().__init__(message)
         self.kind = LLMErrorKind(kind)
         self.message = message
@@ -53,5 +53,5 @@ class LLMError(Exception):
 
 class LLMClient(Protocol):
     def complete(
-        self, *, messages: list[dict], tools: list[dict], tier: Tier, timeout_seconds: float
+        self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier, timeout_seconds: float
     ) -> LLMReply: ...

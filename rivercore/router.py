@@ -42,9 +42,10 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import litellm
+from litellm import exceptions as litellm_errors
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from rivercore import offline
@@ -65,7 +66,7 @@ def retry_backoff(retry: int, *, rand: Callable[[], float] = random.random) -> f
     """Seconds before retry number ``retry`` (1-based): exponential, capped, with
     jitter in [50 %, 100 %] so workers retrying the same outage spread out."""
     ceiling = min(RETRY_BACKOFF_MAX_SECONDS, RETRY_BACKOFF_SECONDS * 2 ** (retry - 1))
-    return ceiling * (0.5 + rand() / 2)
+    return float(ceiling * (0.5 + rand() / 2))
 
 
 class HealthReading(Protocol):
@@ -150,21 +151,22 @@ def model_cost(*, model: str, input_tokens: int, output_tokens: int) -> float | 
 def _failure_kind(exc: Exception) -> str | None:
     """Why an attempt failed, or None when the request itself is at fault (no
     other provider would accept it either)."""
-    if isinstance(exc, litellm.Timeout):
+    if isinstance(exc, litellm_errors.Timeout):
         return "timeout"
-    if isinstance(exc, litellm.ContextWindowExceededError | litellm.BadRequestError |
-                  litellm.UnprocessableEntityError):
+    if isinstance(exc, litellm_errors.ContextWindowExceededError | litellm_errors.BadRequestError |
+                  litellm_errors.UnprocessableEntityError):
         return None
-    if isinstance(exc, litellm.APIConnectionError):
+    if isinstance(exc, litellm_errors.APIConnectionError):
         return "connection_error"
-    if isinstance(exc, litellm.RateLimitError):
+    if isinstance(exc, litellm_errors.RateLimitError):
         return "rate_limited"
-    if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError):
+    if isinstance(exc, litellm_errors.AuthenticationError | litellm_errors.PermissionDeniedError
+                  | litellm_errors.NotFoundError):
         return "misconfigured"
     return "server_error"
 
 
-def _parse_tool_calls(raw_calls) -> list[LLMToolCall]:
+def _parse_tool_calls(raw_calls: Any) -> list[LLMToolCall]:
     calls = []
     for index, raw in enumerate(raw_calls or []):
         function = raw.function
@@ -214,8 +216,9 @@ class Router:
         window_start = int(self.clock() // RATE_WINDOW_SECONDS) * RATE_WINDOW_SECONDS
         return self.rate_acquire(provider.window, provider.rate_limit_rpm, window_start)
 
-    def complete(self, *, messages: list[dict], tools: list[dict], tier: Tier, timeout_seconds: float) -> LLMReply:
-        failures: list[dict] = []
+    def complete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
+                 timeout_seconds: float) -> LLMReply:
+        failures: list[dict[str, Any]] = []
         pending = self.ordered()
         while True:
             limited: list[ProviderConfig] = []
@@ -255,8 +258,9 @@ class Router:
             {"attempts": failures},
         )
 
-    def _try_provider(self, provider: ProviderConfig, messages, tools, tier: Tier, budget: float,
-                      failures: list[dict]) -> LLMReply | None:
+    def _try_provider(self, provider: ProviderConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                      tier: Tier, budget: float,
+                      failures: list[dict[str, Any]]) -> LLMReply | None:
         """One provider with its retries, within ``budget`` seconds. The reply, or
         None after appending why it failed to ``failures``."""
         model, served_tier = provider.model_for(tier)
@@ -295,8 +299,9 @@ class Router:
             self.health.record(provider.window, latency, True)
             return self._reply(response, provider, model, served_tier, messages, int(latency))
 
-    def _call(self, provider: ProviderConfig, model: str, messages, tools, timeout_seconds: float):
-        kwargs: dict = {
+    def _call(self, provider: ProviderConfig, model: str, messages: list[dict[str, Any]],
+              tools: list[dict[str, Any]], timeout_seconds: float) -> Any:
+        kwargs: dict[str, Any] = {
             "model": _litellm_model(model, provider.base_url),
             "messages": messages,
             "timeout": timeout_seconds,
@@ -314,7 +319,8 @@ class Router:
         return litellm.completion(**kwargs)
 
     @staticmethod
-    def _reply(response, provider: ProviderConfig, model: str, tier: Tier, messages, latency_ms: int) -> LLMReply:
+    def _reply(response: Any, provider: ProviderConfig, model: str, tier: Tier, messages: list[dict[str, Any]],
+               latency_ms: int) -> LLMReply:
         choice = response.choices[0] if response.choices else None
         message = choice.message if choice is not None else None
         content = getattr(message, "content", None)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import pydantic
 
@@ -25,10 +25,12 @@ from rivercore.contracts import (
     ApprovalRequestPayload,
     ErrorCode,
     ErrorInfo,
+    ExecutionRequest,
     ExecutionResponse,
     ExecutionResult,
     InteractionRequest,
     ResponseStatus,
+    Step,
     StepStatus,
     StepType,
     Tokens,
@@ -50,7 +52,7 @@ from rivercore.steps import tool_message
 from rivercore.text import json_storable, text_storable
 from rivercore.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from rivercore.types.agents import Tier
-from rivercore.types.governance import Decision, ResolutionStatus
+from rivercore.types.governance import Decision, GovernanceResult, ResolutionStatus
 
 logger = logging.getLogger("river.engine")
 
@@ -99,9 +101,9 @@ class RunInterrupted(Exception):
 
 
 class Journal(Protocol):
-    def record(self, state: RunState, new_step) -> None: ...
+    def record(self, state: RunState, new_step: Step) -> None: ...
 
-    def emit(self, event_type: str, payload: dict) -> None: ...
+    def emit(self, event_type: str, payload: dict[str, Any]) -> None: ...
 
     def flush(self, state: RunState) -> None: ...
 
@@ -112,15 +114,15 @@ class Journal(Protocol):
 
 @dataclass
 class MemoryJournal:
-    events: list[tuple[str, dict]] = field(default_factory=list)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
-    def record(self, state, new_step) -> None:
+    def record(self, state: RunState, new_step: Step) -> None:
         return None
 
-    def emit(self, event_type: str, payload: dict) -> None:
+    def emit(self, event_type: str, payload: dict[str, Any]) -> None:
         self.events.append((event_type, payload))
 
-    def flush(self, state) -> None:
+    def flush(self, state: RunState) -> None:
         return None
 
     def settle(self) -> None:
@@ -128,13 +130,13 @@ class MemoryJournal:
 
 
 class EngineHooks(Protocol):
-    def tool_context_extras(self) -> dict: ...
+    def tool_context_extras(self) -> dict[str, Any]: ...
 
     def auto_approved(
-        self, state: RunState, *, call_id: str, tool_name: str, arguments: dict, condition: str
+        self, state: RunState, *, call_id: str, tool_name: str, arguments: dict[str, Any], condition: str
     ) -> None: ...
 
-    def approved_call_failed(self, state: RunState, *, call_id: str, tool_name: str, error: dict) -> None:
+    def approved_call_failed(self, state: RunState, *, call_id: str, tool_name: str, error: dict[str, Any]) -> None:
         """A call a person approved was dispatched and failed (optional hook)."""
 
 
@@ -146,7 +148,8 @@ class Outcome(pydantic.BaseModel):
 _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="river-tool")
 
 
-def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_exit: Callable[[], None] | None = None):
+def run_tool_in_thread(tool: Tool, ctx: ToolContext, args: pydantic.BaseModel, timeout: float,
+                       on_exit: Callable[[], None] | None = None) -> object:
     """Run a handler with a hard deadline. A handler that overruns is abandoned and the
     call reports a timeout; its thread may finish in the background, but the write
     fence bound to it is closed first, so a write it started can no longer commit
@@ -154,7 +157,7 @@ def run_tool_in_thread(tool: Tool, ctx: ToolContext, args, timeout: float, on_ex
     as done, not as a timeout."""
     fence = WriteFence(deadline=time.monotonic() + timeout)
 
-    def call():
+    def call() -> object:
         try:
             with fence_bound(fence):
                 return tool.handler(ctx, args)
@@ -216,8 +219,8 @@ def select_tier(state: RunState) -> Tier:
     return Tier.BALANCED
 
 
-def _assistant_message(reply: LLMReply) -> dict:
-    message: dict = {"role": "assistant", "content": reply.content or None}
+def _assistant_message(reply: LLMReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
     if reply.tool_calls:
         message["tool_calls"] = [
             {
@@ -238,7 +241,7 @@ def _turn_duration_ms(state: RunState) -> int:
     return sum(s.duration_ms or 0 for s in state.steps if s.turn == state.turn)
 
 
-def _summarise(value, limit: int = 240) -> str:
+def _summarise(value: object, limit: int = 240) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -256,7 +259,7 @@ class Engine:
     sleep: Callable[[float], None] = time.sleep
 
     # --- bookkeeping -----------------------------------------------------------------
-    def _add(self, state: RunState, step_type: StepType, **fields):
+    def _add(self, state: RunState, step_type: StepType, **fields: Any) -> Step:
         # Model replies and tool arguments may carry NUL or lone surrogates: escaped
         # here, so neither the journal nor the run's result refuses them (rivercore.text).
         fields = {key: json_storable(value) if key in _STORED_TEXT else value for key, value in fields.items()}
@@ -265,7 +268,7 @@ class Engine:
         self.journal.record(state, new)
         return new
 
-    def _notice(self, state: RunState, text: str, **extra) -> None:
+    def _notice(self, state: RunState, text: str, **extra: Any) -> None:
         self._add(
             state, StepType.REASONING, model_used=RUNNER_MODEL, input={"notice": text},
             output={"notice": True, **extra}, messages=[{"role": "system", "content": text}],
@@ -416,7 +419,7 @@ class Engine:
         return None
 
     def _refuse(self, state: RunState, call: LLMToolCall, kind: ToolErrorKind, message: str,
-                details: dict | None = None, code: str | None = None) -> None:
+                details: dict[str, Any] | None = None, code: str | None = None) -> None:
         error = {"code": code or _KIND_CODES[kind], "message": message, "details": details or {}}
         self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=call.arguments,
                   status=StepStatus.FAILED, error=message, output={"error": error},
@@ -483,7 +486,8 @@ class Engine:
             return self._approved_write_checked(state, call, resolution)
         return None
 
-    def _approved_write_checked(self, state: RunState, call: LLMToolCall, resolution: dict) -> Outcome | None:
+    def _approved_write_checked(self, state: RunState, call: LLMToolCall,
+                                resolution: dict[str, Any]) -> Outcome | None:
         """A write a person approved and that then failed (after the tool's own retries
         of transient errors) ends the run ``failed``: the run must not go on to report
         success as if the approved change had been made, and the approver is told."""
@@ -494,7 +498,8 @@ class Engine:
         approver = resolution.get("resolved_by")
         if self.hooks is not None and approver not in (None, "auto") and hasattr(self.hooks, "approved_call_failed"):
             self.hooks.approved_call_failed(state, call_id=call.id, tool_name=call.name, error=error)
-        details = error.get("details") if isinstance(error.get("details"), dict) else {}
+        raw_details = error.get("details")
+        details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
         return self._terminate(state, ResponseStatus.FAILED, ErrorInfo(
             code=ErrorCode.AGENT_ERROR,
             message=f"The approved {call.name} call failed: {error.get('message') or observed.error}",
@@ -503,7 +508,8 @@ class Engine:
                      "resolved_by": approver, "error": error},
         ))
 
-    def _govern(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict, resolution: dict | None):
+    def _govern(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
+                resolution: dict[str, Any] | None) -> Outcome | bool | None:
         """None to dispatch; True when handled without dispatch; an Outcome to pause."""
         if resolution is not None:
             status = resolution.get("status")
@@ -548,8 +554,9 @@ class Engine:
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED, output=policy, **common)
         return None
 
-    def _approval_gate(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict, verdict, *,
-                       confidence: float | None, common: dict, policy: dict, extra_risk: str = "") -> Outcome | None:
+    def _approval_gate(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
+                       verdict: GovernanceResult, *, confidence: float | None, common: dict[str, Any],
+                       policy: dict[str, Any], extra_risk: str = "") -> Outcome | None:
         """APPROVAL_REQUIRED: pause for a human, unless one of the agent's auto-approve
         conditions explicitly holds for this call (then None: go on)."""
         rules = state.request.agent_config.approval_rules
@@ -578,7 +585,8 @@ class Engine:
                   output={**policy, "approval_request": payload.model_dump(mode="json")}, **common)
         return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
 
-    def _blocked(self, state: RunState, call: LLMToolCall, args: dict, verdict, record: bool = True):
+    def _blocked(self, state: RunState, call: LLMToolCall, args: dict[str, Any], verdict: GovernanceResult,
+                 record: bool = True) -> bool:
         if record:
             self._add(state, StepType.GOVERNANCE_CHECK, tool_name=call.name, call_id=call.id, input=args,
                       governance_decision=Decision.BLOCKED, status=StepStatus.BLOCKED,
@@ -589,7 +597,8 @@ class Engine:
                   messages=[tool_message(call.id, call.name, body, ok=False)])
         return True
 
-    def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed, args: dict) -> Outcome | None:
+    def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed: pydantic.BaseModel,
+                  args: dict[str, Any]) -> Outcome | None:
         request = state.request
         if tool.writes:
             # Intent first, committed before the call leaves the process.
@@ -601,7 +610,7 @@ class Engine:
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args)
         self.journal.emit(*tool_called_event(turn=state.turn, tool_name=call.name, args_summary=_summarise(args)))
-        sub_usage: list[dict] = []  # model calls made by the tool itself (sub-requests)
+        sub_usage: list[dict[str, Any]] = []  # model calls made by the tool itself (sub-requests)
 
         def count_usage(reply: LLMReply) -> None:
             sub_usage.append({"model": reply.model, "provider": reply.provider, "tier": reply.tier.value,
@@ -671,7 +680,8 @@ class Engine:
         ))
         return None
 
-    def _export_check(self, state: RunState, call, tool: Tool, args: dict, result: dict) -> dict | Outcome | None:
+    def _export_check(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
+                      result: dict[str, Any]) -> dict[str, Any] | Outcome | None:
         """Data export limits on a query's result, before the model sees it: None to
         show it, a withheld body when blocked, an Outcome when it waits for approval.
 
@@ -801,7 +811,7 @@ def response_build(state: RunState, outcome: Outcome) -> ExecutionResponse:
     )
 
 
-def new_state(request) -> tuple[RunState, list[dict]]:
+def new_state(request: ExecutionRequest) -> tuple[RunState, list[dict[str, Any]]]:
     """A fresh run: the context is built here, once. Returns the state and any
     prompt-injection detections in the trigger payload (already sanitised)."""
     screened = ctxmod.screen_payload(request.trigger_context.trigger_payload)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlglot
 
@@ -102,7 +103,7 @@ def _enum_values(description: str) -> list[str]:
     return []
 
 
-def column_from(data: dict) -> Column:
+def column_from(data: dict[str, Any]) -> Column:
     description = str(data.get("description") or "")
     column = Column(
         name=str(data.get("column_name") or data.get("name") or ""),
@@ -115,7 +116,7 @@ def column_from(data: dict) -> Column:
     return column
 
 
-def tables_from_sources(sources: list[dict]) -> list[Table]:
+def tables_from_sources(sources: list[dict[str, Any]]) -> list[Table]:
     """Tables from data source metadata (``data_source_id``, ``name``, ``type``, ``schemas``)."""
     tables = []
     for source in sources:
@@ -485,7 +486,7 @@ def _describe_time(reading: Reading) -> str:
     return f"{column} is within the last {span}" if op == ">=" else f"{column} is older than {span}"
 
 
-def build_query(reading: Reading, *, dialect: str, row_limit: int) -> dict:
+def build_query(reading: Reading, *, dialect: str, row_limit: int) -> dict[str, Any]:
     """SQL for one table from a reading, in the source's dialect, with its explanation."""
     table = reading.table
     assert table is not None
@@ -593,7 +594,7 @@ _INTENT_KEYWORDS = [
 ]
 
 
-def classify(text: str, tables: list[Table], available: list[str] | None = None) -> dict:
+def classify(text: str, tables: list[Table], available: list[str] | None = None) -> dict[str, Any]:
     lowered = text.lower()
     reading = read_prompt(lowered, tables, want_change=True)
     candidates = [i for i in (available or INTENTS) if i in INTENTS] or list(INTENTS)
@@ -613,7 +614,7 @@ def classify(text: str, tables: list[Table], available: list[str] | None = None)
         intent, confidence = candidates[0], 0.2
     sub_intents = [i for i in dict.fromkeys(
         [intent] + (["DATA_QUERY"] if wants_change else []) + hits) if i != intent and i in candidates]
-    entities: dict = {}
+    entities: dict[str, Any] = {}
     if reading.table is not None and reading.actionable:
         entities["data_source_id"] = reading.table.source_id
         entities["tables"] = [reading.table.name]
