@@ -151,12 +151,7 @@ def system_prompt(request: ExecutionRequest) -> str:
             memory += [f"  - flagged: {item}" for item in entry.flagged_items]
         sections.append("## Long-term memory\nFrom previous runs, you have learned:\n" + "\n".join(memory))
 
-    trigger = request.trigger_context
-    payload = json.dumps(trigger.trigger_payload, sort_keys=True, default=str) if trigger.trigger_payload else "none"
-    sections.append(
-        f"## Trigger\nThis run was triggered by: {trigger.trigger_type.value} from {trigger.trigger_source}. "
-        f"Payload: {payload}"
-    )
+    sections.append(f"## Trigger\n{trigger_text(request)}")
     sections.append(
         f"## Execution\nexecution_id={request.execution_id}, max_turns={cfg.model_settings.max_turns}, "
         f"workspace_id={request.user_context.workspace_id}"
@@ -164,11 +159,23 @@ def system_prompt(request: ExecutionRequest) -> str:
     return "\n\n".join(sections)
 
 
+GENERIC_PROMPT = "Handle this trigger according to your instructions."
+
+
+def trigger_text(request: ExecutionRequest) -> str:
+    """What started the run, as the prompt tells the model."""
+    trigger = request.trigger_context
+    payload = json.dumps(trigger.trigger_payload, sort_keys=True, default=str) if trigger.trigger_payload else "none"
+    return f"This run was triggered by: {trigger.trigger_type.value} from {trigger.trigger_source}. Payload: {payload}"
+
+
+def user_prompt(request: ExecutionRequest) -> str:
+    """The run's user message: its input prompt, or the standing request to act on the trigger."""
+    return request.input_prompt or GENERIC_PROMPT
+
+
 def base_messages(request: ExecutionRequest) -> list[dict[str, Any]]:
-    prompt = request.input_prompt
-    if not prompt:
-        prompt = "Handle this trigger according to your instructions."
-    return [{"role": "system", "content": system_prompt(request)}, {"role": "user", "content": prompt}]
+    return [{"role": "system", "content": system_prompt(request)}, {"role": "user", "content": user_prompt(request)}]
 
 
 def message_chars(message: dict[str, Any]) -> int:

@@ -19,7 +19,7 @@ import pydantic
 
 from rivercore.contracts import GenerateAgentRequest, GenerateAgentResponse
 from rivercore.errors import RiverError
-from rivercore.llm import LLMClient, LLMError
+from rivercore.llm import LLMClient, LLMError, view_kwargs
 from rivercore.offline import TASK_MARKER
 from rivercore.types.agents import ActionLevel, BusinessFunction, Tier
 
@@ -56,6 +56,7 @@ def agent_generate(*, request: GenerateAgentRequest, llm: LLMClient) -> Generate
             messages=[{"role": "system", "content": system},
                       {"role": "user", "content": json.dumps(payload, sort_keys=True)}],
             tools=[], tier=Tier.REASONING, timeout_seconds=GENERATION_TIMEOUT_SECONDS,
+            **view_kwargs(llm, lambda: {"task": "generate_agent", "payload": payload}),
         )
     except LLMError as exc:
         raise GenerationFailed(f"The model could not generate an agent: {exc.message}") from exc

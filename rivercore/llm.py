@@ -6,6 +6,7 @@ health window, failover); tests may pass any object with the same ``complete``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -52,6 +53,18 @@ class LLMError(Exception):
 
 
 class LLMClient(Protocol):
+    """The engine's model port. A client may also set ``reads_view = True`` and accept a
+    ``view`` keyword: a structured account of the request for a model that reads
+    values instead of chat text (River's offline planner): ``{"run": RunView}`` on a
+    turn of the loop, ``{"task": name, "payload": {...}}`` on a tool's sub-request.
+    Callers pass it only to such clients (``view_kwargs``)."""
+
     def complete(
         self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier, timeout_seconds: float
     ) -> LLMReply: ...
+
+
+def view_kwargs(client: object, view: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``{"view": view()}`` for a client that reads the structured view, else nothing
+    (the view is only built when it is read)."""
+    return {"view": view()} if getattr(client, "reads_view", False) else {}

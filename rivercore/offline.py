@@ -7,16 +7,17 @@ It is a litellm custom provider (``river-offline/planner``), so the router calls
 it with ``litellm.completion`` exactly as it calls a real model, and every run
 records it as the model used. It plays two roles:
 
-* the agent's brain in the reasoning loop: it reads the conversation (the system
-  prompt's data sources, the user's prompt, the tool calls made so far and their
-  observations) and the tools on offer, and answers with the next tool call or a
+* the agent's brain in the reasoning loop: it reads the run's structured view
+  (``rivercore.view``: the prompt, the agent's goal, the data sources, the tool calls
+  made so far and their observations, as values, never parsed out of chat text)
+  and the tools on offer, and answers with the next tool call or a
   final answer: classify_intent -> search_catalog -> generate_query ->
   execute_query -> (write_back when the prompt asks to change records) ->
   explain_results -> answer. It asks the user when the prompt names nothing it
   can act on, never repeats a call, and explains failures instead of retrying;
-* the answerer of the model-backed tools' sub-requests (a system message
-  starting with ``RIVER-TOOL-TASK <task>`` and a JSON payload), replying with the
-  JSON object the tool asked for.
+* the answerer of the model-backed tools' sub-requests (the task's name and its
+  payload, passed as values next to the instructions a real model reads), replying
+  with the JSON object the tool asked for.
 
 Queries come from two places. Record changes, time windows and the enum-like
 values listed in column descriptions use the single-table rules below; every other
@@ -28,7 +29,7 @@ fails with what was tried and the final answer says so.
 
 from __future__ import annotations
 
-from rivercore.planner.brain import plan_next, read_conversation
+from rivercore.planner.brain import plan_next, read_view
 from rivercore.planner.provider import OfflinePlanner, ensure_registered, respond
 from rivercore.planner.rules import (
     DEFAULT_ROW_LIMIT,
@@ -46,6 +47,6 @@ from rivercore.planner.tasks import TASKS
 
 __all__ = [
     "DEFAULT_ROW_LIMIT", "MODEL", "PROVIDER", "SIGNATURE", "TASKS", "TASK_MARKER", "OfflinePlanner", "build_query",
-    "classify", "dialect_for", "ensure_registered", "plan_next", "read_conversation", "read_prompt", "respond",
+    "classify", "dialect_for", "ensure_registered", "plan_next", "read_prompt", "read_view", "respond",
     "tables_from_sources",
 ]

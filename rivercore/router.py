@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from rivercore import offline
 from rivercore.llm import LLMError, LLMErrorKind, LLMReply, LLMToolCall
 from rivercore.types.agents import Tier
+from rivercore.view import VIEW_KEY
 
 logger = logging.getLogger("river.router")
 litellm.suppress_debug_info = True  # River logs failures itself; no banners on stdout
@@ -194,6 +195,8 @@ class Router:
         if not providers:
             raise ValueError("a router needs at least one provider")
         self.providers = list(providers)
+        # The offline planner reads the run's structured view (rivercore.view) rather than chat text.
+        self.reads_view = any(p.name == offline.PROVIDER for p in self.providers)
         self.health = health
         self.rate_acquire = rate_acquire
         self.sleep = sleep
@@ -217,7 +220,7 @@ class Router:
         return self.rate_acquire(provider.window, provider.rate_limit_rpm, window_start)
 
     def complete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
-                 timeout_seconds: float) -> LLMReply:
+                 timeout_seconds: float, view: dict[str, Any] | None = None) -> LLMReply:
         failures: list[dict[str, Any]] = []
         pending = self.ordered()
         while True:
@@ -228,7 +231,7 @@ class Router:
                                 provider.rate_limit_rpm)
                     limited.append(provider)
                     continue
-                reply = self._try_provider(provider, messages, tools, tier, timeout_seconds, failures)
+                reply = self._try_provider(provider, messages, tools, tier, timeout_seconds, failures, view)
                 if reply is not None:
                     return reply
             if not limited:
@@ -259,8 +262,8 @@ class Router:
         )
 
     def _try_provider(self, provider: ProviderConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-                      tier: Tier, budget: float,
-                      failures: list[dict[str, Any]]) -> LLMReply | None:
+                      tier: Tier, budget: float, failures: list[dict[str, Any]],
+                      view: dict[str, Any] | None = None) -> LLMReply | None:
         """One provider with its retries, within ``budget`` seconds. The reply, or
         None after appending why it failed to ``failures``."""
         model, served_tier = provider.model_for(tier)
@@ -270,7 +273,7 @@ class Router:
         while True:
             started = time.monotonic()
             try:
-                response = self._call(provider, model, messages, tools, attempt_timeout)
+                response = self._call(provider, model, messages, tools, attempt_timeout, view)
             except Exception as exc:  # noqa: BLE001 - every litellm failure is classified below
                 latency = (time.monotonic() - started) * 1000
                 kind = _failure_kind(exc)
@@ -300,7 +303,7 @@ class Router:
             return self._reply(response, provider, model, served_tier, messages, int(latency))
 
     def _call(self, provider: ProviderConfig, model: str, messages: list[dict[str, Any]],
-              tools: list[dict[str, Any]], timeout_seconds: float) -> Any:
+              tools: list[dict[str, Any]], timeout_seconds: float, view: dict[str, Any] | None = None) -> Any:
         kwargs: dict[str, Any] = {
             "model": _litellm_model(model, provider.base_url),
             "messages": messages,
@@ -316,6 +319,8 @@ class Router:
             kwargs["api_key"] = provider.api_key.get_secret_value()
         elif provider.base_url:
             kwargs["api_key"] = "not-needed"  # local servers (vLLM, Ollama) accept any key
+        if view is not None and provider.name == offline.PROVIDER:
+            kwargs["metadata"] = {VIEW_KEY: view}  # only the offline planner reads it; never sent to a provider
         return litellm.completion(**kwargs)
 
     @staticmethod

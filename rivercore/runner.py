@@ -45,7 +45,7 @@ from rivercore.events import (
     turn_reasoning_event,
 )
 from rivercore.fence import WriteFence, fence_bound
-from rivercore.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall
+from rivercore.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall, view_kwargs
 from rivercore.observation import observation_byte_limit, observation_fit
 from rivercore.state import RUNNER_MODEL, RunState, call_hash, step
 from rivercore.steps import tool_message
@@ -53,6 +53,7 @@ from rivercore.text import json_storable, text_storable
 from rivercore.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
 from rivercore.types.agents import Tier
 from rivercore.types.governance import Decision, GovernanceResult, ResolutionStatus
+from rivercore.view import run_view
 
 logger = logging.getLogger("river.engine")
 
@@ -241,6 +242,10 @@ def _turn_duration_ms(state: RunState) -> int:
     return sum(s.duration_ms or 0 for s in state.steps if s.turn == state.turn)
 
 
+def _view(state: RunState) -> dict[str, Any]:
+    return {"run": run_view(state).model_dump(mode="json")}
+
+
 def _summarise(value: object, limit: int = 240) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -362,7 +367,7 @@ class Engine:
         try:
             reply = self.llm.complete(
                 messages=messages, tools=state.tool_schemas, tier=tier,
-                timeout_seconds=self._llm_timeout(state),
+                timeout_seconds=self._llm_timeout(state), **view_kwargs(self.llm, lambda: _view(state)),
             )
         except LLMError as exc:
             duration = int((time.monotonic() - started) * 1000)
@@ -739,7 +744,8 @@ class Engine:
         summary = ""
         try:
             reply = self.llm.complete(messages=state.messages(), tools=[], tier=Tier.FAST,
-                                      timeout_seconds=state.request.agent_config.model_settings.llm_timeout_seconds)
+                                      timeout_seconds=state.request.agent_config.model_settings.llm_timeout_seconds,
+                                      **view_kwargs(self.llm, lambda: _view(state)))
             self._add(state, StepType.REASONING, turn=state.turn, model_used=reply.model, model_tier=reply.tier.value,
                       provider=reply.provider, tokens=Tokens(input=reply.input_tokens, output=reply.output_tokens),
                       output={"content": reply.content, "summary_request": True, "cost_usd": reply.cost_usd})

@@ -84,3 +84,16 @@ def edited_arguments(tool_name: str, arguments: object, *, field: str = "modifie
             "The edited arguments do not fit the tool's schema.",
             details={f"{field}.{key}": value for key, value in pydantic_details(exc).items()},
         ) from None
+
+
+def observation_seen(step: Step) -> tuple[bool, Any]:
+    """(ok, body) of what the model was shown for an observation step: the same pair
+    ``tool_message`` was given when the step was recorded (a test holds every kind of
+    observation the runner writes to this)."""
+    output = step.output if isinstance(step.output, dict) else {}
+    if "result" in output:  # a dispatched call's result (or the rows withheld by governance), or an answer
+        return step.status == StepStatus.COMPLETED, output["result"]
+    if "error" in output:  # a refused or failed call
+        return False, {key: output[key] for key in ("error", "status", "attempts") if key in output}
+    # Governance's own answers: rejected or blocked (not ok), recorded as a recommendation (ok).
+    return bool(output.get("suggestion_recorded")), output

@@ -119,3 +119,30 @@ def durable_tool_records():
     yield CALLS, HOOKS
     CALLS.clear()
     HOOKS.clear()
+
+
+SEEN_OBSERVATIONS: set[tuple[str, bool]] = set()  # (kind of body, ok) of every observation checked
+
+
+@pytest.fixture(autouse=True)
+def _observations_read_back_as_shown(monkeypatch):
+    """Every observation step the engine records anywhere in the suite must read back
+    (rivercore.steps.observation_seen, what the offline planner's view is built from)
+    as exactly the tool message the model was shown."""
+    from rivercore.contracts import StepType
+    from rivercore.runner import Engine
+    from rivercore.steps import observation_seen, tool_message
+
+    real_add = Engine._add
+
+    def checked_add(self, state, step_type, **fields):
+        new = real_add(self, state, step_type, **fields)
+        if new.step_type == StepType.OBSERVATION and new.messages and new.call_id and new.tool_name:
+            ok, body = observation_seen(new)
+            assert new.messages == [tool_message(new.call_id, new.tool_name, body, ok=ok)], new
+            kind = next((key for key in ("result", "error", "rejected", "blocked", "suggestion_recorded")
+                         if key in (new.output or {})), "other")
+            SEEN_OBSERVATIONS.add((kind, ok))
+        return new
+
+    monkeypatch.setattr(Engine, "_add", checked_add)

@@ -21,7 +21,7 @@ import sqlglot
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlglot import exp
 
-from rivercore.llm import LLMError, LLMErrorKind
+from rivercore.llm import LLMError, LLMErrorKind, view_kwargs
 from rivercore.offline import DEFAULT_ROW_LIMIT, TASK_MARKER, dialect_for
 from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
 from rivercore.types.agents import Tier
@@ -88,6 +88,7 @@ def ask_model(ctx: ToolContext, *, task: str, tier: Tier, instructions: str, pay
             messages=[{"role": "system", "content": system},
                       {"role": "user", "content": json.dumps(payload, default=str, sort_keys=True)}],
             tools=[], tier=tier, timeout_seconds=min(settings.llm_timeout_seconds, settings.timeout_seconds),
+            **view_kwargs(ctx.llm, lambda: {"task": task, "payload": payload}),
         )
     except LLMError as exc:
         kind = {LLMErrorKind.TIMEOUT: ToolErrorKind.TIMEOUT,

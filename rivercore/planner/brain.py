@@ -1,13 +1,16 @@
-"""The offline planner as the agent's brain: it reads the conversation (the prompt,
-the structured tool calls and their JSON observations) and the tools on offer, and
-chooses the next call or writes the final answer from what the observations said."""
+"""The offline planner as the agent's brain: it reads the run's structured view (the
+prompt, the agent's goal, the data sources, the calls made and their observations;
+``rivercore.view``) and the tools on offer, and chooses the next call or writes the
+final answer from what the observations said."""
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from rivercore.context import GENERIC_PROMPT
 from rivercore.planner.rules import (
     DATA_INTENTS,
     SAMPLE_ROWS,
@@ -17,7 +20,7 @@ from rivercore.planner.rules import (
     Table,
     classify,
     read_prompt,
-    tables_from_prompt,
+    tables_from_sources,
 )
 from rivercore.planner.tasks import as_rows, readable, task_explain_results
 
@@ -29,7 +32,7 @@ class Observation:
     name: str
     ok: bool
     body: object
-    arguments: dict
+    arguments: dict[str, Any]
 
     @property
     def problem(self) -> str | None:
@@ -42,8 +45,8 @@ class Observation:
         if body.get("withheld"):
             return f"governance withheld the result ({body.get('reason') or 'no reason given'})"
         if not self.ok:
-            error = body.get("error") if isinstance(body.get("error"), dict) else {}
-            return error.get("message") or "it failed"
+            error = body.get("error")
+            return str((error.get("message") if isinstance(error, dict) else None) or "it failed")
         if body.get("success") is False:
             return str(body.get("message") or "it reported no success")
         return None
@@ -51,73 +54,43 @@ class Observation:
 
 @dataclass
 class Conversation:
-    system: str
     prompt: str
-    calls: dict[str, dict] = field(default_factory=dict)  # call id -> {name, arguments}
+    goal: str = ""
+    instructions: str = ""
+    trigger: str = ""
+    manual: bool = True
+    sources: list[dict[str, Any]] = field(default_factory=list)
     observations: dict[str, Observation] = field(default_factory=dict)  # tool name -> latest observation
     called: list[str] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     notice: str | None = None
-    turn: int = 0
 
 
-def _observation(call: dict, content: str) -> tuple[str, bool, object] | None:
-    """(tool name, ok, JSON body) of a tool message. The name comes from the assistant's
-    structured call with the same id, never from the text; the runner's envelope for that
-    name is stripped exactly and the rest is decoded as JSON."""
-    name = call.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    for ok, verb in ((True, "returned"), (False, "failed")):
-        envelope = f"[Tool Result] Tool '{name}' {verb}: "
-        if content.startswith(envelope):
-            text = content[len(envelope):]
-            try:
-                return name, ok, json.loads(text)
-            except json.JSONDecodeError:
-                return name, ok, text
-    return None
-
-
-def read_conversation(messages: list[dict]) -> Conversation:
-    system = str(messages[0].get("content") or "") if messages and messages[0].get("role") == "system" else ""
-    prompt = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
-    convo = Conversation(system=system, prompt=prompt)
-    for message in messages[1:]:
-        role = message.get("role")
-        if role == "assistant":
-            convo.turn += 1
-            for call in message.get("tool_calls") or []:
-                function = call.get("function") or {}
-                try:
-                    arguments = json.loads(function.get("arguments") or "{}")
-                except json.JSONDecodeError:
-                    arguments = {}
-                convo.calls[call.get("id")] = {"name": function.get("name"), "arguments": arguments}
-                convo.called.append(function.get("name"))
-        elif role == "tool":
-            call = convo.calls.get(message.get("tool_call_id")) or {}
-            observed = _observation(call, str(message.get("content") or ""))
-            if observed is None:
-                continue
-            name, ok, body = observed
-            convo.observations[name] = Observation(name=name, ok=ok, body=body, arguments=call.get("arguments") or {})
-            if name == "ask_user" and isinstance(body, dict) and "user_response" in body:
-                convo.answers.append(_answer_text(body["user_response"]))
-        elif role == "system":
-            content = str(message.get("content") or "")
-            for name in re.findall(r"- called ([a-z_]+)\(", content):  # compressed history
-                convo.called.append(name)
-            convo.notice = content if not content.startswith("Summary of earlier turns") else convo.notice
-        elif role == "user" and message is not messages[1]:
-            convo.answers.append(str(message.get("content") or ""))
-    last = messages[-1] if messages else {}
-    if last.get("role") != "system":
-        convo.notice = None
+def read_view(view: dict[str, Any]) -> Conversation:
+    """The conversation from the run's structured view (``rivercore.view.RunView``):
+    the prompt, the agent's goal and instructions, the trigger, the data sources, the
+    calls made and what each observation said, as values; no text is parsed back."""
+    convo = Conversation(
+        prompt=str(view.get("prompt") or ""), goal=str(view.get("goal") or ""),
+        instructions=str(view.get("instructions") or ""), trigger=str(view.get("trigger") or ""),
+        manual=view.get("trigger_type", "manual") == "manual",
+        sources=[s for s in view.get("data_sources") or [] if isinstance(s, dict)],
+        called=[str(name) for name in view.get("called") or []],
+        notice=view.get("notice") if isinstance(view.get("notice"), str) else None,
+    )
+    for item in view.get("observations") or []:
+        if not isinstance(item, dict) or not item.get("name"):
+            continue
+        name = str(item["name"])
+        body = item.get("body")
+        convo.observations[name] = Observation(name=name, ok=bool(item.get("ok")), body=body,
+                                               arguments=dict(item.get("arguments") or {}))
+        if name == "ask_user" and isinstance(body, dict) and "user_response" in body:
+            convo.answers.append(_answer_text(body["user_response"]))
     return convo
 
 
-def _answer_text(value) -> str:
+def _answer_text(value: object) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
@@ -127,27 +100,21 @@ def _answer_text(value) -> str:
     return str(value)
 
 
-def _section(system: str, title: str) -> str:
-    parts = system.split(f"## {title}\n", 1)
-    return parts[1].split("\n## ", 1)[0].strip() if len(parts) == 2 else ""
-
-
 class Plan:
     """One decision: a tool call or a final answer."""
 
-    def __init__(self, *, tool: str | None = None, arguments: dict | None = None, answer: str | None = None,
+    def __init__(self, *, tool: str | None = None, arguments: dict[str, Any] | None = None, answer: str | None = None,
                  thought: str | None = None):
         self.tool, self.arguments, self.answer, self.thought = tool, arguments or {}, answer, thought
 
 
-def plan_next(messages: list[dict], offered: list[str]) -> Plan:
-    convo = read_conversation(messages)
-    tables = tables_from_prompt(convo.system)
-    generic = convo.prompt.strip() == "Handle this trigger according to your instructions."
+def plan_next(view: dict[str, Any], offered: list[str]) -> Plan:
+    convo = read_view(view)
+    tables = tables_from_sources(convo.sources)
+    generic = convo.prompt.strip() == GENERIC_PROMPT
     working = convo.prompt
     if generic:
-        working = " ".join([_section(convo.system, "Goal"), _section(convo.system, "Instructions"),
-                            _section(convo.system, "Trigger")])
+        working = " ".join([convo.goal, convo.instructions, convo.trigger])
     working = " ".join([working, *convo.answers]).strip()
     lowered = working.lower()
     can = set(offered)
@@ -171,7 +138,7 @@ def plan_next(messages: list[dict], offered: list[str]) -> Plan:
     if intent not in DATA_INTENTS and reading.actionable and classified["intent_type"] in DATA_INTENTS:
         intent = classified["intent_type"]
 
-    manual = "triggered by: manual" in convo.system or "## Trigger" not in convo.system
+    manual = convo.manual
     unclear = not reading.actionable and classified["confidence"] < 0.5
     if unclear:
         if fresh("ask_user") and manual and not convo.answers:
@@ -189,7 +156,7 @@ def plan_next(messages: list[dict], offered: list[str]) -> Plan:
             "so I did not run anything.")))
 
     if intent in DATA_INTENTS and tables:
-        return _data_plan(convo, reading, intent, working, fresh)
+        return _data_plan(convo, reading, intent, working, fresh, tables)
     if intent == "WORKSPACE_ADMIN" and fresh("get_workspace_info"):
         return Plan(tool="get_workspace_info", arguments={}, thought="Reading the workspace's details.")
     if intent == "STORAGE_MANAGEMENT" and fresh("get_storage_info"):
@@ -215,36 +182,41 @@ def _named_source(text: str, tables: list[Table]) -> tuple[int, str] | None:
     return next(iter(sources.items())) if len(sources) == 1 else None
 
 
-def _data_plan(convo: Conversation, reading: Reading, intent: str, working: str, fresh) -> Plan:
-    table = reading.table
+def _data_plan(convo: Conversation, reading: Reading, intent: str, working: str, fresh: Callable[[str], bool],
+               tables: list[Table]) -> Plan:
+    table = reading.table  # None: no single table stands out; the schema planner looks at them all
+    scope = [table] if table is not None else tables
+    scoped_ids = sorted({t.source_id for t in scope if t.source_id is not None})
     obs = convo.observations
     if fresh("search_catalog") and "generate_query" not in convo.called:
-        arguments = {"query": working, "top_k": 5}
-        if table.source_id is not None:
-            arguments["data_source_ids"] = [table.source_id]
+        arguments: dict[str, Any] = {"query": working, "top_k": 5}
+        if scoped_ids:
+            arguments["data_source_ids"] = scoped_ids
+        where = table.source_name if table is not None else "the connected data sources"
         return Plan(tool="search_catalog", arguments=arguments,
-                    thought=f"Looking up the tables and columns that match the request in {table.source_name}.")
+                    thought=f"Looking up the tables and columns that match the request in {where}.")
     if intent == "DATA_DISCOVERY" and reading.change is None and not (reading.count or reading.filters):
-        return Plan(answer=_final(convo, [table], change=reading.change))
+        return Plan(answer=_final(convo, scope, change=reading.change))
     if fresh("generate_query"):
-        return Plan(tool="generate_query", thought=f"Writing a query over {table.name}.", arguments={
+        over = table.name if table is not None else "the connected tables"
+        return Plan(tool="generate_query", thought=f"Writing a query over {over}.", arguments={
             "user_prompt": working, "intent_type": "ACTION_EXECUTION" if reading.change else intent,
-            "data_sources": [table.source_id] if table.source_id is not None else [],
+            "data_sources": scoped_ids,
         })
     generated = obs.get("generate_query")
     if generated is None or generated.problem or not isinstance(generated.body, dict):
-        return Plan(answer=_final(convo, [table], change=reading.change))
+        return Plan(answer=_final(convo, scope, change=reading.change))
     if fresh("execute_query"):
-        source_ids = generated.body.get("data_source_ids") or [table.source_id]
+        source_ids = generated.body.get("data_source_ids") or scoped_ids or [None]
         return Plan(tool="execute_query", thought="Running the generated query (read-only).",
                     arguments={"data_source_id": source_ids[0],
                                                      "query": generated.body.get("query", "")})
     executed = obs.get("execute_query")
     if executed is None or executed.problem or not isinstance(executed.body, dict):
-        return Plan(answer=_final(convo, [table], change=reading.change))
+        return Plan(answer=_final(convo, scope, change=reading.change))
     columns = [str(c) for c in executed.body.get("columns") or []]
     rows = as_rows(columns, executed.body.get("rows") or [])
-    if reading.change is not None and fresh("write_back") and rows:
+    if reading.change is not None and table is not None and fresh("write_back") and rows:
         key = table.key.name if table.key else (columns[0] if columns else "id")
         ids = [r.get(key) for r in rows if r.get(key) is not None]
         if ids:
@@ -268,10 +240,10 @@ def _data_plan(convo: Conversation, reading: Reading, intent: str, working: str,
             "generated_query": generated.body.get("query", ""),
             "total_rows": int(executed.body.get("total_rows") or len(rows)),
         })
-    return Plan(answer=_final(convo, [table], change=reading.change))
+    return Plan(answer=_final(convo, scope, change=reading.change))
 
 
-def _type_of(rows: list[dict], column: str) -> str:
+def _type_of(rows: list[dict[str, Any]], column: str) -> str:
     value = next((r.get(column) for r in rows if r.get(column) is not None), None)
     if isinstance(value, bool):
         return "boolean"
@@ -358,7 +330,7 @@ _CHAIN = {"classify_intent", "search_catalog", "generate_query", "execute_query"
           "recommend_visualization", "write_back", "ask_user"}
 
 
-def _brief(body) -> str:
+def _brief(body: object) -> str:
     if isinstance(body, dict):
         if body.get("message"):
             return str(body["message"])

@@ -5,53 +5,65 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 import litellm
-from litellm import CustomLLM, ModelResponse
+from litellm.llms.custom_llm import CustomLLM
+from litellm.types.utils import ModelResponse
 
 from rivercore.planner.brain import plan_next
-from rivercore.planner.rules import MODEL, PROVIDER, TASK_MARKER
+from rivercore.planner.rules import MODEL, PROVIDER
 from rivercore.planner.tasks import TASKS
+from rivercore.view import VIEW_KEY
 
 # --- the litellm provider -------------------------------------------------------------------
 
 
-def _estimate_tokens(value) -> int:
+def _estimate_tokens(value: object) -> int:
     return max(1, len(json.dumps(value, default=str)) // 4)
 
 
-def respond(messages: list[dict], tools: list[dict]) -> tuple[str | None, list[dict]]:
-    """(content, tool_calls) for one completion request."""
-    first = str(messages[0].get("content") or "") if messages else ""
-    if first.startswith(TASK_MARKER):
-        task = first[len(TASK_MARKER):].strip().split()[0] if first[len(TASK_MARKER):].strip() else ""
-        handler = TASKS.get(task)
+NO_VIEW = ("River's offline planner reads the run's structured view, which this request did not carry; "
+           "it does not read chat text.")
+
+
+def respond(view: dict[str, Any] | None, tools: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """(content, tool_calls) for one completion request, from its structured view: a
+    tool's sub-request (``task`` and ``payload``) or a turn of the loop (``run``)."""
+    if not isinstance(view, dict):
+        return NO_VIEW, []
+    if "task" in view:
+        handler = TASKS.get(str(view.get("task")))
         if handler is None:
-            return json.dumps({"error": f"unknown task {task!r}"}), []
-        payload_text = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "{}")
-        try:
-            payload = json.loads(payload_text)
-        except json.JSONDecodeError:
-            return json.dumps({"error": "the task payload is not JSON"}), []
+            return json.dumps({"error": f"unknown task {view.get('task')!r}"}), []
+        payload = view.get("payload")
+        if not isinstance(payload, dict):
+            return json.dumps({"error": "the task payload is not a JSON object"}), []
         return json.dumps(handler(payload), default=str), []
+    run = view.get("run")
+    if not isinstance(run, dict):
+        return NO_VIEW, []
     offered = [t.get("function", {}).get("name") for t in tools or [] if t.get("type") == "function"]
     offered = [name for name in offered if name and name != "finalize"]
-    plan = plan_next(messages, offered)
+    plan = plan_next(run, offered)
     if plan.tool is None:
         return plan.answer, []
-    turn = sum(1 for m in messages if m.get("role") == "assistant") + 1
+    turn = len(run.get("called") or []) + 1
     call = {"id": f"offline-{turn}-{plan.tool}-{uuid.uuid4().hex[:6]}", "type": "function",
             "function": {"name": plan.tool, "arguments": json.dumps(plan.arguments, default=str)}}
     return plan.thought, [call]
 
 
 class OfflinePlanner(CustomLLM):
-    def completion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose, encoding,
-                   api_key, logging_obj, optional_params, acompletion=None, litellm_params=None, logger_fn=None,
-                   headers=None, timeout=None, client=None) -> ModelResponse:
+    def completion(self, model: str, messages: list[dict[str, Any]], api_base: str | None,
+                   custom_prompt_dict: dict[str, Any], model_response: ModelResponse, print_verbose: Any,
+                   encoding: Any, api_key: str | None, logging_obj: Any, optional_params: dict[str, Any],
+                   acompletion: Any = None, litellm_params: dict[str, Any] | None = None, logger_fn: Any = None,
+                   headers: dict[str, Any] | None = None, timeout: Any = None, client: Any = None) -> ModelResponse:
         tools = optional_params.get("tools") or []
-        content, calls = respond(messages, tools)
-        message: dict = {"role": "assistant", "content": content}
+        metadata = (litellm_params or {}).get("metadata") or {}
+        content, calls = respond(metadata.get(VIEW_KEY), tools)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
         prompt_tokens = _estimate_tokens(messages) + (_estimate_tokens(tools) if tools else 0)
@@ -77,4 +89,4 @@ def ensure_registered() -> None:
         }})
     from litellm.utils import custom_llm_setup
 
-    custom_llm_setup()
+    custom_llm_setup()  # type: ignore[no-untyped-call]  # litellm leaves it unannotated

@@ -130,39 +130,6 @@ def tables_from_sources(sources: list[dict[str, Any]]) -> list[Table]:
     return tables
 
 
-_SOURCE_LINE = re.compile(r"^### Data source (\d+): (.*) \(type ([^,]+), ([^,]+), ([^)]+)\)\s*$")
-_TABLE_LINE = re.compile(r"^- ([^\s:\[(]+)(?: \[[^\]]*\])?(?: \(~\d+ rows\))?: ?(.*)$")
-_COLUMN_SPLIT = re.compile(r", (?=[A-Za-z_]\w* [A-Za-z])")
-_COLUMN = re.compile(r"^([A-Za-z_]\w*) (.+?)( not null)?(?: -- (.*))?$")
-
-
-def tables_from_prompt(system_prompt: str) -> list[Table]:
-    """Tables from the system prompt's "## Data sources" section."""
-    section = system_prompt.split("## Data sources", 1)
-    if len(section) < 2:
-        return []
-    body = section[1].split("\n## ", 1)[0]
-    tables: list[Table] = []
-    source: tuple[int, str, str] | None = None
-    for line in body.splitlines():
-        line = line.rstrip()
-        match = _SOURCE_LINE.match(line)
-        if match:
-            source = (int(match.group(1)), match.group(2), match.group(3).strip())
-            continue
-        match = _TABLE_LINE.match(line)
-        if match and source is not None:
-            columns = []
-            for piece in _COLUMN_SPLIT.split(match.group(2)) if match.group(2) else []:
-                col = _COLUMN.match(piece.strip())
-                if col:
-                    columns.append(column_from({"column_name": col.group(1), "data_type": col.group(2),
-                                                "description": col.group(4) or ""}))
-            tables.append(Table(name=match.group(1), columns=columns, source_id=source[0],
-                                source_name=source[1], source_type=source[2]))
-    return tables
-
-
 # --- reading a prompt -------------------------------------------------------------------------
 
 
@@ -335,6 +302,8 @@ def _read_table(text: str, table: Table, *, want_change: bool) -> Reading:
     score = 3 if _mentions(text, table.name) else 0
     tokens = set(re.findall(r"[a-z0-9_]+", text))
 
+    found: re.Match[str] | None
+    column: Column | None
     for column in table.columns:
         if _mentions(text, column.name) and column.name != "id":
             reading.mentioned.append(column.name)
@@ -477,6 +446,7 @@ def _time_condition(column: str, op: str, amount: int, unit: str, dialect: str) 
 
 
 def _describe_time(reading: Reading) -> str:
+    assert reading.time is not None
     column, op, amount, unit = reading.time
     if op == "today":
         return f"{column} is today"
@@ -507,12 +477,12 @@ def build_query(reading: Reading, *, dialect: str, row_limit: int) -> dict[str, 
         conditions.append(f"{_quote_ident(name)} {op} {number}")
         said.append(f"{name} {op} {number}")
     if reading.time:
-        column, op, amount, unit = reading.time
-        conditions.append(_time_condition(column, op, amount, unit, write_dialect))
+        time_column, op, amount, unit = reading.time
+        conditions.append(_time_condition(time_column, op, amount, unit, write_dialect))
         said.append(_describe_time(reading))
 
     key = table.key
-    operations = []
+    operations: list[dict[str, Any]] = []
     if reading.change is not None:
         shown = [key.name] if key else []
         for name in [*reading.filters, *reading.change.data]:
@@ -525,9 +495,9 @@ def build_query(reading: Reading, *, dialect: str, row_limit: int) -> dict[str, 
     elif reading.group_by:
         group = _quote_ident(reading.group_by)
         if reading.aggregate:
-            func, column = reading.aggregate
-            measure = f"{func}({_quote_ident(column)}) AS {func.lower()}_{column}"
-            order_by = f"{func.lower()}_{column}"
+            func, measured = reading.aggregate
+            measure = f"{func}({_quote_ident(measured)}) AS {func.lower()}_{measured}"
+            order_by = f"{func.lower()}_{measured}"
         else:
             measure, order_by = "COUNT(*) AS count", "count"
         select = f"{group}, {measure}"
@@ -536,10 +506,10 @@ def build_query(reading: Reading, *, dialect: str, row_limit: int) -> dict[str, 
         what = f"{'Aggregates' if reading.aggregate else 'Counts'} {table.name} rows per {reading.group_by}"
         operations.append({"operation": "group_by", "column": reading.group_by})
     elif reading.aggregate:
-        func, column = reading.aggregate
-        select, order, limit = f"{func}({_quote_ident(column)}) AS {func.lower()}_{column}", "", None
-        what = f"Computes {func} of {column} over {table.name}"
-        operations.append({"operation": "aggregate", "function": func, "column": column})
+        func, measured = reading.aggregate
+        select, order, limit = f"{func}({_quote_ident(measured)}) AS {func.lower()}_{measured}", "", None
+        what = f"Computes {func} of {measured} over {table.name}"
+        operations.append({"operation": "aggregate", "function": func, "column": measured})
     elif reading.count:
         select, order, limit = "COUNT(*) AS count", "", None
         what = f"Counts {table.name} rows"

@@ -5,6 +5,7 @@ generate_agent, each a JSON object built from the structured payload."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from rivercore.planner import question_plan
 from rivercore.planner.rules import (
@@ -23,12 +24,12 @@ from rivercore.planner.rules import (
 # --- tool sub-requests -----------------------------------------------------------------------
 
 
-def task_classify_intent(payload: dict) -> dict:
+def task_classify_intent(payload: dict[str, Any]) -> dict[str, Any]:
     tables = tables_from_sources(payload.get("data_sources") or [])
     return classify(str(payload.get("user_prompt", "")), tables, payload.get("available_intents"))
 
 
-def task_generate_query(payload: dict) -> dict:
+def task_generate_query(payload: dict[str, Any]) -> dict[str, Any]:
     """A query for the question: record changes, time windows and the enum-like values
     of column descriptions go to the single-table rules; everything else is planned from
     the schema graph (joins, dimensions, sampled values) by the planner package."""
@@ -37,9 +38,11 @@ def task_generate_query(payload: dict) -> dict:
     prompt = str(payload.get("user_prompt", ""))
     row_limit = int(payload.get("row_limit") or DEFAULT_ROW_LIMIT)
     reading = read_prompt(prompt, tables, want_change=payload.get("intent_type") == "ACTION_EXECUTION")
-    if reading.actionable and (reading.change or reading.time or reading.numeric_filters
-                               or any(_is_enum_like(reading.table, name) for name in reading.filters)):
-        return _single_table_query(reading, sources, row_limit)
+    table = reading.table
+    if table is not None and reading.actionable and (
+            reading.change or reading.time or reading.numeric_filters
+            or any(_is_enum_like(table, name) for name in reading.filters)):
+        return _single_table_query(reading, table, sources, row_limit)
     planned = question_plan(question=prompt, sources=sources, row_limit=row_limit)
     if planned.answered:
         return {"query": planned.query, "dialect": planned.dialect, "explanation": planned.explanation,
@@ -54,15 +57,16 @@ def _is_enum_like(table: Table, name: str) -> bool:
     return column is not None and (bool(column.values) or name in STATUS_COLUMNS | PRIORITY_COLUMNS)
 
 
-def _single_table_query(reading: Reading, sources: list[dict], row_limit: int) -> dict:
+def _single_table_query(reading: Reading, table: Table, sources: list[dict[str, Any]],
+                        row_limit: int) -> dict[str, Any]:
     source_type = next((str(s.get("type") or "") for s in sources
-                        if s.get("data_source_id") == reading.table.source_id), "")
+                        if s.get("data_source_id") == table.source_id), "")
     dialect = next((str(s.get("dialect")) for s in sources
-                    if s.get("data_source_id") == reading.table.source_id and s.get("dialect")), None)
+                    if s.get("data_source_id") == table.source_id and s.get("dialect")), None)
     return build_query(reading, dialect=dialect or dialect_for(source_type), row_limit=row_limit)
 
 
-def task_recommend_visualization(payload: dict) -> dict:
+def task_recommend_visualization(payload: dict[str, Any]) -> dict[str, Any]:
     columns = [str(c) for c in payload.get("columns") or []]
     types = [str(t).lower() for t in payload.get("column_types") or []]
     rows = int(payload.get("row_count") or 0)
@@ -88,12 +92,12 @@ def task_recommend_visualization(payload: dict) -> dict:
             "config": {"columns": columns}}
 
 
-def readable(value):
+def readable(value: object) -> object:
     """A float as a person reads it (2328.6, not 2328.6000000000004); anything else as is."""
     return round(value, 4) if isinstance(value, float) else value
 
 
-def as_rows(columns: list[str], sample: list) -> list[dict]:
+def as_rows(columns: list[str], sample: list[Any]) -> list[dict[str, Any]]:
     rows = []
     for row in sample or []:
         if isinstance(row, dict):
@@ -103,11 +107,11 @@ def as_rows(columns: list[str], sample: list) -> list[dict]:
     return rows
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def task_explain_results(payload: dict) -> dict:
+def task_explain_results(payload: dict[str, Any]) -> dict[str, Any]:
     columns = [str(c) for c in payload.get("query_result_columns") or []]
     rows = as_rows(columns, payload.get("query_result_sample") or [])
     total = payload.get("total_rows")
@@ -127,7 +131,7 @@ def task_explain_results(payload: dict) -> dict:
         confidence = 0.85
     elif len(columns) == 2 and all(_is_number(r.get(columns[1])) for r in rows):
         parts = ", ".join(f"{r.get(columns[0])}: {r.get(columns[1])}" for r in rows[:10])
-        overall = sum(r.get(columns[1]) for r in rows)
+        overall = sum(r[columns[1]] for r in rows)
         additive = not columns[1].lower().startswith(("avg", "min", "max"))  # a total of averages means nothing
         explanation = (f"{columns[1]} per {columns[0]}: {parts}"
                        + (f" (and {total - 10} more groups)" if total > 10 else "") + "."
@@ -147,7 +151,7 @@ def task_explain_results(payload: dict) -> dict:
             "data_quality_notes": notes}
 
 
-def task_generate_agent(payload: dict) -> dict:
+def task_generate_agent(payload: dict[str, Any]) -> dict[str, Any]:
     from rivercore.generate import offline_configuration
 
     return offline_configuration(payload)

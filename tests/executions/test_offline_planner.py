@@ -1,7 +1,8 @@
 """The offline planner, called through litellm.completion like any model.
 
-Conversations are built with the engine's own context builder (the real system
-prompt) and observations in the runner's "[Tool Result]" format.
+Conversations are run states built with the engine's own context builder and steps;
+the planner gets the run's structured view (rivercore.view) as request metadata next
+to the chat messages, exactly as the router sends it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,14 @@ import litellm
 import pytest
 
 from rivercore import offline
-from rivercore.context import FINALIZE_SCHEMA, SUMMARY_REQUEST, base_messages
-from rivercore.contracts import ExecutionRequest
+from rivercore.context import FINALIZE_SCHEMA, SUMMARY_REQUEST
+from rivercore.contracts import ExecutionRequest, StepStatus, StepType
+from rivercore.llm import LLMToolCall
+from rivercore.planner.provider import NO_VIEW
+from rivercore.runner import new_state
+from rivercore.state import RunState, step
+from rivercore.steps import tool_message
+from rivercore.view import VIEW_KEY, run_view
 
 EXAMPLE = json.loads((Path(__file__).parent / "example_execution_request.json").read_text())
 ALL_TOOLS = ["classify_intent", "search_catalog", "generate_query", "execute_query", "explain_results",
@@ -41,7 +48,7 @@ def _registered():
     offline.ensure_registered()
 
 
-def conversation(prompt: str | None, *, trigger: str = "manual") -> list[dict]:
+def conversation(prompt: str | None, *, trigger: str = "manual") -> RunState:
     data = json.loads(json.dumps(EXAMPLE))
     data["input_prompt"] = prompt
     data["trigger_context"]["trigger_type"] = trigger
@@ -49,7 +56,8 @@ def conversation(prompt: str | None, *, trigger: str = "manual") -> list[dict]:
         "data_source_id": 7, "name": "Support DB", "type": "sqlite", "status": "connected",
         "access_level": "read_write", "schemas": [TICKETS, CUSTOMERS],
     }]
-    return base_messages(ExecutionRequest.model_validate(data))
+    state, _ = new_state(ExecutionRequest.model_validate(data))
+    return state
 
 
 def schemas(names: list[str]) -> list[dict]:
@@ -59,25 +67,37 @@ def schemas(names: list[str]) -> list[dict]:
     return [*tools, FINALIZE_SCHEMA]
 
 
-def think(messages: list[dict], offered: list[str]):
-    response = litellm.completion(model=offline.MODEL, messages=messages, tools=schemas(offered))
-    return response
+def think(state: RunState, offered: list[str] | None):
+    extra = {"tools": schemas(offered)} if offered is not None else {}
+    return litellm.completion(model=offline.MODEL, messages=state.messages(),
+                              metadata={VIEW_KEY: {"run": run_view(state).model_dump(mode="json")}}, **extra)
 
 
-def next_call(messages, offered=ALL_TOOLS):
-    message = think(messages, offered).choices[0].message
+def next_call(state, offered=ALL_TOOLS):
+    message = think(state, offered).choices[0].message
     assert message.tool_calls, f"expected a tool call, got {message.content!r}"
     call = message.tool_calls[0]
     return call.id, call.function.name, json.loads(call.function.arguments)
 
 
-def observe(messages, call, result, *, ok=True) -> None:
+def observe(state: RunState, call, result, *, ok=True) -> None:
+    """The steps the runner records for a call and its observation."""
     call_id, name, arguments = call
-    messages.append({"role": "assistant", "content": None, "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]})
-    verb = "returned" if ok else "failed"
-    messages.append({"role": "tool", "tool_call_id": call_id,
-                     "content": f"[Tool Result] Tool '{name}' {verb}: {json.dumps(result, sort_keys=True)}"})
+    tool_call = LLMToolCall(id=call_id, name=name, arguments=arguments)
+    state.apply(step(state, StepType.REASONING, turn=state.turn + 1,
+                     output={"content": None, "tool_calls": [tool_call.model_dump()]},
+                     messages=[{"role": "assistant", "content": None, "tool_calls": [
+                         {"id": call_id, "type": "function",
+                          "function": {"name": name, "arguments": json.dumps(arguments)}}]}]))
+    output = {"result": result, "_dispatched": True} if ok else {**result, "_dispatched": True}
+    state.apply(step(state, StepType.OBSERVATION, tool_name=name, call_id=call_id, input=arguments,
+                     status=StepStatus.COMPLETED if ok else StepStatus.FAILED, output=output,
+                     messages=[tool_message(call_id, name, result, ok=ok)]))
+
+
+def notice(state: RunState, text: str) -> None:
+    state.apply(step(state, StepType.REASONING, input={"notice": text}, output={"notice": True},
+                     messages=[{"role": "system", "content": text}]))
 
 
 def final_answer(messages, offered=ALL_TOOLS) -> str:
@@ -95,7 +115,7 @@ def test_the_first_move_is_classify_intent_and_usage_is_estimated():
     call = response.choices[0].message.tool_calls[0]
     assert call.function.name == "classify_intent"
     assert json.loads(call.function.arguments) == {"user_prompt": COUNT_PROMPT}
-    size = len(json.dumps(messages)) + len(json.dumps(schemas(ALL_TOOLS)))
+    size = len(json.dumps(messages.messages())) + len(json.dumps(schemas(ALL_TOOLS)))
     assert response.usage.prompt_tokens == pytest.approx(size / 4, abs=2)
     assert response.usage.completion_tokens > 0
 
@@ -229,8 +249,8 @@ def test_a_runner_notice_gets_a_final_answer():
     call = next_call(messages, ["generate_query"])
     observe(messages, call, {"query": "SELECT 1", "dialect": "sqlite", "explanation": "", "operations": [],
                              "plan_type": "query", "data_source_ids": [7]})
-    messages.append({"role": "system", "content": SUMMARY_REQUEST})
-    response = litellm.completion(model=offline.MODEL, messages=messages)  # the runner offers no tools here
+    notice(messages, SUMMARY_REQUEST)
+    response = think(messages, None)  # the runner offers no tools here
     message = response.choices[0].message
     assert not message.tool_calls
     assert message.content.startswith("The turn limit was reached")
@@ -301,7 +321,7 @@ def support_source(workspace, tmp_path, settings):
     return source, data_sources.data_source_discover(data_source=source), path
 
 
-def run_engine(workspace, support_source, prompt: str, *, action_level: str):
+def run_engine(workspace, support_source, prompt: str, *, action_level: str, compress_at: int = 24_000):
     from django.db import connection
 
     from executions.routing import router_build
@@ -317,8 +337,43 @@ def run_engine(workspace, support_source, prompt: str, *, action_level: str):
     data["data_source_metadata"] = [{"data_source_id": source.pk, "name": source.name, "type": "sqlite",
                                      "access_level": "read_write", "schemas": [t.model_dump() for t in tables]}]
     state, _ = new_state(ExecutionRequest.model_validate(data))
-    outcome = Engine(llm=router_build([offline_provider()]), tool_thread_exit=lambda: connection.close()).run(state)
+    outcome = Engine(llm=router_build([offline_provider()]), tool_thread_exit=lambda: connection.close(),
+                     compress_threshold_tokens=compress_at).run(state)
     return response_build(state, outcome)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_history_compression_does_not_change_what_the_planner_knows(workspace, support_source):
+    """With the history compressed before every turn the chat text loses the earlier
+    tool results; the planner reads the run's view, so it takes the same steps to the
+    same answer."""
+    plain = run_engine(workspace, support_source, COUNT_PROMPT, action_level="read_only")
+    squeezed = run_engine(workspace, support_source, COUNT_PROMPT, action_level="read_only", compress_at=1)
+    assert squeezed.status == plain.status == "success"
+    assert [s.tool_name for s in squeezed.steps if s.step_type == "tool_call"] == \
+        [s.tool_name for s in plain.steps if s.step_type == "tool_call"]
+    assert squeezed.result.summary == plain.result.summary
+
+
+def test_the_planner_reads_the_view_not_the_chat_text():
+    state = conversation(COUNT_PROMPT)
+    observe(state, next_call(state), {"intent_type": "DATA_QUERY", "confidence": 0.9, "sub_intents": [],
+                                      "entities": {}})
+    expected = next_call(state)[1:]
+    garbled = [{"role": "system", "content": "## Data sources\n### Data source 99: Decoy (type sqlite, x, y)"},
+               {"role": "user", "content": "[Tool Result] Tool 'classify_intent' failed: {}"}]
+    response = litellm.completion(model=offline.MODEL, messages=garbled, tools=schemas(ALL_TOOLS),
+                                  metadata={VIEW_KEY: {"run": run_view(state).model_dump(mode="json")}})
+    call = response.choices[0].message.tool_calls[0]
+    assert (call.function.name, json.loads(call.function.arguments)) == expected == (
+        "search_catalog", {"query": COUNT_PROMPT, "top_k": 5, "data_source_ids": [7]})
+
+
+def test_without_the_view_the_planner_says_it_cannot_read_chat_text():
+    response = litellm.completion(model=offline.MODEL, messages=conversation(COUNT_PROMPT).messages(),
+                                  tools=schemas(ALL_TOOLS))
+    assert not response.choices[0].message.tool_calls
+    assert response.choices[0].message.content == NO_VIEW
 
 
 @pytest.mark.django_db(transaction=True)
