@@ -22,6 +22,7 @@ from rivercore import offline
 from rivercore.llm import LLMError, LLMErrorKind
 from rivercore.router import ProviderConfig, Router, model_cost
 from rivercore.types.agents import Tier
+from rivercore.view import RunView
 
 TOOLS = [{"type": "function", "function": {
     "name": "classify_intent", "description": "Classify.",
@@ -286,7 +287,9 @@ def test_settings_model_serves_every_tier_when_no_provider_is_configured(org, se
 def test_without_any_provider_the_offline_planner_answers(org, settings):
     settings.RIVER_LLM_MODEL = None
     router = router_for_organization(organization_id=org.pk)
-    reply = router.complete(messages=MESSAGES, tools=TOOLS, tier=Tier.FAST, timeout_seconds=10)
+    assert router.reads_view  # the offline planner reads the run's structured view, not the chat text
+    view = {"run": RunView(prompt="How many tickets?").model_dump(mode="json")}
+    reply = router.complete(messages=MESSAGES, tools=TOOLS, tier=Tier.FAST, timeout_seconds=10, view=view)
     assert (reply.model, reply.provider) == ("river-offline/planner", "river-offline")
     assert reply.tool_calls[0].name == "classify_intent"
     assert reply.cost_usd == 0.0
