@@ -37,14 +37,16 @@ same path as a real model).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import litellm
+from asgiref.sync import async_to_sync, sync_to_async
 from litellm import exceptions as litellm_errors
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -54,6 +56,7 @@ from rivercore.types.agents import Tier
 from rivercore.view import VIEW_KEY
 
 logger = logging.getLogger("river.router")
+T = TypeVar("T")
 litellm.suppress_debug_info = True  # River logs failures itself; no banners on stdout
 
 TIER_FALLBACK = (Tier.BALANCED, Tier.FAST, Tier.CODING, Tier.REASONING)
@@ -203,35 +206,55 @@ class Router:
         self.clock = clock
         self.rand = rand
 
-    def ordered(self) -> list[ProviderConfig]:
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
+        """A blocking port call (health window, rate counter): on the thread driving the
+        call, off the event loop."""
+        return await sync_to_async(fn, thread_sensitive=True)(*args)
+
+    async def _sleep(self, seconds: float) -> None:
+        if self.sleep is time.sleep:
+            await asyncio.sleep(seconds)
+        else:
+            self.sleep(seconds)  # an injected clock (tests) decides what waiting means
+
+    async def ordered(self) -> list[ProviderConfig]:
         """Healthy providers by priority, then degraded ones, least degraded first
         (so when every provider is degraded the least degraded is tried first)."""
-        health = self.health.get([p.window for p in self.providers])
+        health = await self._io(self.health.get, [p.window for p in self.providers])
         return sorted(
             self.providers,
             key=lambda p: (health[p.window].degraded, health[p.window].degradation, p.priority),
         )
 
-    def _slot(self, provider: ProviderConfig) -> bool:
+    async def _slot(self, provider: ProviderConfig) -> bool:
         """Whether a request may be sent to the provider now (its rate limit)."""
         if provider.rate_limit_rpm is None:
             return True
         window_start = int(self.clock() // RATE_WINDOW_SECONDS) * RATE_WINDOW_SECONDS
-        return self.rate_acquire(provider.window, provider.rate_limit_rpm, window_start)
+        return await self._io(self.rate_acquire, provider.window, provider.rate_limit_rpm, window_start)
 
     def complete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
                  timeout_seconds: float, view: dict[str, Any] | None = None) -> LLMReply:
+        """``acomplete`` from synchronous code (a tool's sub-request in its worker thread,
+        agent generation in a request)."""
+        return async_to_sync(self.acomplete)(messages=messages, tools=tools, tier=tier,
+                                             timeout_seconds=timeout_seconds, view=view)
+
+    async def acomplete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
+                        timeout_seconds: float, view: dict[str, Any] | None = None) -> LLMReply:
+        """One model call with retries and failover; the caller waits without holding a
+        thread (litellm's async client)."""
         failures: list[dict[str, Any]] = []
-        pending = self.ordered()
+        pending = await self.ordered()
         while True:
             limited: list[ProviderConfig] = []
             for provider in pending:
-                if not self._slot(provider):
+                if not await self._slot(provider):
                     logger.info("provider %s is at its rate limit (%s/min); not sent", provider.name,
                                 provider.rate_limit_rpm)
                     limited.append(provider)
                     continue
-                reply = self._try_provider(provider, messages, tools, tier, timeout_seconds, failures, view)
+                reply = await self._try_provider(provider, messages, tools, tier, timeout_seconds, failures, view)
                 if reply is not None:
                     return reply
             if not limited:
@@ -243,7 +266,7 @@ class Router:
                                  "attempts": 0, "message": f"at its limit of {p.rate_limit_rpm} requests a minute; "
                                                            "not sent"} for p in limited)
                 break
-            self.sleep(wait)
+            await self._sleep(wait)
             timeout_seconds -= wait
             pending = limited
         if failures and all(f["error"] == "timeout" for f in failures):
@@ -261,7 +284,7 @@ class Router:
             {"attempts": failures},
         )
 
-    def _try_provider(self, provider: ProviderConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+    async def _try_provider(self, provider: ProviderConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                       tier: Tier, budget: float, failures: list[dict[str, Any]],
                       view: dict[str, Any] | None = None) -> LLMReply | None:
         """One provider with its retries, within ``budget`` seconds. The reply, or
@@ -273,14 +296,14 @@ class Router:
         while True:
             started = time.monotonic()
             try:
-                response = self._call(provider, model, messages, tools, attempt_timeout, view)
+                response = await self._call(provider, model, messages, tools, attempt_timeout, view)
             except Exception as exc:  # noqa: BLE001 - every litellm failure is classified below
                 latency = (time.monotonic() - started) * 1000
                 kind = _failure_kind(exc)
                 if kind is None:
                     raise LLMError(LLMErrorKind.BAD_RESPONSE, f"{provider.name} rejected the request: {exc}",
                                    {"provider": provider.name, "model": model}) from exc
-                self.health.record(provider.window, latency, False)
+                await self._io(self.health.record, provider.window, latency, False)
                 logger.warning("provider %s (%s) failed: %s", provider.name, model, kind)
                 if kind in RETRYABLE and retries < provider.max_retries:
                     pause = retry_backoff(retries + 1, rand=self.rand)
@@ -288,9 +311,9 @@ class Router:
                     # Retry only when a full attempt still fits; else fail over now.
                     if left >= attempt_timeout or (kind != "timeout" and left > 0):
                         retries += 1
-                        self.sleep(pause)
+                        await self._sleep(pause)
                         attempt_timeout = min(attempt_timeout, max(left, 0.001))
-                        if not self._slot(provider):
+                        if not await self._slot(provider):
                             failures.append({"provider": provider.name, "model": model, "error": "rate_limited",
                                              "attempts": retries, "message": f"{kind}, then at its rate limit"})
                             return None
@@ -299,10 +322,10 @@ class Router:
                                  "attempts": retries + 1, "message": str(exc)[:300]})
                 return None
             latency = (time.monotonic() - started) * 1000
-            self.health.record(provider.window, latency, True)
+            await self._io(self.health.record, provider.window, latency, True)
             return self._reply(response, provider, model, served_tier, messages, int(latency))
 
-    def _call(self, provider: ProviderConfig, model: str, messages: list[dict[str, Any]],
+    async def _call(self, provider: ProviderConfig, model: str, messages: list[dict[str, Any]],
               tools: list[dict[str, Any]], timeout_seconds: float, view: dict[str, Any] | None = None) -> Any:
         kwargs: dict[str, Any] = {
             "model": _litellm_model(model, provider.base_url),
@@ -321,7 +344,7 @@ class Router:
             kwargs["api_key"] = "not-needed"  # local servers (vLLM, Ollama) accept any key
         if view is not None and provider.name == offline.PROVIDER:
             kwargs["metadata"] = {VIEW_KEY: view}  # only the offline planner reads it; never sent to a provider
-        return litellm.completion(**kwargs)
+        return await litellm.acompletion(**kwargs)
 
     @staticmethod
     def _reply(response: Any, provider: ProviderConfig, model: str, tier: Tier, messages: list[dict[str, Any]],

@@ -8,16 +8,18 @@ identical-call loop, token budget, timeouts) are enforced here, never by the mod
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pydantic
+from asgiref.sync import async_to_sync, sync_to_async
 
 from rivercore import context as ctxmod
 from rivercore import gate
@@ -56,6 +58,7 @@ from rivercore.types.governance import Decision, GovernanceResult, ResolutionSta
 from rivercore.view import run_view
 
 logger = logging.getLogger("river.engine")
+T = TypeVar("T")
 
 INTENT_TIERS = {
     "PLATFORM_EXPLANATION": Tier.FAST,
@@ -156,6 +159,26 @@ def run_tool_in_thread(tool: Tool, ctx: ToolContext, args: pydantic.BaseModel, t
     fence bound to it is closed first, so a write it started can no longer commit
     (rivercore.fence). A write that committed just before the fence closed is reported
     as done, not as a timeout."""
+    future, fence = _tool_submit(tool, ctx, args, timeout, on_exit)
+    try:
+        return future.result(timeout=timeout)
+    except FutureTimeout:
+        return _tool_overran(tool, fence, future, timeout)
+
+
+async def run_tool(tool: Tool, ctx: ToolContext, args: pydantic.BaseModel, timeout: float,
+                   on_exit: Callable[[], None] | None = None) -> object:
+    """``run_tool_in_thread`` for the async loop: the handler runs in the same bounded
+    pool under the same fence, and the run awaits it without holding a thread of its own."""
+    future, fence = _tool_submit(tool, ctx, args, timeout, on_exit)
+    try:
+        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
+    except TimeoutError:
+        return _tool_overran(tool, fence, future, timeout)
+
+
+def _tool_submit(tool: Tool, ctx: ToolContext, args: pydantic.BaseModel, timeout: float,
+                 on_exit: Callable[[], None] | None) -> tuple[Future[object], WriteFence]:
     fence = WriteFence(deadline=time.monotonic() + timeout)
 
     def call() -> object:
@@ -166,20 +189,20 @@ def run_tool_in_thread(tool: Tool, ctx: ToolContext, args: pydantic.BaseModel, t
             if on_exit:
                 on_exit()
 
-    future = _pool.submit(call)
-    try:
-        return future.result(timeout=timeout)
-    except FutureTimeout:
-        settled = fence.close()
-        if future.done():
-            return future.result()  # it finished (or failed) while the fence was closing
-        message = f"{tool.name} did not finish within {timeout:g} s"
-        if tool.writes:
-            message += (
-                "; its write was not committed" if settled
-                else "; its COMMIT was in flight, so the write may or may not have been applied"
-            )
-        raise ToolError(ToolErrorKind.TIMEOUT, message) from None
+    return _pool.submit(call), fence
+
+
+def _tool_overran(tool: Tool, fence: WriteFence, future: Future[object], timeout: float) -> object:
+    settled = fence.close()
+    if future.done():
+        return future.result()  # it finished (or failed) while the fence was closing
+    message = f"{tool.name} did not finish within {timeout:g} s"
+    if tool.writes:
+        message += (
+            "; its write was not committed" if settled
+            else "; its COMMIT was in flight, so the write may or may not have been applied"
+        )
+    raise ToolError(ToolErrorKind.TIMEOUT, message) from None
 
 
 def turn_limit(state: RunState) -> int:
@@ -263,6 +286,29 @@ class Engine:
     tool_thread_exit: Callable[[], None] | None = None
     sleep: Callable[[float], None] = time.sleep
 
+    # --- ports -------------------------------------------------------------------------
+    async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A blocking port call (journal, policy checker, hooks): off the event loop, on
+        the thread that drives the run (the caller of ``run``; for runs hosted on a
+        shared loop, the host's one I/O thread), so database connections and
+        transactions stay where they were."""
+        return await sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
+
+    async def _complete(self, **request: Any) -> LLMReply:
+        """The model port: awaited when the client is async (the router), otherwise a
+        blocking call on the driving thread."""
+        acomplete = getattr(self.llm, "acomplete", None)
+        if acomplete is not None:
+            reply: LLMReply = await acomplete(**request)
+            return reply
+        return await self._io(self.llm.complete, **request)
+
+    async def _sleep(self, seconds: float) -> None:
+        if self.sleep is time.sleep:
+            await asyncio.sleep(seconds)
+        else:
+            self.sleep(seconds)  # an injected clock (tests) decides what waiting means
+
     # --- bookkeeping -----------------------------------------------------------------
     def _add(self, state: RunState, step_type: StepType, **fields: Any) -> Step:
         # Model replies and tool arguments may carry NUL or lone surrogates: escaped
@@ -281,24 +327,30 @@ class Engine:
 
     # --- the loop --------------------------------------------------------------------
     def run(self, state: RunState) -> Outcome:
+        """Run the loop to its end or next pause from synchronous code (a Celery task, a
+        request, a test). Blocking port calls run on the calling thread, where they ran
+        before the loop became async (asgiref: async_to_sync / thread-sensitive calls)."""
+        return async_to_sync(self.arun)(state)
+
+    async def arun(self, state: RunState) -> Outcome:
         cfg = state.request.agent_config
         settings = cfg.model_settings
         while True:
-            paused = self._process_open_calls(state)
+            paused = await self._process_open_calls(state)
             if paused is not None:
-                self.journal.flush(state)
+                await self._io(self.journal.flush, state)
                 return paused
             if state.open_calls and state.turn:
                 self.journal.emit(*turn_complete_event(turn=state.turn, duration_ms=_turn_duration_ms(state)))
             if state.final_answer is None and any(c.name == "finalize" for c in state.open_calls):
                 answer = next(c for c in state.open_calls if c.name == "finalize").arguments.get("answer", "")
                 self._add(state, StepType.FINAL_ANSWER, output={"answer": str(answer)})
-            self.journal.flush(state)
+            await self._io(self.journal.flush, state)
             if state.final_answer is not None:
                 return Outcome(status=ResponseStatus.SUCCESS)
 
             if self._run_seconds_left(state) <= 0:
-                return self._terminate(
+                return await self._terminate(
                     state, ResponseStatus.TIMEOUT,
                     ErrorInfo(code=ErrorCode.TIMEOUT,
                               message=f"The execution ran past its time limit of {self._run_timeout(state):g} s.",
@@ -306,7 +358,7 @@ class Engine:
                 )
             budget = settings.token_budget
             if state.total_tokens >= budget:
-                return self._terminate(
+                return await self._terminate(
                     state, ResponseStatus.BUDGET_EXCEEDED,
                     ErrorInfo(code=ErrorCode.BUDGET_EXCEEDED,
                               message=f"Used {state.total_tokens} of {budget} tokens."),
@@ -319,20 +371,20 @@ class Engine:
                 limit = min(limit, state.turn_limit_override)
             if state.turn >= limit:
                 if state.turn_limit_override is not None and state.turn < turn_cap:
-                    return self._terminate(
+                    return await self._terminate(
                         state, ResponseStatus.BUDGET_EXCEEDED,
                         ErrorInfo(code=ErrorCode.BUDGET_EXCEEDED,
                                   message="The token budget forced finalisation and the model did not conclude."),
                     )
-                return self._turn_limit(state)
+                return await self._turn_limit(state)
             last = state.steps[-1] if state.steps else None
             already_nudged = last is not None and (last.input or {}) == {"notice": ctxmod.NUDGE}
             if state.stalled_turns and state.stalled_turns % STALL_LIMIT == 0 and not already_nudged:
                 self._notice(state, ctxmod.NUDGE)
 
-            outcome = self._reason(state)
+            outcome = await self._reason(state)
             if outcome is not None:
-                self.journal.flush(state)
+                await self._io(self.journal.flush, state)
                 return outcome
 
     def _run_timeout(self, state: RunState) -> float:
@@ -349,13 +401,13 @@ class Engine:
         configured = state.request.agent_config.model_settings.llm_timeout_seconds
         return max(1.0, min(float(configured), self._run_seconds_left(state)))
 
-    def _reason(self, state: RunState) -> Outcome | None:
+    async def _reason(self, state: RunState) -> Outcome | None:
         turn = state.turn + 1
-        verdict = gate.before_llm(self.policy, state)
+        verdict = await self._io(gate.before_llm, self.policy, state)
         if verdict.decision == Decision.BLOCKED:
             self._add(state, StepType.GOVERNANCE_CHECK, turn=turn, governance_decision=Decision.BLOCKED,
                       status=StepStatus.BLOCKED, output={"reason": verdict.reason, "policy": verdict.policy_matched})
-            return self._terminate(
+            return await self._terminate(
                 state, ResponseStatus.FAILED,
                 ErrorInfo(code=ErrorCode.GOVERNANCE_BLOCKED, message=verdict.reason,
                           details={"policy": verdict.policy_matched}),
@@ -365,7 +417,7 @@ class Engine:
                                    estimated_tokens=state.estimated_context_tokens)
         started = time.monotonic()
         try:
-            reply = self.llm.complete(
+            reply = await self._complete(
                 messages=messages, tools=state.tool_schemas, tier=tier,
                 timeout_seconds=self._llm_timeout(state), **view_kwargs(self.llm, lambda: _view(state)),
             )
@@ -375,14 +427,14 @@ class Engine:
                       model_tier=tier.value, error=exc.message,
                       output={"llm_error": exc.kind.value, "details": exc.details})
             if exc.kind == LLMErrorKind.PROVIDER_UNAVAILABLE:
-                return self._terminate(
+                return await self._terminate(
                     state, ResponseStatus.FAILED,
                     ErrorInfo(code=ErrorCode.PROVIDER_UNAVAILABLE, message=exc.message, recoverable=True,
                               details=exc.details),
                 )
             if state.consecutive_llm_errors >= MAX_CONSECUTIVE_LLM_ERRORS:
                 code = ErrorCode.TIMEOUT if exc.kind == LLMErrorKind.TIMEOUT else ErrorCode.LLM_ERROR
-                return self._terminate(state, ResponseStatus.FAILED,
+                return await self._terminate(state, ResponseStatus.FAILED,
                                        ErrorInfo(code=code, message=exc.message, recoverable=True))
             return None
         duration = int((time.monotonic() - started) * 1000)
@@ -393,7 +445,7 @@ class Engine:
                       error="The model returned an empty response.",
                       output={"llm_error": "empty_response", "cost_usd": reply.cost_usd})
             if state.consecutive_llm_errors >= MAX_CONSECUTIVE_LLM_ERRORS:
-                return self._terminate(
+                return await self._terminate(
                     state, ResponseStatus.FAILED,
                     ErrorInfo(code=ErrorCode.LLM_ERROR, message="The model kept returning empty responses.",
                               recoverable=True),
@@ -416,9 +468,9 @@ class Engine:
         return None
 
     # --- tool calls ------------------------------------------------------------------
-    def _process_open_calls(self, state: RunState) -> Outcome | None:
+    async def _process_open_calls(self, state: RunState) -> Outcome | None:
         for call in state.unfinished_calls():
-            outcome = self._handle_call(state, call)
+            outcome = await self._handle_call(state, call)
             if outcome is not None:
                 return outcome
         return None
@@ -430,7 +482,7 @@ class Engine:
                   status=StepStatus.FAILED, error=message, output={"error": error},
                   messages=[tool_message(call.id, call.name, {"error": error}, ok=False)])
 
-    def _handle_call(self, state: RunState, call: LLMToolCall) -> Outcome | None:
+    async def _handle_call(self, state: RunState, call: LLMToolCall) -> Outcome | None:
         cfg = state.request.agent_config
         tool = get_tool(call.name)
         arguments = state.arg_overrides.get(call.id, call.arguments)
@@ -445,7 +497,7 @@ class Engine:
                       output={"code": ErrorCode.INFINITE_TOOL_LOOP.value, "tool_name": call.name, "count": count,
                               "arguments": call.arguments})
             self._refuse(state, call, ToolErrorKind.FAILED, message, code=ErrorCode.INFINITE_TOOL_LOOP.value)
-            return self._terminate(state, ResponseStatus.FAILED, ErrorInfo(
+            return await self._terminate(state, ResponseStatus.FAILED, ErrorInfo(
                 code=ErrorCode.INFINITE_TOOL_LOOP, message=message,
                 details={"tool_name": call.name, "arguments": call.arguments, "count": count}))
 
@@ -481,17 +533,17 @@ class Engine:
         if tool.category == ToolCategory.EXECUTION or tool.writes:
             # The registry says what writes, never the model: a writing tool is
             # governed whatever its category.
-            blocked = self._govern(state, call, tool, args, resolution)
+            blocked = await self._govern(state, call, tool, args, resolution)
             if blocked is not None:
                 return blocked if isinstance(blocked, Outcome) else None
-        paused = self._dispatch(state, call, tool, parsed, args)
+        paused = await self._dispatch(state, call, tool, parsed, args)
         if paused is not None:
             return paused
         if resolution is not None and resolution.get("status") != ResolutionStatus.REJECTED and tool.writes:
-            return self._approved_write_checked(state, call, resolution)
+            return await self._approved_write_checked(state, call, resolution)
         return None
 
-    def _approved_write_checked(self, state: RunState, call: LLMToolCall,
+    async def _approved_write_checked(self, state: RunState, call: LLMToolCall,
                                 resolution: dict[str, Any]) -> Outcome | None:
         """A write a person approved and that then failed (after the tool's own retries
         of transient errors) ends the run ``failed``: the run must not go on to report
@@ -502,10 +554,11 @@ class Engine:
         error = dict((observed.output or {}).get("error") or {})
         approver = resolution.get("resolved_by")
         if self.hooks is not None and approver not in (None, "auto") and hasattr(self.hooks, "approved_call_failed"):
-            self.hooks.approved_call_failed(state, call_id=call.id, tool_name=call.name, error=error)
+            await self._io(self.hooks.approved_call_failed, state, call_id=call.id, tool_name=call.name,
+                           error=error)
         raw_details = error.get("details")
         details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-        return self._terminate(state, ResponseStatus.FAILED, ErrorInfo(
+        return await self._terminate(state, ResponseStatus.FAILED, ErrorInfo(
             code=ErrorCode.AGENT_ERROR,
             message=f"The approved {call.name} call failed: {error.get('message') or observed.error}",
             recoverable=bool(details.get("transient")),
@@ -513,7 +566,7 @@ class Engine:
                      "resolved_by": approver, "error": error},
         ))
 
-    def _govern(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
+    async def _govern(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
                 resolution: dict[str, Any] | None) -> Outcome | bool | None:
         """None to dispatch; True when handled without dispatch; an Outcome to pause."""
         if resolution is not None:
@@ -528,13 +581,13 @@ class Engine:
                                                   ok=False)])
                 return True
             if status == ResolutionStatus.EDITED_APPROVED:
-                verdict = gate.before_tool(self.policy, state, tool, args, confidence=None)
+                verdict = await self._io(gate.before_tool, self.policy, state, tool, args, confidence=None)
                 if verdict.decision == Decision.BLOCKED:
                     return self._blocked(state, call, args, verdict)
             return None
 
         confidence = self._confidence(state)
-        verdict = gate.before_tool(self.policy, state, tool, args, confidence=confidence)
+        verdict = await self._io(gate.before_tool, self.policy, state, tool, args, confidence=confidence)
         decision = verdict.decision
         common = {"tool_name": call.name, "tool_category": tool.category.value, "call_id": call.id, "input": args,
                   "governance_decision": decision}
@@ -554,12 +607,12 @@ class Engine:
                                                                                        ok=True)])
             return True
         if decision == Decision.APPROVAL_REQUIRED:
-            return self._approval_gate(state, call, tool, args, verdict, confidence=confidence, common=common,
+            return await self._approval_gate(state, call, tool, args, verdict, confidence=confidence, common=common,
                                        policy=policy)
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED, output=policy, **common)
         return None
 
-    def _approval_gate(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
+    async def _approval_gate(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
                        verdict: GovernanceResult, *, confidence: float | None, common: dict[str, Any],
                        policy: dict[str, Any], extra_risk: str = "") -> Outcome | None:
         """APPROVAL_REQUIRED: pause for a human, unless one of the agent's auto-approve
@@ -574,8 +627,8 @@ class Engine:
             confidence_score=confidence,
             auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
         )
-        condition = gate.auto_approved(self.policy, state, call.name, {"confidence_score": confidence, "tool": {
-            "name": call.name}, "args": args})
+        condition = await self._io(gate.auto_approved, self.policy, state, call.name, {
+            "confidence_score": confidence, "tool": {"name": call.name}, "args": args})
         if condition:
             resolution = {"status": ResolutionStatus.APPROVED.value, "resolved_by": "auto", "auto_approved": True,
                           "condition": condition}
@@ -583,8 +636,8 @@ class Engine:
                       output={**policy, "approval_request": payload.model_dump(mode="json"),
                               "resolution": resolution}, **common)
             if self.hooks:
-                self.hooks.auto_approved(state, call_id=call.id, tool_name=call.name, arguments=args,
-                                         condition=condition)
+                await self._io(self.hooks.auto_approved, state, call_id=call.id, tool_name=call.name,
+                               arguments=args, condition=condition)
             return None
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING,
                   output={**policy, "approval_request": payload.model_dump(mode="json")}, **common)
@@ -602,15 +655,15 @@ class Engine:
                   messages=[tool_message(call.id, call.name, body, ok=False)])
         return True
 
-    def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed: pydantic.BaseModel,
+    async def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed: pydantic.BaseModel,
                   args: dict[str, Any]) -> Outcome | None:
         request = state.request
         if tool.writes:
             # Intent first, committed before the call leaves the process.
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args, status=StepStatus.PENDING)
-            self.journal.flush(state)
-            self.journal.settle()
+            await self._io(self.journal.flush, state)
+            await self._io(self.journal.settle)
         else:
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args)
@@ -635,7 +688,7 @@ class Engine:
         output = None
         while True:
             try:
-                output = run_tool_in_thread(tool, ctx, parsed, timeout, self.tool_thread_exit)
+                output = await run_tool(tool, ctx, parsed, timeout, self.tool_thread_exit)
                 error = None
                 break
             except ToolError as exc:
@@ -646,7 +699,7 @@ class Engine:
             retry_ok = error.kind in RETRYABLE and (tool.idempotent or error.kind == ToolErrorKind.TRANSIENT)
             if not retry_ok or attempts >= len(RETRY_DELAYS):
                 break
-            self.sleep(RETRY_DELAYS[attempts])
+            await self._sleep(RETRY_DELAYS[attempts])
             attempts += 1
         duration = int((time.monotonic() - started) * 1000)
 
@@ -664,7 +717,7 @@ class Engine:
         else:
             result = output.model_dump(mode="json") if isinstance(output, pydantic.BaseModel) else output
             result = tool.output_model.model_validate(result).model_dump(mode="json")
-            withheld = self._export_check(state, call, tool, args, result)
+            withheld = await self._export_check(state, call, tool, args, result)
             if isinstance(withheld, Outcome):
                 return withheld  # paused: the export waits for an approver; the query runs again after
             shown = withheld or observation_fit(
@@ -685,7 +738,7 @@ class Engine:
         ))
         return None
 
-    def _export_check(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
+    async def _export_check(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
                       result: dict[str, Any]) -> dict[str, Any] | Outcome | None:
         """Data export limits on a query's result, before the model sees it: None to
         show it, a withheld body when blocked, an Outcome when it waits for approval.
@@ -695,8 +748,8 @@ class Engine:
         Once approved, the query runs again and its result is shown."""
         if call.name != "execute_query":
             return None
-        verdict = gate.after_query(self.policy, state, tool, args, rows=int(result.get("total_rows") or 0),
-                                   tables=list(result.get("tables") or []))
+        verdict = await self._io(gate.after_query, self.policy, state, tool, args,
+                                 rows=int(result.get("total_rows") or 0), tables=list(result.get("tables") or []))
         if verdict.decision in (Decision.PROCEED, Decision.SUGGEST_ONLY):
             return None
         if verdict.decision == Decision.APPROVAL_REQUIRED:
@@ -710,7 +763,7 @@ class Engine:
                       "enforcement": verdict.enforcement, "warnings": verdict.warnings, "point": "after_query",
                       "total_rows": result.get("total_rows"), "tables": list(result.get("tables") or [])}
             tables = ", ".join(result.get("tables") or []) or "unknown tables"
-            outcome = self._approval_gate(
+            outcome = await self._approval_gate(
                 state, call, tool, args, verdict, confidence=self._confidence(state), common=common, policy=policy,
                 extra_risk=f"Data export of {result.get('total_rows')} row(s) from {tables}; the rows are shown "
                            "to the agent only once this is approved.")
@@ -739,11 +792,11 @@ class Engine:
         done = [f"{a.tool_name}: {a.result_summary}" for a in state.actions_taken[-3:]]
         return "; ".join(done)[:1000]
 
-    def _turn_limit(self, state: RunState) -> Outcome:
+    async def _turn_limit(self, state: RunState) -> Outcome:
         self._notice(state, ctxmod.SUMMARY_REQUEST)
         summary = ""
         try:
-            reply = self.llm.complete(messages=state.messages(), tools=[], tier=Tier.FAST,
+            reply = await self._complete(messages=state.messages(), tools=[], tier=Tier.FAST,
                                       timeout_seconds=state.request.agent_config.model_settings.llm_timeout_seconds,
                                       **view_kwargs(self.llm, lambda: _view(state)))
             self._add(state, StepType.REASONING, turn=state.turn, model_used=reply.model, model_tier=reply.tier.value,
@@ -758,15 +811,15 @@ class Engine:
                 "Turn limit reached before any action completed."
         self._add(state, StepType.FINAL_ANSWER, status=StepStatus.COMPLETED, output={"answer": summary,
                                                                                       "partial": True})
-        self.journal.flush(state)
+        await self._io(self.journal.flush, state)
         return Outcome(status=ResponseStatus.MAX_TURNS_EXCEEDED)
 
-    def _terminate(self, state: RunState, status: ResponseStatus, error: ErrorInfo) -> Outcome:
+    async def _terminate(self, state: RunState, status: ResponseStatus, error: ErrorInfo) -> Outcome:
         if status != ResponseStatus.FAILED:
             partial = "; ".join(f"{a.tool_name} ({a.status})" for a in state.actions_taken)
             self._add(state, StepType.FINAL_ANSWER, status=StepStatus.COMPLETED,
                       output={"answer": f"{error.message} Partial results: {partial or 'none'}", "partial": True})
-        self.journal.flush(state)
+        await self._io(self.journal.flush, state)
         return Outcome(status=status, error=error if status == ResponseStatus.FAILED else None)
 
 

@@ -76,6 +76,11 @@ class OfflinePlanner(CustomLLM):
         )
 
 
+    async def acompletion(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        """The same answer for ``litellm.acompletion``: planning is plain computation."""
+        return self.completion(*args, **kwargs)
+
+
 _planner = OfflinePlanner()
 
 

@@ -3,6 +3,7 @@ intent/outcome journaling. The model here is an in-process script: these tests a
 about the runner, and the model path has its own tests over HTTP."""
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from rivercore.contracts import StepType
 from rivercore.runner import Engine, new_state, response_build, select_tier
@@ -117,7 +118,7 @@ def test_interrupted_write_is_not_repeated():
     state, _ = new_state(request)
     engine = Engine(llm=ScriptedLLM([tool_reply("test_write", {"text": "w"}, "w1")]))
     # Replay up to the intent only: the crash happened after dispatch, before the outcome.
-    engine._reason(state)
+    async_to_sync(engine._reason)(state)
     call = state.open_calls[0]
     engine._add(state, StepType.TOOL_CALL, tool_name="test_write", call_id=call.id, input=call.arguments,
                 status="pending")

@@ -161,13 +161,13 @@ def router(server):
                                   base_url=server.base_url, max_retries=0)])
 
 
-def _inline(tool, ctx, args, timeout, on_exit=None):
+async def _inline(tool, ctx, args, timeout, on_exit=None):
     return tool.handler(ctx, args)
 
 
 @pytest.fixture(autouse=True)
 def _tools_inline():
-    with mock.patch.object(runner, "run_tool_in_thread", _inline):
+    with mock.patch.object(runner, "run_tool", _inline):
         yield
 
 
