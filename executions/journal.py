@@ -142,8 +142,9 @@ class DbJournal:
     flush that also writes audit entries (a governance decision), or one made inside
     a transaction, runs on Django's connection in one transaction instead."""
 
-    def __init__(self, execution: Execution, lease_token: str):
+    def __init__(self, execution: Execution, lease_token: str, *, write_behind: bool | None = None):
         self.execution = execution
+        self.write_behind = settings.RIVER_JOURNAL_WRITE_BEHIND if write_behind is None else write_behind
         self.lease_token = lease_token
         self.steps: list[Step] = []
         self.events: list[tuple[str, dict]] = []
@@ -176,7 +177,7 @@ class DbJournal:
         db = connections[DEFAULT_DB_ALIAS]  # looked up once: the proxy costs a thread-local lookup per use
         try:
             if db.vendor == "postgresql" and not db.in_atomic_block and not _audited(self.steps):
-                if settings.RIVER_JOURNAL_WRITE_BEHIND:
+                if self.write_behind:
                     self._send(db, events, counters)
                 else:
                     if len(_execute_prepared(db, _TURN_SQL, self._params(events, counters))) != 1:

@@ -11,8 +11,15 @@ logger = logging.getLogger("river.executions")
 
 @shared_task(name="executions.run_segment", acks_late=True, reject_on_worker_lost=True)
 def run_segment(execution_id: int) -> str | None:
+    """In a worker process with a run host, hand the segment to it and return (the run
+    goes on without holding this process); elsewhere, run it here."""
+    from executions.runhost import run_host
     from executions.services import execution_run_segment
+    from executions.services.segment import execution_host_segment
 
+    host = run_host()
+    if host is not None:
+        return "hosted" if execution_host_segment(execution_id=execution_id, host=host) else None
     return execution_run_segment(execution_id=execution_id)
 
 

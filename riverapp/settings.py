@@ -313,6 +313,9 @@ RIVER_LEASE_SECONDS = env_int("RIVER_LEASE_SECONDS", 60, minimum=5)
 # engine goes on (executions.write_behind); false waits for every commit in turn.
 RIVER_JOURNAL_WRITE_BEHIND = env_bool("RIVER_JOURNAL_WRITE_BEHIND", True)
 RIVER_MAX_SEGMENT_ATTEMPTS = env_int("RIVER_MAX_SEGMENT_ATTEMPTS", 20, minimum=1)
+# Run segments one Celery worker process hosts at once (executions.runhost); 1 runs each
+# segment inside its task, one at a time per process.
+RIVER_RUNS_PER_PROCESS = env_int("RIVER_RUNS_PER_PROCESS", 200, minimum=1)
 # The watchdog publishes a queued run's task again when its last publish is this old
 # (the message was lost: broker down at commit, Redis restarted without persistence),
 # and post-processes a finished run that is still not post-processed this long after

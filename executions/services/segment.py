@@ -4,11 +4,13 @@ segment after a crash; it rebuilds the state from the committed steps."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
 from datetime import timedelta
 
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection, transaction
 from django.db.models import F, Q
@@ -137,42 +139,76 @@ def llm_for_execution(execution: Execution):
     return router_for_organization(organization_id=execution.workspace.organization_id)
 
 
-def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
-    """Run turns until the run ends or pauses. Safe to call twice: only the caller
-    that wins the lease runs; the other returns at once."""
+def _io(fn, *args, **kwargs):
+    """A blocking call from a segment's coroutine, on the thread driving it (the caller
+    of ``execution_run_segment``; for hosted runs, the host's I/O thread)."""
+    return sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
+
+
+def _claim(execution_id: int) -> str | None:
     try:
-        token = execution_claim(execution_id=execution_id)
+        return execution_claim(execution_id=execution_id)
     except (DatabaseError, InterfaceError) as exc:
         # Nothing was claimed: the run keeps its state and the watchdog sends it again.
         infra_fault_record(component="database", operation="claim", exc=exc, subject=f"execution {execution_id}")
         if not connection.in_atomic_block:
             connection.close()
         return None
+
+
+def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
+    """Run turns until the run ends or pauses, in the caller. Safe to call twice: only
+    the caller that wins the lease runs; the other returns at once."""
+    token = _claim(execution_id)
     if token is None:
         return None
+    return async_to_sync(_segment_guarded)(execution_id, token, llm, hosted=False)
+
+
+def execution_host_segment(*, execution_id: int, host) -> bool:
+    """Claim the run and hand its segment to this process's run host; returns at once
+    (False when another worker holds the run)."""
+    host.reserve()
     try:
-        execution = Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
+        token = _claim(execution_id)
+    except BaseException:
+        host.release()
+        raise
+    if token is None:
+        host.release()
+        return False
+    host.start(_segment_guarded(execution_id, token, None, hosted=True), execution_id=execution_id, token=token)
+    return True
+
+
+def _execution_load(execution_id: int) -> Execution:
+    return Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
+
+
+async def _segment_guarded(execution_id: int, token: str, llm, *, hosted: bool) -> str | None:
+    try:
+        execution = await _io(_execution_load, execution_id)
         if execution.attempts > settings.RIVER_MAX_SEGMENT_ATTEMPTS:
-            _segment_fail(execution_id, token, gave_up_message(execution.attempts - 1, execution.infra_error),
-                          code="INFRASTRUCTURE_ERROR")
+            await _io(_segment_fail, execution_id, token,
+                      gave_up_message(execution.attempts - 1, execution.infra_error), code="INFRASTRUCTURE_ERROR")
             return ResponseStatus.FAILED.value
-        return _segment_run(execution, token, llm)
+        return await _segment_run(execution, token, llm, hosted=hosted)
     except RunInterrupted:
         raise  # another worker holds the run now, or it was cancelled
     except (DatabaseError, InterfaceError) as exc:
         # Infrastructure, not the run: hand the run back to the watchdog (bounded by
         # RIVER_MAX_SEGMENT_ATTEMPTS). If the database is still away the release
         # fails too, and the lease running out does the same job.
-        _segment_release(execution_id, token, exc)
+        await _io(_segment_release, execution_id, token, exc)
         return None
     except Exception as exc:  # noqa: BLE001 - a bug must end the run, not leave it running forever
         logger.exception("segment of execution %s crashed", execution_id)
-        _segment_fail(execution_id, token, f"internal error: {exc.__class__.__name__}")
+        await _io(_segment_fail, execution_id, token, f"internal error: {exc.__class__.__name__}")
         return ResponseStatus.FAILED.value
     finally:
         # Turns hand their events to the background publisher; the segment is over
         # only when they are out, so whoever waited for it also waited for them.
-        events_flush()
+        await _io(events_flush)
 
 
 def _segment_release(execution_id: int, token: str, exc: BaseException) -> None:
@@ -204,29 +240,33 @@ def _segment_fail(execution_id: int, token: str, message: str, *, code: str = "A
         run_end_failed(row, code=code, message=message)
 
 
-def _segment_run(execution: Execution, token: str, llm) -> str | None:
+async def _segment_run(execution: Execution, token: str, llm, *, hosted: bool) -> str | None:
     execution_id = execution.pk
-    state = state_load(execution)
-    journal = DbJournal(execution, token)
+    state = await _io(state_load, execution)
+    # A hosted run writes each turn on the host's shared connection; a run driven by its
+    # caller may keep a write-behind connection of its own for the segment.
+    journal = await _io(DbJournal, execution, token, write_behind=False if hosted else None)
     if not state.steps:
         journal.emit(*run_started_event(
             execution_id=execution.pk, agent_id=execution.agent_id,
             trigger_type=execution.trigger_type, started_at=execution.started_at,
         ))
     engine = Engine(
-        llm=llm or llm_for_execution(execution), journal=journal, hooks=_DurableHooks(execution), policy=checker,
-        tool_thread_exit=lambda: connection.close(),
+        llm=llm or await _io(llm_for_execution, execution), journal=journal, hooks=_DurableHooks(execution),
+        policy=checker, tool_thread_exit=lambda: connection.close(),
     )
     try:
-        with _LeaseHeartbeat(execution.pk, token):
-            outcome = engine.run(state)
-            journal.settle()  # the last turn's write is committed before the run's status moves
+        # A hosted run's lease is renewed by the host's heartbeat, with every other one.
+        with contextlib.nullcontext() if hosted else _LeaseHeartbeat(execution.pk, token):
+            outcome = await engine.arun(state)
+            await _io(journal.settle)  # the last turn's write is committed before the run's status moves
     except RunInterrupted:
         logger.info("segment of execution %s stopped: cancelled or lease lost", execution_id)
         return None
     finally:
-        journal.close()
-    execution_segment_end(execution=execution, token=token, state=state, outcome=outcome, next_seq=journal.seq)
+        await _io(journal.close)
+    await _io(execution_segment_end, execution=execution, token=token, state=state, outcome=outcome,
+              next_seq=journal.seq)
     return outcome.status.value
 
 

@@ -1,0 +1,151 @@
+"""Many runs in one worker process: a run host.
+
+A Celery worker process starts one host (``worker_process_init``): an asyncio event
+loop in a background thread. ``executions.run_segment`` claims a run's lease, hands
+the segment to the host and returns, so the process takes the next message while the
+run goes on. A hosted run that waits on its model (litellm's async client), on a tool
+(the engine's bounded tool pool) or on a person (a pause ends the segment) holds no
+worker process, no thread and no database connection of its own: its blocking work
+(loading, the journal's statement per turn, policy checks, the segment's end) runs
+on the host's one I/O thread, which keeps one Django connection for every run it hosts.
+
+Durability does not depend on the host: each turn's steps are committed before the
+next turn (the journal), and a process that dies with runs on its host leaves their
+leases to run out, after which the watchdog sends them again, as for any lost worker.
+At most ``RIVER_RUNS_PER_PROCESS`` runs are hosted at once; a task that finds the host
+full waits for a place, which holds that process back from taking more messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, connection
+from django.utils import timezone
+
+from executions.models import Execution
+from rivercore.runner import RunInterrupted
+from telemetry.faults import infra_fault_record
+
+logger = logging.getLogger("river.executions")
+
+
+def leases_renew(leases: dict[int, str]) -> int:
+    """Push out the lease of every run still held under its token (one statement)."""
+    return Execution.objects.filter(
+        pk__in=list(leases), lease_token__in=list(leases.values()), status=Execution.Status.RUNNING,
+    ).update(lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS))
+
+
+class RunHost:
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.leases: dict[int, str] = {}  # hosted run -> its lease token
+        self._slots = threading.BoundedSemaphore(capacity)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._serve, name="river-run-host", daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self._heartbeat(), self.loop)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self.leases)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no run is hosted (a worker shutting down; tests). False on timeout."""
+        with self._lock:
+            return self._idle.wait_for(lambda: not self.leases, timeout=timeout)
+
+    def reserve(self) -> None:
+        """Wait for a place on the host (call before claiming a run)."""
+        self._slots.acquire()
+
+    def release(self) -> None:
+        """Give back a place reserved for a run that was not started."""
+        self._slots.release()
+
+    def start(self, segment: Coroutine[Any, Any, Any], *, execution_id: int, token: str) -> Future[Any]:
+        """Host a claimed run's segment (a place must be reserved); returns at once."""
+        with self._lock:
+            self.leases[execution_id] = token
+
+        async def hosted() -> Any:
+            try:
+                return await segment
+            except RunInterrupted:
+                logger.info("hosted segment of execution %s stopped: cancelled or lease lost", execution_id)
+            except Exception:  # noqa: BLE001 - the segment handles its own errors; this is the last guard
+                logger.exception("hosted segment of execution %s crashed", execution_id)
+            finally:
+                with self._lock:
+                    self.leases.pop(execution_id, None)
+                    idle = not self.leases
+                if idle:  # nothing hosted: the I/O thread gives its connection back
+                    await sync_to_async(_connection_close, thread_sensitive=True)()
+                with self._lock:
+                    self._idle.notify_all()
+                self._slots.release()
+            return None
+
+        return asyncio.run_coroutine_threadsafe(hosted(), self.loop)
+
+    async def _heartbeat(self) -> None:
+        """One lease renewal for every hosted run, every third of the lease."""
+        interval = max(1.0, settings.RIVER_LEASE_SECONDS / 3)
+        while True:
+            await asyncio.sleep(interval)
+            with self._lock:
+                leases = dict(self.leases)
+            if not leases:
+                continue
+            try:
+                await sync_to_async(leases_renew, thread_sensitive=True)(leases)
+            except (DatabaseError, InterfaceError) as exc:
+                # The next beat tries again; if the database stays away the leases run
+                # out and the journals' lease checks stop the runs.
+                infra_fault_record(component="database", operation="lease renewal", exc=exc,
+                                   subject=f"{len(leases)} hosted run(s)")
+
+
+def _connection_close() -> None:
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+_host: RunHost | None = None
+_enabled = False
+_host_lock = threading.Lock()
+
+
+def run_host_enable() -> None:
+    """Host segments in this process (a Celery worker process, after its fork)."""
+    global _enabled, _host
+    _enabled = settings.RIVER_RUNS_PER_PROCESS > 1
+    _host = None  # a host inherited from the parent process has no thread here
+
+
+def run_host() -> RunHost | None:
+    """This process's host, or None when segments run in the caller (not a worker
+    process, or ``RIVER_RUNS_PER_PROCESS`` is 1)."""
+    global _host
+    if not _enabled:
+        return None
+    with _host_lock:
+        if _host is None:
+            _host = RunHost(settings.RIVER_RUNS_PER_PROCESS)
+        return _host
