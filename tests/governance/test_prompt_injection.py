@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from unittest import mock
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from datasources.models import DataSource
 from datasources.services import data_source_create, data_source_discover
@@ -162,7 +163,8 @@ def router(server):
 
 
 async def _inline(tool, ctx, args, timeout, on_exit=None):
-    return tool.handler(ctx, args)
+    """The tool on the thread driving the run (the test's, with its transaction)."""
+    return await sync_to_async(tool.handler, thread_sensitive=True)(ctx, args)
 
 
 @pytest.fixture(autouse=True)
