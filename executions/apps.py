@@ -7,3 +7,7 @@ class ExecutionsConfig(AppConfig):
 
     def ready(self) -> None:
         import executions.tools  # noqa: F401 - importing the package registers every built-in tool once
+        from executions.services.approvals import ExecutionRunControl
+        from governance.runs import run_control_install
+
+        run_control_install(ExecutionRunControl())  # how approvals resume and end runs

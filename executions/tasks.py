@@ -40,14 +40,3 @@ def post_process(execution_id: int) -> bool:
     return execution_post_process(execution_id=execution_id)
 
 
-@shared_task(name="executions.expire_approvals")
-def expire_approvals() -> int:
-    """Periodic: remind approvers of requests about to expire, then expire the overdue
-    ones (their runs end ``approval_expired``). Returns how many expired."""
-    from django.conf import settings
-
-    from executions.services import approvals_expire_due
-    from governance.approvals import approvals_remind_due
-
-    approvals_remind_due(before_minutes=settings.RIVER_APPROVAL_REMINDER_MINUTES)
-    return approvals_expire_due()

@@ -18,12 +18,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from governance import services
+from governance.approvals import approval_get_for_user, approvals_for_user
 from governance.audit import audit_verify
-from governance.models import AuditLogEntry, Policy
+from governance.models import ApprovalRequest, AuditLogEntry, Policy
+from governance.resolution import approval_resolve
 from governance.selectors import audit_entries_for_user, policies_for_user, policy_get_for_user
 from rivercore import limits
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
-from rivercore.types.governance import PolicyScope
+from rivercore.types.governance import PolicyScope, ResolutionStatus
 from tenancy.selectors import organizations_administered, workspace_get_for_user, workspaces_for_user
 
 # --- policies ----------------------------------------------------------------------
@@ -293,7 +295,68 @@ class WorkspaceApprovalSettings(APIView):
         return Response({"workspace_id": workspace.pk, "allow_self_approval": workspace.allow_self_approval})
 
 
+# --- approval requests ---------------------------------------------------------------
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApprovalRequest
+        fields = ["id", "workspace", "execution_id", "agent_id", "tool_name", "proposed_payload",
+                  "reasoning_summary", "risk_context", "confidence_score", "auto_approve_eligible",
+                  "approver_roles", "status", "expires_at", "resolution", "resolved_by", "resolution_comment",
+                  "resolved_at", "created_at"]
+
+
+class ResolveInput(serializers.Serializer):
+    status = serializers.ChoiceField(choices=[s.value for s in ResolutionStatus])
+    modified_args = serializers.JSONField(required=False, default=None)
+    resolution_comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+
+    def validate(self, attrs):
+        if attrs["status"] == ResolutionStatus.EDITED_APPROVED and not isinstance(attrs.get("modified_args"), dict):
+            raise serializers.ValidationError({"modified_args": ["An object is required with edited_approved."]})
+        return attrs
+
+
+class ApprovalList(ListAPIView):
+    serializer_class = ApprovalSerializer
+
+    @extend_schema(parameters=[OpenApiParameter("status", str)])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        wanted = self.request.query_params.get("status")
+        if wanted and wanted not in ApprovalRequest.Status.values:
+            raise InvalidInput(
+                "Unknown status.", details={"status": [f"must be one of {ApprovalRequest.Status.values}"]}
+            )
+        return approvals_for_user(user=self.request.user, status=wanted, resolvable_only=True)
+
+
+class ApprovalDetail(APIView):
+    @extend_schema(responses=ApprovalSerializer)
+    def get(self, request, approval_id):
+        return Response(ApprovalSerializer(approval_get_for_user(user=request.user, approval_id=approval_id)).data)
+
+
+class ApprovalResolve(APIView):
+    @extend_schema(request=ResolveInput, responses=ApprovalSerializer)
+    def post(self, request, approval_id):
+        body = ResolveInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        approval = approval_resolve(
+            user=request.user, approval_id=approval_id, status=data["status"],
+            modified_args=data.get("modified_args"), comment=data.get("resolution_comment", ""),
+        )
+        return Response(ApprovalSerializer(approval).data)
+
+
 urlpatterns = [
+    path("approvals/", ApprovalList.as_view(), name="approval-list"),
+    path("approvals/<str:approval_id>/", ApprovalDetail.as_view(), name="approval-detail"),
+    path("approvals/<str:approval_id>/resolve", ApprovalResolve.as_view(), name="approval-resolve"),
     path("workspaces/<int:workspace_id>/approval-settings", WorkspaceApprovalSettings.as_view(),
          name="workspace-approval-settings"),
     path("policies/", PolicyListCreate.as_view(), name="policy-list"),

@@ -36,5 +36,6 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page=LOGIN_URL), name="logout"),
+    path("", include("governance.views")),
     path("", include("executions.views")),
 ]

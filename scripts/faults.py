@@ -445,12 +445,12 @@ class Campaign:
         self.since[execution.pk] = time.monotonic()
 
     def approve_pending(self) -> None:
-        from executions.services import execution_approval_resolve
         from governance.models import ApprovalRequest
+        from governance.resolution import approval_resolve
 
         pending = ApprovalRequest.objects.filter(workspace=self.workspace, status=ApprovalRequest.Status.PENDING)
         for approval_id in list(pending.values_list("pk", flat=True)):
-            execution_approval_resolve(user=self.approver, approval_id=approval_id, status="approved")
+            approval_resolve(user=self.approver, approval_id=approval_id, status="approved")
             self.approved += 1
 
     def observe(self) -> None:

@@ -1,4 +1,4 @@
-"""Runs, the stateless engine contract, generate-agent and approvals over REST.
+"""Runs, the stateless engine contract and generate-agent over REST.
 
 Each view parses, authorizes through a tenant-scoped selector, calls one service
 and renders.
@@ -17,8 +17,6 @@ from agents.selectors import agent_get_for_user
 from executions import services, stateless
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.selectors import execution_get_for_user, executions_for_user
-from governance.approvals import approval_get_for_user, approvals_for_user
-from governance.models import ApprovalRequest
 from rivercore import limits
 from rivercore.contracts import (
     ContinuationRequest,
@@ -26,7 +24,6 @@ from rivercore.contracts import (
     GenerateAgentRequest,
 )
 from rivercore.errors import InvalidInput
-from rivercore.types.governance import ResolutionStatus
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
 from tenancy.selectors import require_permission, workspace_get_for_user
 
@@ -192,61 +189,6 @@ class GenerateAgent(APIView):
 # --- approvals -------------------------------------------------------------------------------
 
 
-class ApprovalSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = ApprovalRequest
-        fields = ["id", "workspace", "execution_id", "agent_id", "tool_name", "proposed_payload",
-                  "reasoning_summary", "risk_context", "confidence_score", "auto_approve_eligible",
-                  "approver_roles", "status", "expires_at", "resolution", "resolved_by", "resolution_comment",
-                  "resolved_at", "created_at"]
-
-
-class ResolveInput(serializers.Serializer):
-    status = serializers.ChoiceField(choices=[s.value for s in ResolutionStatus])
-    modified_args = serializers.JSONField(required=False, default=None)
-    resolution_comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
-
-    def validate(self, attrs):
-        if attrs["status"] == ResolutionStatus.EDITED_APPROVED and not isinstance(attrs.get("modified_args"), dict):
-            raise serializers.ValidationError({"modified_args": ["An object is required with edited_approved."]})
-        return attrs
-
-
-class ApprovalList(ListAPIView):
-    serializer_class = ApprovalSerializer
-
-    @extend_schema(parameters=[OpenApiParameter("status", str)])
-    def get(self, request, *args, **kwargs):
-        return super().get(request, *args, **kwargs)
-
-    def get_queryset(self):
-        wanted = self.request.query_params.get("status")
-        if wanted and wanted not in ApprovalRequest.Status.values:
-            raise InvalidInput(
-                "Unknown status.", details={"status": [f"must be one of {ApprovalRequest.Status.values}"]}
-            )
-        return approvals_for_user(user=self.request.user, status=wanted, resolvable_only=True)
-
-
-class ApprovalDetail(APIView):
-    @extend_schema(responses=ApprovalSerializer)
-    def get(self, request, approval_id):
-        return Response(ApprovalSerializer(approval_get_for_user(user=request.user, approval_id=approval_id)).data)
-
-
-class ApprovalResolve(APIView):
-    @extend_schema(request=ResolveInput, responses=ApprovalSerializer)
-    def post(self, request, approval_id):
-        body = ResolveInput(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        approval = services.execution_approval_resolve(
-            user=request.user, approval_id=approval_id, status=data["status"],
-            modified_args=data.get("modified_args"), comment=data.get("resolution_comment", ""),
-        )
-        return Response(ApprovalSerializer(approval).data)
-
-
 urlpatterns = [
     path("agents/<uuid:agent_id>/run", AgentRunView.as_view(), name="agent-run"),
     path("executions/", ExecutionList.as_view(), name="execution-list"),
@@ -257,7 +199,4 @@ urlpatterns = [
     path("execute", Execute.as_view(), name="execute"),
     path("execute/continue", ExecuteContinue.as_view(), name="execute-continue"),
     path("generate-agent", GenerateAgent.as_view(), name="generate-agent"),
-    path("approvals/", ApprovalList.as_view(), name="approval-list"),
-    path("approvals/<str:approval_id>/", ApprovalDetail.as_view(), name="approval-detail"),
-    path("approvals/<str:approval_id>/resolve", ApprovalResolve.as_view(), name="approval-resolve"),
 ]

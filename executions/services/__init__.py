@@ -8,11 +8,11 @@
   post-processing that follows (agent health and memory through ``agents.services``,
   notifications);
 - ``watchdog``: runs no worker will pick up, runs out of attempts, lost post-processing;
-- ``approvals``: resolving and expiring approval requests, which resume or end runs;
+- ``approvals``: the run-control port through which governance's approval
+  resolution and expiry resume or end runs;
 - ``queue``: sending task messages after commit, never failing the caller.
 """
 
-from executions.services.approvals import approvals_expire_due, execution_approval_resolve
 from executions.services.finish import execution_end_expired, execution_post_process, memory_write
 from executions.services.resume import execution_cancel, execution_respond, execution_resume_after_resolution
 from executions.services.segment import execution_claim, execution_run_segment, execution_segment_end, state_load
@@ -24,8 +24,6 @@ from executions.services.watchdog import (
 )
 
 __all__ = [
-    "approvals_expire_due",
-    "execution_approval_resolve",
     "execution_cancel",
     "execution_claim",
     "execution_end_expired",

@@ -22,6 +22,7 @@ from executions import services, tasks
 from executions.models import Execution
 from governance import tasks as governance_tasks
 from governance.models import ApprovalRequest, AuditLogEntry, Notification
+from governance.resolution import approval_resolve
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import pg_admin_connect, pg_count
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
@@ -269,7 +270,7 @@ def test_approved_write_that_fails_permanently_fails_the_run_and_tells_the_appro
         execution = services.execution_start(agent=agent, user=owner, input_prompt="Refund")
         services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([tool_reply("write_back", args)]))
         approval = ApprovalRequest.objects.get(execution_id=execution.pk)
-        services.execution_approval_resolve(user=editor, approval_id=approval.pk, status="approved")
+        approval_resolve(user=editor, approval_id=approval.pk, status="approved")
         model = ScriptedLLM([text_reply("Refund written, all done.")])
         status = services.execution_run_segment(execution_id=execution.pk, llm=model)
 

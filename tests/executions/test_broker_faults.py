@@ -18,6 +18,7 @@ from executions import services, tasks
 from executions.models import Execution, ExecutionEvent
 from executions.services import finish
 from governance.models import ApprovalRequest
+from governance.resolution import approval_resolve, approvals_expire_due
 from rivercore.llm import LLMError, LLMErrorKind
 from telemetry.faults import infra_fault_count
 from tests.executions import durable_support  # noqa: F401 - registers the durable_* tools
@@ -109,7 +110,7 @@ def test_a_resume_whose_message_cannot_be_sent_is_not_lost(
 
     broker.down = True
     with django_capture_on_commit_callbacks(execute=True):
-        services.execution_approval_resolve(user=approver, approval_id=approval.pk, status="approved")
+        approval_resolve(user=approver, approval_id=approval.pk, status="approved")
 
     execution.refresh_from_db()
     assert execution.status == Execution.Status.QUEUED and execution.published_at is None
@@ -166,7 +167,7 @@ def _expired(agent, owner):
     llm = ScriptedLLM([tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1")])
     services.execution_run_segment(execution_id=execution.pk, llm=llm)
     ApprovalRequest.objects.filter(execution_id=execution.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert services.approvals_expire_due() == 1
+    assert approvals_expire_due() == 1
     return execution
 
 

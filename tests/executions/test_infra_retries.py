@@ -17,6 +17,7 @@ from executions import services, tasks
 from executions.models import Execution, ExecutionEvent
 from executions.services import segment
 from governance.models import ApprovalRequest
+from governance.resolution import approval_resolve
 from governance.services import policy_create
 from tests.executions.durable_support import CALLS
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
@@ -112,7 +113,7 @@ def test_attempts_count_again_after_each_pause_so_many_approvals_never_exhaust_t
     for _ in range(3):
         assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
         approval = ApprovalRequest.objects.get(execution_id=execution.pk, status=ApprovalRequest.Status.PENDING)
-        services.execution_approval_resolve(user=approver, approval_id=approval.pk, status="approved")
+        approval_resolve(user=approver, approval_id=approval.pk, status="approved")
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
 
     assert [marker for _tool, marker in CALLS] == ["w1", "w2", "w3"]

@@ -15,6 +15,7 @@ import pytest
 from executions import services, tasks
 from executions.models import ExecutionEvent
 from governance.models import ApprovalRequest
+from governance.resolution import approval_resolve
 from rivercore import events as run_events
 from rivercore.events import RunEventType, event_message
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
@@ -123,7 +124,7 @@ def test_a_run_stores_every_spec_event_in_the_builders_shape(workspace, owner, s
 
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
     approval = ApprovalRequest.objects.get(execution_id=execution.pk, status=ApprovalRequest.Status.PENDING)
-    services.execution_approval_resolve(user=approver, approval_id=approval.pk, status="approved")
+    approval_resolve(user=approver, approval_id=approval.pk, status="approved")
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
 
     stored = _stored(execution.pk)

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from executions import services, tasks
 from executions.models import Execution
+from governance import tasks as governance_tasks
 from governance.models import ApprovalRequest, AuditLogEntry
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 from tests.governance import approval_tools
@@ -252,7 +253,7 @@ def test_expired_request_ends_the_run_approval_expired(workspace, owner, django_
 
     with mock.patch.object(tasks.post_process, "delay") as post_process, \
             django_capture_on_commit_callbacks(execute=True):
-        assert tasks.expire_approvals() == 1
+        assert governance_tasks.expire_approvals() == 1
 
     approval.refresh_from_db()
     execution.refresh_from_db()
@@ -265,7 +266,7 @@ def test_expired_request_ends_the_run_approval_expired(workspace, owner, django_
     # The other run's request is not due and stays untouched.
     fresh.refresh_from_db()
     assert fresh.status == Execution.Status.AWAITING_APPROVAL
-    assert tasks.expire_approvals() == 0
+    assert governance_tasks.expire_approvals() == 0
 
 
 def test_approvers_get_one_reminder_shortly_before_expiry(
@@ -286,8 +287,8 @@ def test_approvers_get_one_reminder_shortly_before_expiry(
 
     with mock.patch.object(governance_tasks.notify_approval, "delay") as notify, \
             django_capture_on_commit_callbacks(execute=True):
-        tasks.expire_approvals()
-        tasks.expire_approvals()
+        governance_tasks.expire_approvals()
+        governance_tasks.expire_approvals()
 
     assert notify.call_count == 1
     assert notify.call_args == mock.call(str(approval.pk), reminder=True)
@@ -314,7 +315,7 @@ def test_a_broker_outage_while_reminding_does_not_stop_the_expiry_sweep(
 
     with mock.patch.object(governance_tasks.notify_approval, "delay", side_effect=ConnectionError("broker down")), \
             mock.patch.object(tasks.post_process, "delay"), django_capture_on_commit_callbacks(execute=True):
-        assert tasks.expire_approvals() == 1
+        assert governance_tasks.expire_approvals() == 1
 
     assert Execution.objects.get(pk=due.pk).status == Execution.Status.APPROVAL_EXPIRED
     assert "could not queue the reminder" in caplog.text

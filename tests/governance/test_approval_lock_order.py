@@ -21,9 +21,10 @@ from django.db import connection
 
 from executions import services, tasks
 from executions.models import Execution
-from governance import approvals as governance_approvals
+from governance import resolution as governance_resolution
 from governance import tasks as governance_tasks
 from governance.models import ApprovalRequest
+from governance.resolution import approval_resolve, approvals_expire_due
 from rivercore.errors import Conflict
 from tests.governance.test_approvals_api import paused_run
 
@@ -45,7 +46,7 @@ def _lock_waiters(db: dict) -> int:
 def test_cancel_arriving_while_a_resolution_holds_its_locks_waits_and_never_deadlocks(workspace, owner, editor):
     db = connection.settings_dict
     decided = threading.Event()
-    real_decide = governance_approvals.approval_decide
+    real_decide = governance_resolution.approval_decide
 
     def decide_then_hold(**kwargs):
         approval = real_decide(**kwargs)
@@ -72,8 +73,8 @@ def test_cancel_arriving_while_a_resolution_holds_its_locks_waits_and_never_dead
             mock.patch.object(governance_tasks.notify_approval, "delay"):
         execution, approval = paused_run(workspace, owner)
         resume.reset_mock()  # the start's own segment task
-        with mock.patch.object(governance_approvals, "approval_decide", decide_then_hold):
-            resolver = threading.Thread(target=run, args=("resolve", lambda: services.execution_approval_resolve(
+        with mock.patch.object(governance_resolution, "approval_decide", decide_then_hold):
+            resolver = threading.Thread(target=run, args=("resolve", lambda: approval_resolve(
                 user=editor, approval_id=approval.pk, status="approved")))
             resolver.start()
             assert decided.wait(timeout=WAIT_SECONDS)
@@ -109,10 +110,10 @@ def test_expiry_sweep_skips_a_run_someone_holds_and_expires_it_next_time(workspa
                   "dbname": db["NAME"]}
         with psycopg.connect(**params) as holder:
             holder.execute("SELECT id FROM executions_execution WHERE id = %s FOR UPDATE", [execution.pk])
-            assert services.approvals_expire_due() == 0
+            assert approvals_expire_due() == 0
             assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalRequest.Status.PENDING
             holder.rollback()
-        assert services.approvals_expire_due() == 1
+        assert approvals_expire_due() == 1
 
     assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalRequest.Status.EXPIRED
     assert Execution.objects.get(pk=execution.pk).status == Execution.Status.APPROVAL_EXPIRED

@@ -15,6 +15,7 @@ from datasources.services import data_source_discover
 from executions import services
 from executions.models import Execution
 from governance.models import ApprovalRequest, AuditLogEntry
+from governance.resolution import approval_resolve
 from governance.services import policy_create
 from rivercore.runner import Engine, new_state, response_build
 from rivercore.tools import Tool, ToolCategory, all_tools, get_tool, register
@@ -69,7 +70,7 @@ def test_once_approved_the_query_runs_again_and_the_rows_are_shown(workspace, ow
     execution, _ = _export_run(workspace, owner, sqlite_source)
     approval = ApprovalRequest.objects.get(execution_id=execution.pk)
 
-    services.execution_approval_resolve(user=editor, approval_id=approval.pk, status="approved")
+    approval_resolve(user=editor, approval_id=approval.pk, status="approved")
     outcome = services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("Listed.")]))
 
     assert outcome == "success"
@@ -83,7 +84,7 @@ def test_a_rejected_export_shows_nothing(workspace, owner, editor, sqlite_source
     execution, _ = _export_run(workspace, owner, sqlite_source)
     approval = ApprovalRequest.objects.get(execution_id=execution.pk)
 
-    services.execution_approval_resolve(user=editor, approval_id=approval.pk, status="rejected",
+    approval_resolve(user=editor, approval_id=approval.pk, status="rejected",
                                         comment="not to the model")
     outcome = services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("OK.")]))
 

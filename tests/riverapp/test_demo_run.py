@@ -8,8 +8,9 @@ from django.contrib.auth import get_user_model
 
 from agents.models import Agent
 from executions.models import Execution
-from executions.services import execution_approval_resolve, execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start
 from governance.models import ApprovalRequest
+from governance.resolution import approval_resolve
 from riverapp.demo import demo_database_path, demo_seed
 from rivercore.errors import PermissionDenied
 
@@ -70,9 +71,9 @@ def test_support_agent_write_back_meets_the_approval_gate_and_runs_once_approved
 
     # Whoever started the run may not approve it; the demo seeds a second person who may.
     with pytest.raises(PermissionDenied):
-        execution_approval_resolve(user=demo, approval_id=approval.pk, status="approved")
+        approval_resolve(user=demo, approval_id=approval.pk, status="approved")
     approver = get_user_model().objects.get(username="approver")
-    execution_approval_resolve(user=approver, approval_id=approval.pk, status="approved", comment="go ahead")
+    approval_resolve(user=approver, approval_id=approval.pk, status="approved", comment="go ahead")
     execution.refresh_from_db()
     assert execution.status == Execution.Status.QUEUED
     assert execution_run_segment(execution_id=execution.pk) == "success"

@@ -1,0 +1,87 @@
+"""Resolving and expiring approval requests, and with them the paused runs (through the
+run-control port, ``governance.runs``)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import connection, transaction
+
+from common.dberrors import Backoff, error_is_transient, retry_transient
+from governance.approvals import (
+    approval_authorize,
+    approval_decide,
+    approval_expire,
+    approval_get_for_user,
+    approvals_overdue,
+)
+from governance.models import ApprovalRequest
+from governance.runs import RunLock, run_control
+from rivercore.errors import Conflict
+from rivercore.steps import edited_arguments
+from rivercore.types.governance import ResolutionStatus
+
+logger = logging.getLogger("river.governance")
+
+RESOLVE_ATTEMPTS = 5
+
+
+def approval_resolve(*, user, approval_id, status: str, modified_args: dict | None = None,
+                     comment: str = "") -> ApprovalRequest:
+    """Approve, reject or edit-and-approve a paused call, then resume its run.
+
+    Exactly once: the request row is locked and must still be pending; the audit
+    entry is written before the resume is queued (on commit). Locks are taken run
+    first, then its approval request (as cancelling and expiring do), so concurrent
+    resolutions, a cancel and the expiry sweep queue up instead of deadlocking; a
+    transient database error (deadlock victim, serialization failure, dropped
+    connection) rolls the attempt back and it is tried again, so a caller gets a
+    decision or a 409, never a 500."""
+    control = run_control()
+    approval = approval_get_for_user(user=user, approval_id=approval_id)
+    # Checked again under the row lock; here so a non-approver learns 403, not 400.
+    approval_authorize(user=user, approval=approval)
+    if approval.status != approval.Status.PENDING:
+        raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")
+    if status == ResolutionStatus.EDITED_APPROVED:
+        modified_args = edited_arguments(approval.tool_name, modified_args)
+    else:
+        modified_args = None  # only an edit carries arguments
+
+    def decide_and_resume() -> ApprovalRequest:
+        with transaction.atomic():
+            control.lock(approval.execution_id)
+            decided = approval_decide(
+                approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment
+            )
+            control.resume_after_resolution(
+                decided.execution_id, call_id=decided.tool_call_id,
+                resolution={**decided.resolution, "approval_id": str(decided.pk), "tool_name": decided.tool_name},
+            )
+        return decided
+
+    # Inside a caller's transaction a failed attempt cannot be replayed here.
+    attempts = 1 if connection.in_atomic_block else RESOLVE_ATTEMPTS
+    return retry_transient(decide_and_resume, backoff=Backoff(attempts=attempts, base_seconds=0.02, cap_seconds=0.5),
+                           is_transient=error_is_transient)
+
+
+def approvals_expire_due() -> int:
+    """Periodic: expire overdue requests and end their runs ``approval_expired``."""
+    control = run_control()
+    expired = 0
+    for approval_id in approvals_overdue():
+        execution_id = ApprovalRequest.objects.filter(pk=approval_id).values_list("execution_id", flat=True).first()
+        with transaction.atomic():
+            # Run first, then its request (the order resolving and cancelling use); a
+            # run being resolved right now is skipped and looked at next sweep.
+            held = control.lock(execution_id, skip_locked=True) if execution_id is not None else RunLock.GONE
+            if held == RunLock.BUSY:
+                continue
+            approval = approval_expire(approval_id=approval_id)
+            if approval is None:
+                continue
+            if held == RunLock.LOCKED:  # GONE: the run is gone, only its request was left
+                control.end_expired(approval.execution_id)
+            expired += 1
+    return expired

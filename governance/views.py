@@ -1,0 +1,148 @@
+"""Pages of approvals: the inbox, one request's page and the inline approval card (htmx).
+
+Session auth, login required. Each view parses (a Django form), authorizes through a
+tenant-scoped selector, calls one service and renders. The card endpoint answers an
+htmx request with the card alone; errors (400/403/409) come back inside the card
+with their status code, and ``static/approvals.js`` lets htmx swap them in. Other
+pages that show a run's requests (the run page) embed the same card
+(``approval_card``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import render
+from django.urls import path, reverse_lazy
+from django.views.decorators.http import require_GET, require_POST
+
+from governance.approvals import approval_get_for_user, approvals_for_user, may_resolve, self_approval_refused
+from governance.models import ApprovalRequest
+from governance.resolution import approval_resolve
+from rivercore.errors import NotFound, RiverError
+from rivercore.tools import get_tool
+from rivercore.types.governance import ResolutionStatus
+
+LOGIN_URL = reverse_lazy("login")
+RECENTLY_RESOLVED = 20
+LOGIN_URL = reverse_lazy("login")
+
+
+class ResolveForm(forms.Form):
+    decision = forms.ChoiceField(choices=[(ResolutionStatus.APPROVED.value, "Approve"),
+                                          (ResolutionStatus.REJECTED.value, "Reject"),
+                                          (ResolutionStatus.EDITED_APPROVED.value, "Edit and approve")])
+    resolution_comment = forms.CharField(required=False, max_length=4000)
+    modified_args = forms.CharField(required=False, max_length=100_000, strip=False)
+
+    def clean(self):
+        data = super().clean()
+        if data.get("decision") != ResolutionStatus.EDITED_APPROVED:
+            data["modified_args"] = None
+            return data
+        text = (data.get("modified_args") or "").strip()
+        if not text:
+            self.add_error("modified_args", "Enter the edited arguments as a JSON object.")
+            return data
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            self.add_error("modified_args", f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).")
+            return data
+        if not isinstance(value, dict):
+            self.add_error("modified_args", "The arguments must be a JSON object ({...}).")
+            return data
+        data["modified_args"] = value
+        return data
+
+
+def _pretty(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def approval_card(
+    *, user, approval: ApprovalRequest, error: dict | None = None, submitted: dict | None = None
+) -> dict:
+    """Everything ``approvals/_card.html`` shows for one request; pages that embed the
+    card (the inbox, the run page) build its context with this."""
+    tool = get_tool(approval.tool_name)
+    submitted = submitted or {}
+    resolution = approval.resolution or {}
+    return {
+        "approval": approval,
+        "pending": approval.status == ApprovalRequest.Status.PENDING,
+        "can_resolve": may_resolve(user=user, approval=approval),
+        "self_started": self_approval_refused(user=user, approval=approval),
+        "proposed_json": _pretty(approval.proposed_payload),
+        "editor_text": submitted.get("modified_args") or _pretty(approval.proposed_payload),
+        "comment": submitted.get("resolution_comment", ""),
+        "schema_json": _pretty(tool.input_model.model_json_schema()) if tool else "",
+        "edited_json": _pretty(resolution["modified_args"]) if resolution.get("modified_args") else "",
+        "error": error,
+        "edit_open": bool(error) and submitted.get("decision") == ResolutionStatus.EDITED_APPROVED,
+    }
+
+
+def _approval_or_404(user, approval_id) -> ApprovalRequest:
+    try:
+        return approval_get_for_user(user=user, approval_id=approval_id)
+    except NotFound as exc:
+        raise Http404(exc.message) from None
+
+
+@login_required(login_url=LOGIN_URL)
+@require_GET
+def approvals_inbox(request):
+    user = request.user
+    pending = approvals_for_user(user=user, status=ApprovalRequest.Status.PENDING, resolvable_only=True)
+    resolved = approvals_for_user(user=user).exclude(status=ApprovalRequest.Status.PENDING).select_related(
+        "resolved_by")[:RECENTLY_RESOLVED]
+    return render(request, "approvals/inbox.html", {
+        "cards": [approval_card(user=user, approval=approval) for approval in pending],
+        "resolved": resolved,
+    })
+
+
+@login_required(login_url=LOGIN_URL)
+@require_GET
+def approval_page(request, approval_id):
+    approval = _approval_or_404(request.user, approval_id)
+    return render(request, "approvals/detail.html", {"card": approval_card(user=request.user, approval=approval)})
+
+
+@login_required(login_url=LOGIN_URL)
+@require_POST
+def approval_resolve_card(request, approval_id):
+    approval = _approval_or_404(request.user, approval_id)
+    form = ResolveForm(request.POST)
+    status_code, error = 200, None
+    if not form.is_valid():
+        status_code = 400
+        error = {"message": "Nothing was changed: the form has errors.",
+                 "details": {field: list(messages) for field, messages in form.errors.items()}}
+    else:
+        data = form.cleaned_data
+        try:
+            approval = approval_resolve(
+                user=request.user, approval_id=approval.pk, status=data["decision"],
+                modified_args=data["modified_args"], comment=data["resolution_comment"],
+            )
+        except RiverError as exc:
+            status_code = exc.status_code
+            error = {"message": exc.message, "details": exc.details if isinstance(exc.details, dict) else {}}
+            approval.refresh_from_db()
+    card = approval_card(user=request.user, approval=approval, error=error, submitted=request.POST if error else None)
+    template = "approvals/_card.html" if request.headers.get("HX-Request") else "approvals/detail.html"
+    response = render(request, template, {"card": card}, status=status_code)
+    response["X-River-Card"] = "1"  # approvals.js swaps error responses that carry this marker
+    return response
+
+
+urlpatterns = [
+    path("approvals/", approvals_inbox, name="approvals-inbox"),
+    path("approvals/<uuid:approval_id>/", approval_page, name="approval-page"),
+    path("approvals/<uuid:approval_id>/resolve", approval_resolve_card, name="approval-card-resolve"),
+]
