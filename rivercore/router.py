@@ -42,11 +42,11 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol, TypeVar, cast
 
 import litellm
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from litellm import exceptions as litellm_errors
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -206,55 +206,67 @@ class Router:
         self.clock = clock
         self.rand = rand
 
-    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
-        """A blocking port call (health window, rate counter): on the thread driving the
-        call, off the event loop."""
+    # One implementation of the call (retries, failover, rate limit) serves both entries:
+    # ``acomplete`` awaits litellm's async client and runs the blocking ports off the
+    # loop; ``complete`` (a tool's sub-request in its worker thread, agent generation)
+    # drives the same coroutine with the blocking client, so it never suspends and
+    # needs no event loop.
+
+    async def _io(self, blocking: bool, fn: Callable[..., T], *args: Any) -> T:
+        """A blocking port call (health window, rate counter)."""
+        if blocking:
+            return fn(*args)
         return await sync_to_async(fn, thread_sensitive=True)(*args)
 
-    async def _sleep(self, seconds: float) -> None:
-        if self.sleep is time.sleep:
-            await asyncio.sleep(seconds)
-        else:
+    async def _sleep(self, blocking: bool, seconds: float) -> None:
+        if self.sleep is not time.sleep:
             self.sleep(seconds)  # an injected clock (tests) decides what waiting means
+        elif blocking:
+            time.sleep(seconds)
+        else:
+            await asyncio.sleep(seconds)
 
-    async def ordered(self) -> list[ProviderConfig]:
+    async def ordered(self, blocking: bool = False) -> list[ProviderConfig]:
         """Healthy providers by priority, then degraded ones, least degraded first
         (so when every provider is degraded the least degraded is tried first)."""
-        health = await self._io(self.health.get, [p.window for p in self.providers])
+        health = await self._io(blocking, self.health.get, [p.window for p in self.providers])
         return sorted(
             self.providers,
             key=lambda p: (health[p.window].degraded, health[p.window].degradation, p.priority),
         )
 
-    async def _slot(self, provider: ProviderConfig) -> bool:
+    async def _slot(self, blocking: bool, provider: ProviderConfig) -> bool:
         """Whether a request may be sent to the provider now (its rate limit)."""
         if provider.rate_limit_rpm is None:
             return True
         window_start = int(self.clock() // RATE_WINDOW_SECONDS) * RATE_WINDOW_SECONDS
-        return await self._io(self.rate_acquire, provider.window, provider.rate_limit_rpm, window_start)
+        return await self._io(blocking, self.rate_acquire, provider.window, provider.rate_limit_rpm, window_start)
 
     def complete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
                  timeout_seconds: float, view: dict[str, Any] | None = None) -> LLMReply:
-        """``acomplete`` from synchronous code (a tool's sub-request in its worker thread,
-        agent generation in a request)."""
-        return async_to_sync(self.acomplete)(messages=messages, tools=tools, tier=tier,
-                                             timeout_seconds=timeout_seconds, view=view)
+        """One model call with retries and failover, blocking the calling thread."""
+        return _drive(self._run(True, messages, tools, tier, timeout_seconds, view))
 
     async def acomplete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
                         timeout_seconds: float, view: dict[str, Any] | None = None) -> LLMReply:
         """One model call with retries and failover; the caller waits without holding a
         thread (litellm's async client)."""
+        return await self._run(False, messages, tools, tier, timeout_seconds, view)
+
+    async def _run(self, blocking: bool, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
+                   timeout_seconds: float, view: dict[str, Any] | None) -> LLMReply:
         failures: list[dict[str, Any]] = []
-        pending = await self.ordered()
+        pending = await self.ordered(blocking)
         while True:
             limited: list[ProviderConfig] = []
             for provider in pending:
-                if not await self._slot(provider):
+                if not await self._slot(blocking, provider):
                     logger.info("provider %s is at its rate limit (%s/min); not sent", provider.name,
                                 provider.rate_limit_rpm)
                     limited.append(provider)
                     continue
-                reply = await self._try_provider(provider, messages, tools, tier, timeout_seconds, failures, view)
+                reply = await self._try_provider(blocking, provider, messages, tools, tier, timeout_seconds,
+                                                 failures, view)
                 if reply is not None:
                     return reply
             if not limited:
@@ -266,7 +278,7 @@ class Router:
                                  "attempts": 0, "message": f"at its limit of {p.rate_limit_rpm} requests a minute; "
                                                            "not sent"} for p in limited)
                 break
-            await self._sleep(wait)
+            await self._sleep(blocking, wait)
             timeout_seconds -= wait
             pending = limited
         if failures and all(f["error"] == "timeout" for f in failures):
@@ -284,9 +296,9 @@ class Router:
             {"attempts": failures},
         )
 
-    async def _try_provider(self, provider: ProviderConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-                      tier: Tier, budget: float, failures: list[dict[str, Any]],
-                      view: dict[str, Any] | None = None) -> LLMReply | None:
+    async def _try_provider(self, blocking: bool, provider: ProviderConfig, messages: list[dict[str, Any]],
+                            tools: list[dict[str, Any]], tier: Tier, budget: float, failures: list[dict[str, Any]],
+                            view: dict[str, Any] | None = None) -> LLMReply | None:
         """One provider with its retries, within ``budget`` seconds. The reply, or
         None after appending why it failed to ``failures``."""
         model, served_tier = provider.model_for(tier)
@@ -296,14 +308,14 @@ class Router:
         while True:
             started = time.monotonic()
             try:
-                response = await self._call(provider, model, messages, tools, attempt_timeout, view)
+                response = await self._call(blocking, provider, model, messages, tools, attempt_timeout, view)
             except Exception as exc:  # noqa: BLE001 - every litellm failure is classified below
                 latency = (time.monotonic() - started) * 1000
                 kind = _failure_kind(exc)
                 if kind is None:
                     raise LLMError(LLMErrorKind.BAD_RESPONSE, f"{provider.name} rejected the request: {exc}",
                                    {"provider": provider.name, "model": model}) from exc
-                await self._io(self.health.record, provider.window, latency, False)
+                await self._io(blocking, self.health.record, provider.window, latency, False)
                 logger.warning("provider %s (%s) failed: %s", provider.name, model, kind)
                 if kind in RETRYABLE and retries < provider.max_retries:
                     pause = retry_backoff(retries + 1, rand=self.rand)
@@ -311,9 +323,9 @@ class Router:
                     # Retry only when a full attempt still fits; else fail over now.
                     if left >= attempt_timeout or (kind != "timeout" and left > 0):
                         retries += 1
-                        await self._sleep(pause)
+                        await self._sleep(blocking, pause)
                         attempt_timeout = min(attempt_timeout, max(left, 0.001))
-                        if not await self._slot(provider):
+                        if not await self._slot(blocking, provider):
                             failures.append({"provider": provider.name, "model": model, "error": "rate_limited",
                                              "attempts": retries, "message": f"{kind}, then at its rate limit"})
                             return None
@@ -322,10 +334,10 @@ class Router:
                                  "attempts": retries + 1, "message": str(exc)[:300]})
                 return None
             latency = (time.monotonic() - started) * 1000
-            await self._io(self.health.record, provider.window, latency, True)
+            await self._io(blocking, self.health.record, provider.window, latency, True)
             return self._reply(response, provider, model, served_tier, messages, int(latency))
 
-    async def _call(self, provider: ProviderConfig, model: str, messages: list[dict[str, Any]],
+    async def _call(self, blocking: bool, provider: ProviderConfig, model: str, messages: list[dict[str, Any]],
               tools: list[dict[str, Any]], timeout_seconds: float, view: dict[str, Any] | None = None) -> Any:
         kwargs: dict[str, Any] = {
             "model": _litellm_model(model, provider.base_url),
@@ -344,6 +356,8 @@ class Router:
             kwargs["api_key"] = "not-needed"  # local servers (vLLM, Ollama) accept any key
         if view is not None and provider.name == offline.PROVIDER:
             kwargs["metadata"] = {VIEW_KEY: view}  # only the offline planner reads it; never sent to a provider
+        if blocking:
+            return litellm.completion(**kwargs)
         return await litellm.acompletion(**kwargs)
 
     @staticmethod
@@ -369,6 +383,17 @@ class Router:
             cost_usd=model_cost(model=model, input_tokens=input_tokens, output_tokens=output_tokens),
             latency_ms=latency_ms,
         )
+
+
+def _drive(call: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (every await in it completes at once) to its
+    result, without an event loop."""
+    try:
+        call.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    call.close()
+    raise RuntimeError("a blocking router call tried to wait on the event loop")
 
 
 def offline_provider() -> ProviderConfig:

@@ -285,6 +285,7 @@ class Engine:
     compress_threshold_tokens: int = 24_000
     tool_thread_exit: Callable[[], None] | None = None
     sleep: Callable[[float], None] = time.sleep
+    _blocking_model: bool = field(default=False, init=False, repr=False)
 
     # --- ports -------------------------------------------------------------------------
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -295,10 +296,11 @@ class Engine:
         return await sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
 
     async def _complete(self, **request: Any) -> LLMReply:
-        """The model port: awaited when the client is async (the router), otherwise a
-        blocking call on the driving thread."""
+        """The model port: awaited when the client is async (the router) and the loop
+        lives on (a run host), otherwise a blocking call on the driving thread (``run``:
+        its loop ends with the run, and async HTTP clients must not outlive their loop)."""
         acomplete = getattr(self.llm, "acomplete", None)
-        if acomplete is not None:
+        if acomplete is not None and not self._blocking_model:
             reply: LLMReply = await acomplete(**request)
             return reply
         return await self._io(self.llm.complete, **request)
@@ -330,6 +332,7 @@ class Engine:
         """Run the loop to its end or next pause from synchronous code (a Celery task, a
         request, a test). Blocking port calls run on the calling thread, where they ran
         before the loop became async (asgiref: async_to_sync / thread-sensitive calls)."""
+        self._blocking_model = True  # this run's loop is short-lived: the model is called as a blocking port
         return async_to_sync(self.arun)(state)
 
     async def arun(self, state: RunState) -> Outcome:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -294,3 +295,25 @@ def test_without_any_provider_the_offline_planner_answers(org, settings):
     assert reply.tool_calls[0].name == "classify_intent"
     assert reply.cost_usd == 0.0
     assert reply.input_tokens > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_async_entry_retries_and_fails_over_over_real_http_like_the_blocking_one(fake_openai):
+    """acomplete (litellm's async client, used by hosted runs) and complete share one
+    implementation: the same retry, failover and health records, over real HTTP."""
+    failing, healthy = fake_openai(), fake_openai()
+    failing.always("error", 500, "upstream exploded")
+    healthy.text("from the healthy provider")
+    first = provider(failing, priority=1, max_retries=1)
+    second = provider(healthy, priority=2)
+    router = router_build([second, first], sleep=lambda seconds: None)
+
+    async def ask_async():
+        return await router.acomplete(messages=MESSAGES, tools=TOOLS, tier=Tier.BALANCED, timeout_seconds=10)
+
+    reply = asyncio.run(ask_async())
+
+    assert reply.content == "from the healthy provider" and reply.provider == second.name
+    assert failing.calls == 2
+    health = provider_health_get(providers=[first.window, second.window])
+    assert (health[first.window].calls, health[first.window].errors) == (2, 2)
