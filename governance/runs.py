@@ -8,6 +8,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Protocol
 
+from rivercore.ports import Installed
+
 
 class RunLock(StrEnum):
     LOCKED = "locked"  # the run's row is locked by this transaction
@@ -28,15 +30,6 @@ class RunControl(Protocol):
         """End a run whose approval expired (in the caller's transaction)."""
 
 
-_installed: RunControl | None = None
-
-
-def run_control_install(control: RunControl) -> None:
-    global _installed
-    _installed = control
-
-
-def run_control() -> RunControl:
-    if _installed is None:
-        raise RuntimeError("No run control is installed: approvals cannot resume or end runs.")
-    return _installed
+_control: Installed[RunControl] = Installed("run control", "approvals cannot resume or end runs")
+run_control_install = _control.install  # executions installs its implementation in ready()
+run_control = _control.get

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from rivercore.ports import Installed
 from rivercore.state import RunState
 from rivercore.tools import Tool
 from rivercore.types.governance import CallFacts, Decision, GovernancePolicySpec, GovernanceResult
@@ -26,21 +27,10 @@ class PolicyChecker(Protocol):
     def auto_approve_matches(self, *, condition: str, facts: dict[str, Any]) -> bool: ...
 
 
-_installed: PolicyChecker | None = None
-
-
-def policy_checker_install(checker: PolicyChecker) -> None:
-    """Make ``checker`` the process's default policy checker (River's governance app
-    does this in ``ready()``)."""
-    global _installed
-    _installed = checker
-
-
-def policy_checker() -> PolicyChecker:
-    """The installed policy checker; an error, never a silent pass, without one."""
-    if _installed is None:
-        raise RuntimeError("No policy checker is installed: the engine will not run calls unchecked.")
-    return _installed
+_checker: Installed[PolicyChecker] = Installed("policy checker", "the engine will not run calls unchecked")
+# River's governance app installs governance.checker in ready(); without one the gate refuses.
+policy_checker_install = _checker.install
+policy_checker = _checker.get
 
 
 def call_facts(state: RunState, tool: Tool, arguments: dict[str, Any], *, confidence: float | None = None) -> CallFacts:
