@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -142,6 +142,14 @@ class EngineHooks(Protocol):
 
     def approved_call_failed(self, state: RunState, *, call_id: str, tool_name: str, error: dict[str, Any]) -> None:
         """A call a person approved was dispatched and failed (optional hook)."""
+
+
+class ToolRunner(Protocol):
+    """Runs one tool call within ``timeout`` seconds (``run_tool``); ``on_exit`` runs in
+    the thread that ran the handler when it is done."""
+
+    def __call__(self, tool: Tool, ctx: ToolContext, args: pydantic.BaseModel, timeout: float,
+                 on_exit: Callable[[], None] | None = None) -> Awaitable[object]: ...
 
 
 class Outcome(pydantic.BaseModel):
@@ -284,6 +292,10 @@ class Engine:
     execution_timeout_seconds: float | None = None
     compress_threshold_tokens: int = 24_000
     tool_thread_exit: Callable[[], None] | None = None
+    # Ports with plain defaults: the tool runner (a handler in the bounded pool, under
+    # the write fence), the wall clock (epoch seconds) and the pause between retries.
+    tool_runner: ToolRunner = field(default_factory=lambda: run_tool)
+    clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     _blocking_model: bool = field(default=False, init=False, repr=False)
 
@@ -396,7 +408,7 @@ class Engine:
         return float(state.request.agent_config.model_settings.run_timeout_seconds)
 
     def _run_seconds_left(self, state: RunState) -> float:
-        return self._run_timeout(state) - (time.time() - state.started_at_ms / 1000)
+        return self._run_timeout(state) - (self.clock() - state.started_at_ms / 1000)
 
     def _llm_timeout(self, state: RunState) -> float:
         """A model call may not outlive the run's deadline (at least one second, so
@@ -691,7 +703,7 @@ class Engine:
         output = None
         while True:
             try:
-                output = await run_tool(tool, ctx, parsed, timeout, self.tool_thread_exit)
+                output = await self.tool_runner(tool, ctx, parsed, timeout, self.tool_thread_exit)
                 error = None
                 break
             except ToolError as exc:
