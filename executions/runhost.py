@@ -38,6 +38,15 @@ from telemetry.faults import infra_fault_record
 logger = logging.getLogger("river.executions")
 
 
+def leases_release(leases: dict[int, str]) -> int:
+    """Hand runs back to the queue (lease dropped, ``published_at`` cleared so the
+    watchdog's next pass sends them again). A statement of theirs still on its way
+    finds its lease gone and writes nothing."""
+    return Execution.objects.filter(
+        pk__in=list(leases), lease_token__in=list(leases.values()), status=Execution.Status.RUNNING,
+    ).update(status=Execution.Status.QUEUED, lease_token="", lease_expires_at=None, published_at=None)
+
+
 def leases_renew(leases: dict[int, str]) -> int:
     """Push out the lease of every run still held under its token (one statement)."""
     return Execution.objects.filter(
@@ -52,6 +61,7 @@ class RunHost:
         self._slots = threading.BoundedSemaphore(capacity)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self._segments: dict[int, Future[Any]] = {}
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="river-run-host", daemon=True)
         self.thread.start()
@@ -102,7 +112,37 @@ class RunHost:
                 self._slots.release()
             return None
 
-        return asyncio.run_coroutine_threadsafe(hosted(), self.loop)
+        future = asyncio.run_coroutine_threadsafe(hosted(), self.loop)
+        with self._lock:
+            self._segments[execution_id] = future
+        future.add_done_callback(lambda done: self._forget(execution_id, done))
+        return future
+
+    def _forget(self, execution_id: int, done: Future[Any]) -> None:
+        with self._lock:
+            if self._segments.get(execution_id) is done:
+                del self._segments[execution_id]
+
+    def shutdown(self, grace_seconds: float) -> int:
+        """The worker process is stopping: let hosted runs finish for up to
+        ``grace_seconds``, then hand the rest back to the queue at once (rather than
+        leaving them to wait out their leases) and stop their segments. Returns how
+        many were handed back. Call it with no new runs being started."""
+        if self.wait_idle(timeout=grace_seconds):
+            return 0
+        with self._lock:
+            leases = dict(self.leases)
+            segments = list(self._segments.values())
+        released = 0
+        try:
+            released = leases_release(leases)
+        except (DatabaseError, InterfaceError) as exc:  # their leases run out instead
+            infra_fault_record(component="database", operation="release hosted runs", exc=exc,
+                               subject=f"{len(leases)} hosted run(s)")
+        for segment in segments:
+            segment.cancel()
+        logger.warning("worker stopping: %d hosted run(s) handed back to the queue", released)
+        return released
 
     async def _heartbeat(self) -> None:
         """One lease renewal for every hosted run, every third of the lease."""
@@ -137,6 +177,12 @@ def run_host_enable() -> None:
     global _enabled, _host
     _enabled = settings.RIVER_RUNS_PER_PROCESS > 1
     _host = None  # a host inherited from the parent process has no thread here
+
+
+def run_host_shutdown() -> None:
+    """The worker process is stopping (``worker_process_shutdown``)."""
+    if _host is not None:
+        _host.shutdown(grace_seconds=settings.RIVER_RUN_HOST_GRACE_SECONDS)
 
 
 def run_host() -> RunHost | None:

@@ -1,7 +1,7 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "riverapp.settings")
 
@@ -16,3 +16,11 @@ def _host_runs_in_this_process(**kwargs) -> None:
     from executions.runhost import run_host_enable
 
     run_host_enable()
+
+
+@worker_process_shutdown.connect
+def _hand_back_hosted_runs(**kwargs) -> None:
+    """A stopping worker process hands its unfinished hosted runs back to the queue."""
+    from executions.runhost import run_host_shutdown
+
+    run_host_shutdown()

@@ -13,10 +13,10 @@ from django.db import connection
 from executions import tasks
 from executions.models import Execution
 from executions.runhost import RunHost, leases_renew
-from executions.services import execution_start
+from executions.services import execution_run_segment, execution_start
 from executions.services.segment import execution_host_segment
 from rivercore.contracts import StepType
-from tests.factories import make_agent, text_reply
+from tests.factories import ScriptedLLM, make_agent, text_reply
 
 RUNS = 50
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,3 +131,28 @@ def test_a_claimed_run_is_not_hosted_twice(workspace, owner, quiet_broker, monke
     host.loop.call_soon_threadsafe(model.gate.set)
     assert host.wait_idle(timeout=60)
     assert Execution.objects.get(pk=run.pk).status == Execution.Status.COMPLETED
+
+
+def test_a_stopping_worker_hands_its_unfinished_runs_back_to_the_queue(workspace, owner, quiet_broker, monkeypatch):
+    agent = make_agent(workspace=workspace, owner=owner)
+    model = GatedModel(2)
+    monkeypatch.setattr("executions.services.segment.llm_for_execution", lambda execution: model)
+    runs = [execution_start(agent=agent, user=owner, input_prompt=p) for p in ("one", "two")]
+    host = RunHost(capacity=4)
+    for run in runs:
+        assert execution_host_segment(execution_id=run.pk, host=host) is True
+    assert model.all_waiting.wait(timeout=60)
+
+    assert host.shutdown(grace_seconds=0) == 2
+    assert host.wait_idle(timeout=60)  # their segments stopped; the gate never opened
+    for run in Execution.objects.filter(pk__in=[r.pk for r in runs]):
+        assert (run.status, run.lease_token, run.published_at) == (Execution.Status.QUEUED, "", None)
+        assert not run.steps.exists()  # nothing half-written
+
+    # Any worker picks them up again and finishes them.
+    monkeypatch.setattr("executions.services.segment.llm_for_execution",
+                        lambda execution: ScriptedLLM([text_reply("Done after the restart.")]))
+    for run in runs:
+        assert execution_run_segment(execution_id=run.pk) == "success"
+        run.refresh_from_db()
+        assert run.result["summary"] == "Done after the restart."

@@ -86,10 +86,11 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     ({"DEBUG": "true", "RIVER_JSON_MAX_DEPTH": "1"}, "RIVER_JSON_MAX_DEPTH must be at least 2"),
     ({"DEBUG": "true", "RIVER_QUERY_PARAM_MAX_LENGTH": "lots"}, "RIVER_QUERY_PARAM_MAX_LENGTH must be an integer"),
     ({"DEBUG": "true", "RIVER_RUNS_PER_PROCESS": "0"}, "RIVER_RUNS_PER_PROCESS must be at least 1"),
+    ({"DEBUG": "true", "RIVER_RUN_HOST_GRACE_SECONDS": "-1"}, "RIVER_RUN_HOST_GRACE_SECONDS must be at least 0"),
 ], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "pool_max_size", "pool_timeout",
         "pool_min_over_max", "data_source_allowed_hosts", "audit_key_shape", "audit_key_base64",
         "audit_key_length", "audit_anchor_seconds", "approver_password", "watchdog_grace", "max_request_bytes",
-        "json_max_depth", "query_param_max_length", "runs_per_process"])
+        "json_max_depth", "query_param_max_length", "runs_per_process", "run_host_grace"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0
