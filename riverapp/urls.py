@@ -1,9 +1,22 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from common import edge
 from riverapp import health
+
+
+class FaviconRedirect(RedirectView):
+    """Browsers ask for /favicon.ico on pages that name no icon (Django admin's); the
+    icon's static URL is looked up per request (hashed names need collectstatic)."""
+
+    permanent = True
+
+    def get_redirect_url(self, *args, **kwargs) -> str:
+        return static("favicon.svg")
+
 
 api_v1 = [
     path("", include("tenancy.api")),
@@ -16,6 +29,7 @@ api_v1 = [
 
 urlpatterns = [
     path("health", health.health, name="health"),
+    path("favicon.ico", FaviconRedirect.as_view()),
     path("health/ready", health.ready, name="health-ready"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),

@@ -112,10 +112,12 @@ def browser(tmp_path):
 
 
 def _violations(console: list[str]) -> list[str]:
-    return [line for line in console if "Content Security Policy" in line]
+    """Console lines for a CSP violation or a resource the page asked for and did not get
+    (a missing script, stylesheet or icon)."""
+    return [line for line in console if "Content Security Policy" in line or "Failed to load resource" in line]
 
 
-def test_pages_work_in_chromium_without_a_csp_violation(live_server, browser, workspace, owner):
+def test_pages_work_in_chromium_without_a_csp_violation_or_a_missing_resource(live_server, browser, workspace, owner):
     agent = make_agent(
         workspace=workspace, owner=owner, name="Refunder", tools=[WRITE_TOOL], action_level="act_with_approval",
         require_approval_for=[WRITE_TOOL], approver_roles=["admin"],
