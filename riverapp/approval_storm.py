@@ -240,8 +240,9 @@ def storm_bench(*, workspace, starter, approvers: list, count: int, data_dir) ->
     from tenancy.services import token_issue
 
     name = f"storm-{uuid.uuid4().hex[:8]}"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / f"{name}.sqlite3"
+    folder = data_dir / str(workspace.pk)  # each workspace's SQLite files live in its own folder
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.sqlite3"
     with sqlite3.connect(path) as db:
         db.executescript(
             "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL);"
