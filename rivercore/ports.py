@@ -1,12 +1,16 @@
-"""A port the process installs once (the application wiring it up when it is ready),
-and that refuses to be used before: a missing implementation is an error, never a
-silent default."""
+"""Helpers for the core's ports: one the process installs once (the application wiring
+it up when it is ready), refusing to be used before; and calling a blocking port from
+the async loop, inline or off the loop."""
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, TypeVar, cast
+
+from asgiref.sync import sync_to_async
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Installed(Generic[T]):
@@ -22,3 +26,24 @@ class Installed(Generic[T]):
         if self._value is None:
             raise RuntimeError(f"No {self.what} is installed: {self.why}.")
         return self._value
+
+
+async def blocking_call(inline: bool, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """Call a blocking port. ``inline``: here, on the thread driving the coroutine (which
+    then never suspends, see ``drive``); otherwise off the event loop, on the thread
+    that drives the run (asgiref's thread-sensitive calls), so database connections and
+    transactions stay where they were."""
+    if inline:
+        return fn(*args, **kwargs)
+    return await sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
+
+
+def drive(call: Coroutine[Any, Any, R]) -> R:
+    """Run a coroutine that never suspends (every await in it completes at once: its
+    ports are called inline) to its result, without an event loop."""
+    try:
+        call.send(None)
+    except StopIteration as done:
+        return cast(R, done.value)
+    call.close()
+    raise RuntimeError("a blocking call tried to wait on an event loop")

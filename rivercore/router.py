@@ -42,16 +42,16 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 import litellm
-from asgiref.sync import sync_to_async
 from litellm import exceptions as litellm_errors
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from rivercore import offline
 from rivercore.llm import LLMError, LLMErrorKind, LLMReply, LLMToolCall
+from rivercore.ports import blocking_call, drive
 from rivercore.types.agents import Tier
 from rivercore.view import VIEW_KEY
 
@@ -214,9 +214,7 @@ class Router:
 
     async def _io(self, blocking: bool, fn: Callable[..., T], *args: Any) -> T:
         """A blocking port call (health window, rate counter)."""
-        if blocking:
-            return fn(*args)
-        return await sync_to_async(fn, thread_sensitive=True)(*args)
+        return await blocking_call(blocking, fn, *args)
 
     async def _sleep(self, blocking: bool, seconds: float) -> None:
         if self.sleep is not time.sleep:
@@ -245,7 +243,7 @@ class Router:
     def complete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
                  timeout_seconds: float, view: dict[str, Any] | None = None) -> LLMReply:
         """One model call with retries and failover, blocking the calling thread."""
-        return _drive(self._run(True, messages, tools, tier, timeout_seconds, view))
+        return drive(self._run(True, messages, tools, tier, timeout_seconds, view))
 
     async def acomplete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
                         timeout_seconds: float, view: dict[str, Any] | None = None) -> LLMReply:
@@ -383,17 +381,6 @@ class Router:
             cost_usd=model_cost(model=model, input_tokens=input_tokens, output_tokens=output_tokens),
             latency_ms=latency_ms,
         )
-
-
-def _drive(call: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends (every await in it completes at once) to its
-    result, without an event loop."""
-    try:
-        call.send(None)
-    except StopIteration as done:
-        return cast(T, done.value)
-    call.close()
-    raise RuntimeError("a blocking router call tried to wait on the event loop")
 
 
 def offline_provider() -> ProviderConfig:

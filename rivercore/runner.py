@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import pydantic
-from asgiref.sync import async_to_sync, sync_to_async
 
 from rivercore import context as ctxmod
 from rivercore import gate
@@ -49,6 +48,7 @@ from rivercore.events import (
 from rivercore.fence import WriteFence, fence_bound
 from rivercore.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall, view_kwargs
 from rivercore.observation import observation_byte_limit, observation_fit
+from rivercore.ports import blocking_call, drive
 from rivercore.state import RUNNER_MODEL, RunState, call_hash, step
 from rivercore.steps import tool_message
 from rivercore.text import json_storable, text_storable
@@ -297,31 +297,39 @@ class Engine:
     tool_runner: ToolRunner = field(default_factory=lambda: run_tool)
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
-    _blocking_model: bool = field(default=False, init=False, repr=False)
+    # True: every port is called inline on the thread driving the run and the loop never
+    # suspends (``run`` drives it without an event loop; a tool runs under
+    # ``run_tool_in_thread``). False: the run is awaited on a live loop (a run host).
+    blocking: bool = False
 
     # --- ports -------------------------------------------------------------------------
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A blocking port call (journal, policy checker, hooks): off the event loop, on
-        the thread that drives the run (the caller of ``run``; for runs hosted on a
-        shared loop, the host's one I/O thread), so database connections and
-        transactions stay where they were."""
-        return await sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
+        """A blocking port call (journal, policy checker, hooks): inline when the run is
+        driven without a loop, else off the loop on the thread that drives the run (for
+        runs hosted on a shared loop, the host's one I/O thread)."""
+        return await blocking_call(self.blocking, fn, *args, **kwargs)
 
     async def _complete(self, **request: Any) -> LLMReply:
-        """The model port: awaited when the client is async (the router) and the loop
-        lives on (a run host), otherwise a blocking call on the driving thread (``run``:
-        its loop ends with the run, and async HTTP clients must not outlive their loop)."""
+        """The model port: awaited when the client is async (the router) and the run is
+        on a live loop (a run host), otherwise a blocking call."""
         acomplete = getattr(self.llm, "acomplete", None)
-        if acomplete is not None and not self._blocking_model:
+        if acomplete is not None and not self.blocking:
             reply: LLMReply = await acomplete(**request)
             return reply
         return await self._io(self.llm.complete, **request)
 
+    async def _run_tool(self, tool: Tool, ctx: ToolContext, parsed: pydantic.BaseModel, timeout: float) -> object:
+        if self.blocking:
+            return run_tool_in_thread(tool, ctx, parsed, timeout, self.tool_thread_exit)
+        return await self.tool_runner(tool, ctx, parsed, timeout, self.tool_thread_exit)
+
     async def _sleep(self, seconds: float) -> None:
-        if self.sleep is time.sleep:
-            await asyncio.sleep(seconds)
-        else:
+        if self.sleep is not time.sleep:
             self.sleep(seconds)  # an injected clock (tests) decides what waiting means
+        elif self.blocking:
+            time.sleep(seconds)
+        else:
+            await asyncio.sleep(seconds)
 
     # --- bookkeeping -----------------------------------------------------------------
     def _add(self, state: RunState, step_type: StepType, **fields: Any) -> Step:
@@ -341,11 +349,11 @@ class Engine:
 
     # --- the loop --------------------------------------------------------------------
     def run(self, state: RunState) -> Outcome:
-        """Run the loop to its end or next pause from synchronous code (a Celery task, a
-        request, a test). Blocking port calls run on the calling thread, where they ran
-        before the loop became async (asgiref: async_to_sync / thread-sensitive calls)."""
-        self._blocking_model = True  # this run's loop is short-lived: the model is called as a blocking port
-        return async_to_sync(self.arun)(state)
+        """Run the loop to its end or next pause from synchronous code (the stateless API,
+        a segment run inside its task, a test): every port is called inline on this
+        thread and the coroutine is driven without an event loop."""
+        self.blocking = True
+        return drive(self.arun(state))
 
     async def arun(self, state: RunState) -> Outcome:
         cfg = state.request.agent_config
@@ -703,7 +711,7 @@ class Engine:
         output = None
         while True:
             try:
-                output = await self.tool_runner(tool, ctx, parsed, timeout, self.tool_thread_exit)
+                output = await self._run_tool(tool, ctx, parsed, timeout)
                 error = None
                 break
             except ToolError as exc:

@@ -10,7 +10,6 @@ import threading
 import uuid
 from datetime import timedelta
 
-from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection, transaction
 from django.db.models import F, Q
@@ -31,6 +30,7 @@ from rivercore.events import (
     approval_required_event,
     run_started_event,
 )
+from rivercore.ports import blocking_call, drive
 from rivercore.runner import Engine, Outcome, RunInterrupted, response_build
 from rivercore.state import RunState
 from telemetry.events import events_flush
@@ -139,10 +139,11 @@ def llm_for_execution(execution: Execution):
     return router_for_organization(organization_id=execution.workspace.organization_id)
 
 
-def _io(fn, *args, **kwargs):
-    """A blocking call from a segment's coroutine, on the thread driving it (the caller
-    of ``execution_run_segment``; for hosted runs, the host's I/O thread)."""
-    return sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
+def _io(hosted: bool, fn, *args, **kwargs):
+    """A blocking call from a segment's coroutine: inline for a segment run inside its
+    caller (driven without an event loop), off the loop on the host's I/O thread for a
+    hosted one."""
+    return blocking_call(not hosted, fn, *args, **kwargs)
 
 
 def _claim(execution_id: int) -> str | None:
@@ -162,7 +163,7 @@ def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
     token = _claim(execution_id)
     if token is None:
         return None
-    return async_to_sync(_segment_guarded)(execution_id, token, llm, hosted=False)
+    return drive(_segment_guarded(execution_id, token, llm, hosted=False))
 
 
 def execution_host_segment(*, execution_id: int, host) -> bool:
@@ -187,9 +188,9 @@ def _execution_load(execution_id: int) -> Execution:
 
 async def _segment_guarded(execution_id: int, token: str, llm, *, hosted: bool) -> str | None:
     try:
-        execution = await _io(_execution_load, execution_id)
+        execution = await _io(hosted, _execution_load, execution_id)
         if execution.attempts > settings.RIVER_MAX_SEGMENT_ATTEMPTS:
-            await _io(_segment_fail, execution_id, token,
+            await _io(hosted, _segment_fail, execution_id, token,
                       gave_up_message(execution.attempts - 1, execution.infra_error), code="INFRASTRUCTURE_ERROR")
             return ResponseStatus.FAILED.value
         return await _segment_run(execution, token, llm, hosted=hosted)
@@ -199,16 +200,16 @@ async def _segment_guarded(execution_id: int, token: str, llm, *, hosted: bool) 
         # Infrastructure, not the run: hand the run back to the watchdog (bounded by
         # RIVER_MAX_SEGMENT_ATTEMPTS). If the database is still away the release
         # fails too, and the lease running out does the same job.
-        await _io(_segment_release, execution_id, token, exc)
+        await _io(hosted, _segment_release, execution_id, token, exc)
         return None
     except Exception as exc:  # noqa: BLE001 - a bug must end the run, not leave it running forever
         logger.exception("segment of execution %s crashed", execution_id)
-        await _io(_segment_fail, execution_id, token, f"internal error: {exc.__class__.__name__}")
+        await _io(hosted, _segment_fail, execution_id, token, f"internal error: {exc.__class__.__name__}")
         return ResponseStatus.FAILED.value
     finally:
         # Turns hand their events to the background publisher; the segment is over
         # only when they are out, so whoever waited for it also waited for them.
-        await _io(events_flush)
+        await _io(hosted, events_flush)
 
 
 def _segment_release(execution_id: int, token: str, exc: BaseException) -> None:
@@ -242,30 +243,30 @@ def _segment_fail(execution_id: int, token: str, message: str, *, code: str = "A
 
 async def _segment_run(execution: Execution, token: str, llm, *, hosted: bool) -> str | None:
     execution_id = execution.pk
-    state = await _io(state_load, execution)
+    state = await _io(hosted, state_load, execution)
     # A hosted run writes each turn on the host's shared connection; a run driven by its
     # caller may keep a write-behind connection of its own for the segment.
-    journal = await _io(DbJournal, execution, token, write_behind=False if hosted else None)
+    journal = await _io(hosted, DbJournal, execution, token, write_behind=False if hosted else None)
     if not state.steps:
         journal.emit(*run_started_event(
             execution_id=execution.pk, agent_id=execution.agent_id,
             trigger_type=execution.trigger_type, started_at=execution.started_at,
         ))
     engine = Engine(
-        llm=llm or await _io(llm_for_execution, execution), journal=journal, hooks=_DurableHooks(execution),
-        policy=checker, tool_thread_exit=lambda: connection.close(),
+        llm=llm or await _io(hosted, llm_for_execution, execution), journal=journal, hooks=_DurableHooks(execution),
+        policy=checker, tool_thread_exit=lambda: connection.close(), blocking=not hosted,
     )
     try:
         # A hosted run's lease is renewed by the host's heartbeat, with every other one.
         with contextlib.nullcontext() if hosted else _LeaseHeartbeat(execution.pk, token):
             outcome = await engine.arun(state)
-            await _io(journal.settle)  # the last turn's write is committed before the run's status moves
+            await _io(hosted, journal.settle)  # the last turn's write is committed before the run's status moves
     except RunInterrupted:
         logger.info("segment of execution %s stopped: cancelled or lease lost", execution_id)
         return None
     finally:
-        await _io(journal.close)
-    await _io(execution_segment_end, execution=execution, token=token, state=state, outcome=outcome,
+        await _io(hosted, journal.close)
+    await _io(hosted, execution_segment_end, execution=execution, token=token, state=state, outcome=outcome,
               next_seq=journal.seq)
     return outcome.status.value
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from unittest import mock
 
 import pytest
-from asgiref.sync import sync_to_async
 
 from datasources.models import DataSource
 from datasources.services import data_source_create, data_source_discover
@@ -162,14 +161,14 @@ def router(server):
                                   base_url=server.base_url, max_retries=0)])
 
 
-async def _inline(tool, ctx, args, timeout, on_exit=None):
+def _inline(tool, ctx, args, timeout, on_exit=None):
     """The tool on the thread driving the run (the test's, with its transaction)."""
-    return await sync_to_async(tool.handler, thread_sensitive=True)(ctx, args)
+    return tool.handler(ctx, args)
 
 
 @pytest.fixture(autouse=True)
 def _tools_inline():
-    with mock.patch.object(runner, "run_tool", _inline):
+    with mock.patch.object(runner, "run_tool_in_thread", _inline):
         yield
 
 
