@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from agents.models import Agent, AgentMemory, AgentVersion
 from datasources.models import DataSource
@@ -51,6 +51,20 @@ def data_source_ids_outside_workspace(*, workspace_id: int, data_source_ids: Ite
     return sorted(wanted - found)
 
 
-def agent_memories_recent(*, agent_id: int, limit: int = 10) -> list[AgentMemory]:
-    """The agent's latest long-term memories, oldest first (the order a prompt reads them)."""
-    return list(reversed(AgentMemory.objects.filter(agent_id=agent_id).order_by("-created_at")[:limit]))
+def agent_memories_recent(*, agent_id: int, limit: int = 10, before=None) -> list[AgentMemory]:
+    """The agent's latest long-term memories, oldest first (the order a prompt reads them);
+    with ``before``, only those written before that moment."""
+    rows = AgentMemory.objects.filter(agent_id=agent_id)
+    if before is not None:
+        rows = rows.filter(created_at__lt=before)
+    return list(reversed(rows.order_by("-created_at", "-pk")[:limit]))
+
+
+def agent_memories_exist(*, agent_ref: str) -> Exists:
+    """An annotation: whether the row's agent (a field path on it) has any memory."""
+    return Exists(AgentMemory.objects.filter(agent_id=OuterRef(agent_ref)))
+
+
+def version_data_sources_exist(*, version_ref: str) -> Exists:
+    """An annotation: whether the row's agent version binds any data source."""
+    return Exists(AgentVersion.data_sources.through.objects.filter(agentversion_id=OuterRef(version_ref)))

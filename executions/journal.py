@@ -142,13 +142,14 @@ class DbJournal:
     flush that also writes audit entries (a governance decision), or one made inside
     a transaction, runs on Django's connection in one transaction instead."""
 
-    def __init__(self, execution: Execution, lease_token: str, *, write_behind: bool | None = None):
+    def __init__(self, execution: Execution, lease_token: str, *, write_behind: bool | None = None,
+                 seq: int | None = None):
         self.execution = execution
         self.write_behind = settings.RIVER_JOURNAL_WRITE_BEHIND if write_behind is None else write_behind
         self.lease_token = lease_token
         self.steps: list[Step] = []
         self.events: list[tuple[str, dict]] = []
-        self.seq = next_event_seq(execution.pk)
+        self.seq = next_event_seq(execution.pk) if seq is None else seq  # the next event's number
         self._connection: JournalConnection | None = None
         self._pending: Pending | None = None
 

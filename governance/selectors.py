@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from governance.models import AuditLogEntry, Policy, WorkspaceSettings
 from rivercore.errors import NotFound
@@ -53,13 +53,23 @@ def policy_spec(policy: Policy) -> GovernancePolicySpec:
     )
 
 
-def active_policies(*, org_id: int, workspace_id: int | None) -> list[GovernancePolicySpec]:
-    """Enabled policies binding a workspace: its organization's and its own."""
+def _binding(org_id, workspace_id) -> Q:
     scope = Q(scope=PolicyScope.ORGANIZATION, organization_id=org_id)
     if workspace_id is not None:
         scope |= Q(scope=PolicyScope.WORKSPACE, workspace_id=workspace_id, organization_id=org_id)
-    rows = Policy.objects.filter(scope, enabled=True).order_by("scope", "created_at", "pk")
+    return scope & Q(enabled=True)
+
+
+def active_policies(*, org_id: int, workspace_id: int | None) -> list[GovernancePolicySpec]:
+    """Enabled policies binding a workspace: its organization's and its own."""
+    rows = Policy.objects.filter(_binding(org_id, workspace_id)).order_by("scope", "created_at", "pk")
     return [policy_spec(policy) for policy in rows]
+
+
+def active_policies_exist(*, organization_ref: str, workspace_ref: str) -> Exists:
+    """An annotation: whether any enabled policy binds the row's workspace (field paths
+    on the annotated row), so a caller reads the policies only when there are some."""
+    return Exists(Policy.objects.filter(_binding(OuterRef(organization_ref), OuterRef(workspace_ref))))
 
 
 # --- audit trail -------------------------------------------------------------------

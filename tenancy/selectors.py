@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from rivercore.errors import NotFound, PermissionDenied
 from tenancy.models import AccessToken, Membership, Organization, OrganizationMember, Workspace
@@ -52,14 +52,39 @@ def workspace_roles(*, user, workspace: Workspace) -> list[str]:
     return roles
 
 
-def workspace_permissions(*, user, workspace: Workspace) -> frozenset[str]:
-    roles = workspace_roles(user=user, workspace=workspace)
+def roles_permissions(roles: list[str]) -> frozenset[str]:
+    """Every permission the roles grant (an org admin holds them all)."""
     if ORG_ADMIN_ROLE in roles:
         return ALL_PERMISSIONS
     granted: set[str] = set()
     for role in roles:
         granted |= permissions_for_role(role)
     return frozenset(granted)
+
+
+def workspace_permissions(*, user, workspace: Workspace) -> frozenset[str]:
+    return roles_permissions(workspace_roles(user=user, workspace=workspace))
+
+
+def role_annotations(*, user_ref: str, workspace_ref: str, organization_ref: str) -> dict:
+    """Annotations that read a user's roles in the same query as the row that names them
+    (``user_ref`` etc. are field paths on that row): ``member_role`` (the workspace role
+    or None) and ``org_admin``. ``roles_annotated`` turns them into ``workspace_roles``'s
+    list."""
+    return {
+        "member_role": Subquery(Membership.objects.filter(
+            user_id=OuterRef(user_ref), workspace_id=OuterRef(workspace_ref)).values("role")[:1]),
+        "org_admin": Exists(OrganizationMember.objects.filter(
+            user_id=OuterRef(user_ref), organization_id=OuterRef(organization_ref),
+            role=OrganizationMember.OrgRole.ADMIN)),
+    }
+
+
+def roles_annotated(row) -> list[str]:
+    roles = [row.member_role] if row.member_role else []
+    if row.org_admin:
+        roles.append(ORG_ADMIN_ROLE)
+    return roles
 
 
 def require_permission(*, user, workspace: Workspace, permission: str) -> None:

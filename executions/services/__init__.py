@@ -13,9 +13,10 @@
 - ``queue``: sending task messages after commit, never failing the caller.
 """
 
+from executions.services.claim import execution_claim
 from executions.services.finish import execution_end_expired, execution_post_process, memory_write
 from executions.services.resume import execution_cancel, execution_respond, execution_resume_after_resolution
-from executions.services.segment import execution_claim, execution_run_segment, execution_segment_end, state_load
+from executions.services.segment import execution_run_segment, execution_segment_end, state_load
 from executions.services.start import execution_start
 from executions.services.watchdog import (
     execution_fail_exhausted,

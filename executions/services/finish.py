@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from django.db import transaction
+import orjson
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.services import agent_health_record, agent_memory_record
@@ -19,6 +20,7 @@ from executions.models import Execution, ExecutionEvent
 from executions.services.queue import post_process_queue_on_commit
 from rivercore.contracts import StepStatus, StepType
 from rivercore.events import run_completed_event
+from rivercore.text import json_storable
 
 logger = logging.getLogger("river.executions")
 
@@ -59,6 +61,55 @@ def run_end(row: Execution, *, status: str, summary: str, error: dict | None = N
                                           event_type=kind, payload=payload)
     event_rows_publish(row, [event])
     post_process_queue_on_commit(row.pk)
+
+
+def run_end_leased(execution: Execution, *, token: str, status: str, summary: str, error: dict | None,
+                   result: dict, usage: dict, duration_ms: int, turns: int, seq: int) -> bool:
+    """End a run whose lease the caller holds, as ``run_end`` does, without locking and
+    reading the row first: the update checks the lease. On PostgreSQL the update and the
+    ``run_completed`` event are one statement. Returns False (nothing written) when the
+    lease was lost or the run cancelled meanwhile."""
+    assert status in Execution.TERMINAL, status
+    now = timezone.now()
+    kind, payload = run_completed_event(status=status, duration_ms=max(duration_ms, 0), turns_used=turns,
+                                        final_output_summary=summary)
+    values = {"error": json_storable(error), "result": json_storable(result), "usage": usage}
+    event = ExecutionEvent(execution_id=execution.pk, seq=seq, event_type=kind, payload=json_storable(payload),
+                           created_at=now)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_END_SQL, {
+                "id": execution.pk, "token": token, "running": Execution.Status.RUNNING, "status": status,
+                "now": now, **{name: None if value is None else orjson.dumps(value).decode() for name, value in
+                               values.items()},
+                "seq": seq, "kind": kind, "payload": orjson.dumps(event.payload).decode(),
+            })
+            ended = cursor.fetchone() is not None
+    else:
+        with transaction.atomic():
+            leased = Execution.objects.filter(pk=execution.pk, lease_token=token, status=Execution.Status.RUNNING)
+            ended = leased.update(status=status, finished_at=now, lease_token="", lease_expires_at=None, **values) == 1
+            if ended:
+                event.save(force_insert=True)
+    if ended:
+        execution.status, execution.finished_at = status, now
+        event_rows_publish(execution, [event])
+        post_process_queue_on_commit(execution.pk)
+    return ended
+
+
+_END_SQL = f"""
+WITH ended AS (
+    UPDATE {Execution._meta.db_table}
+    SET status = %(status)s, finished_at = %(now)s, lease_token = '', lease_expires_at = NULL,
+        error = %(error)s::jsonb, result = %(result)s::jsonb, usage = %(usage)s::jsonb
+    WHERE id = %(id)s AND lease_token = %(token)s AND status = %(running)s
+    RETURNING id
+)
+INSERT INTO {ExecutionEvent._meta.db_table} (execution_id, seq, event_type, payload, created_at)
+SELECT id, %(seq)s, %(kind)s, %(payload)s::jsonb, %(now)s FROM ended
+RETURNING id
+"""
 
 
 def run_end_failed(row: Execution, *, code: str, message: str) -> None:

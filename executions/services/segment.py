@@ -7,22 +7,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import uuid
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection, transaction
-from django.db.models import F, Q
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from executions.journal import DbJournal, event_rows_publish, next_event_seq, step_from_row
 from executions.models import Execution, ExecutionEvent
-from executions.services.finish import gave_up_message, run_end, run_end_failed
+from executions.services.claim import execution_claim_load
+from executions.services.finish import gave_up_message, run_end, run_end_failed, run_end_leased
+from executions.services.start import run_state_build
 from governance import checker
 from governance.audit import audit_record
 from rivercore.contracts import (
-    ExecutionRequest,
     ResponseStatus,
     StepType,
 )
@@ -49,31 +47,20 @@ _STATUS_FROM_RESPONSE = {
 }
 
 
-def execution_claim(*, execution_id: int) -> str | None:
-    """Compare-and-set: take the lease on a queued run, or a running one whose lease
-    expired. Returns the lease token, or None when another worker holds the run."""
-    token = uuid.uuid4().hex
-    now = timezone.now()
-    claimed = (
-        Execution.objects.filter(pk=execution_id)
-        .filter(Q(status=Execution.Status.QUEUED) | Q(status=Execution.Status.RUNNING, lease_expires_at__lt=now))
-        .update(
-            status=Execution.Status.RUNNING, lease_token=token,
-            lease_expires_at=now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
-            attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now),
-            published_at=None,  # the message that brought us here is consumed
-        )
-    )
-    return token if claimed == 1 else None
+_UNKNOWN = object()
 
 
 def state_load(execution: Execution) -> RunState:
-    request = ExecutionRequest.model_validate(execution.context["request"])
-    steps = [step_from_row(row) for row in execution.steps.order_by("step_number")]
+    """The run's state: its request and prompt, and its committed steps replayed (not
+    read at all when the load found none, ``last_step``)."""
+    fresh = run_state_build(execution)
+    if getattr(execution, "last_step", _UNKNOWN) is None:
+        steps = []
+    else:
+        steps = [step_from_row(row) for row in execution.steps.order_by("step_number")]
     started = execution.started_at or execution.queued_at
     return RunState.replay(
-        request=request, base_messages=execution.context["base_messages"],
-        tool_schemas=execution.context["tool_schemas"], steps=steps,
+        request=fresh.request, base_messages=fresh.base_messages, tool_schemas=fresh.tool_schemas, steps=steps,
         started_at_ms=int(started.timestamp() * 1000),
     )
 
@@ -146,9 +133,9 @@ def _io(hosted: bool, fn, *args, **kwargs):
     return blocking_call(not hosted, fn, *args, **kwargs)
 
 
-def _claim(execution_id: int) -> str | None:
+def _claim(execution_id: int) -> tuple[str, Execution] | None:
     try:
-        return execution_claim(execution_id=execution_id)
+        return execution_claim_load(execution_id=execution_id)
     except (DatabaseError, InterfaceError) as exc:
         # Nothing was claimed: the run keeps its state and the watchdog sends it again.
         infra_fault_record(component="database", operation="claim", exc=exc, subject=f"execution {execution_id}")
@@ -160,10 +147,11 @@ def _claim(execution_id: int) -> str | None:
 def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
     """Run turns until the run ends or pauses, in the caller. Safe to call twice: only
     the caller that wins the lease runs; the other returns at once."""
-    token = _claim(execution_id)
-    if token is None:
+    claimed = _claim(execution_id)
+    if claimed is None:
         return None
-    return drive(_segment_guarded(execution_id, token, llm, hosted=False))
+    token, execution = claimed
+    return drive(_segment_guarded(execution, token, llm, hosted=False))
 
 
 def execution_host_segment(*, execution_id: int, host) -> bool:
@@ -171,24 +159,21 @@ def execution_host_segment(*, execution_id: int, host) -> bool:
     (False when another worker holds the run)."""
     host.reserve()
     try:
-        token = _claim(execution_id)
+        claimed = _claim(execution_id)
     except BaseException:
         host.release()
         raise
-    if token is None:
+    if claimed is None:
         host.release()
         return False
-    host.start(_segment_guarded(execution_id, token, None, hosted=True), execution_id=execution_id, token=token)
+    token, execution = claimed
+    host.start(_segment_guarded(execution, token, None, hosted=True), execution_id=execution_id, token=token)
     return True
 
 
-def _execution_load(execution_id: int) -> Execution:
-    return Execution.objects.select_related("workspace", "agent").get(pk=execution_id)
-
-
-async def _segment_guarded(execution_id: int, token: str, llm, *, hosted: bool) -> str | None:
+async def _segment_guarded(execution: Execution, token: str, llm, *, hosted: bool) -> str | None:
+    execution_id = execution.pk
     try:
-        execution = await _io(hosted, _execution_load, execution_id)
         if execution.attempts > settings.RIVER_MAX_SEGMENT_ATTEMPTS:
             await _io(hosted, _segment_fail, execution_id, token,
                       gave_up_message(execution.attempts - 1, execution.infra_error), code="INFRASTRUCTURE_ERROR")
@@ -246,7 +231,8 @@ async def _segment_run(execution: Execution, token: str, llm, *, hosted: bool) -
     state = await _io(hosted, state_load, execution)
     # A hosted run writes each turn on the host's shared connection; a run driven by its
     # caller may keep a write-behind connection of its own for the segment.
-    journal = await _io(hosted, DbJournal, execution, token, write_behind=False if hosted else None)
+    journal = await _io(hosted, DbJournal, execution, token, write_behind=False if hosted else None,
+                        seq=(execution.last_seq or 0) + 1)
     if not state.steps:
         journal.emit(*run_started_event(
             execution_id=execution.pk, agent_id=execution.agent_id,
@@ -292,6 +278,12 @@ def execution_segment_end(
     when the caller's journal knows it (it held the lease, so nobody else appended)."""
     status = _STATUS_FROM_RESPONSE[outcome.status]
     response = response_build(state, outcome)
+    if status in Execution.TERMINAL and next_seq is not None:
+        run_end_leased(execution, token=token, status=status, summary=(state.final_answer or "")[:300],
+                       error=response.error.model_dump(mode="json") if response.error else None,
+                       result=response.result.model_dump(mode="json"), usage=response.usage.model_dump(mode="json"),
+                       duration_ms=response.usage.execution_duration_ms, turns=state.turn, seq=next_seq)
+        return
     with transaction.atomic():
         # The built context (prompt, tool schemas) is large and not needed here.
         row = Execution.objects.select_for_update().defer("context").get(pk=execution.pk)

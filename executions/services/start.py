@@ -1,21 +1,25 @@
-"""Starting a durable run: the request is built once (the context builder's inputs),
-the row committed, and its first segment queued after commit."""
+"""Starting a durable run: one INSERT. The run's context is stored by reference (its
+agent version, requester, prompt and trigger); the request the engine reads is built
+from them when a segment loads the run, in the same query that loads it
+(``execution_for_segment``), so a run costs no copy of its agent's configuration."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from agents.models import Agent, AgentVersion
-from agents.selectors import agent_memories_recent
+from agents.selectors import agent_memories_exist, agent_memories_recent, version_data_sources_exist
 from datasources.selectors import data_source_prompt_metadata
 from executions.models import Execution
 from executions.services.queue import segment_queue_on_commit
 from governance.audit import audit_record
-from governance.selectors import active_policies
+from governance.selectors import active_policies, active_policies_exist
+from rivercore import context as ctxmod
 from rivercore.contracts import (
     AgentConfig,
     DataSourceMetadata,
@@ -24,15 +28,14 @@ from rivercore.contracts import (
     UserContext,
 )
 from rivercore.errors import InvalidInput
-from rivercore.runner import new_state
 from rivercore.state import RunState
 from rivercore.types.agents import MemoryEntry
-from tenancy.selectors import workspace_permissions, workspace_roles
+from tenancy.selectors import role_annotations, roles_annotated, roles_permissions
 
 logger = logging.getLogger("river.executions")
 
-def agent_config_build(*, agent: Agent, version: AgentVersion) -> AgentConfig:
-    workspace = agent.workspace
+def agent_config_build(*, agent: Agent, version: AgentVersion, policies: list) -> AgentConfig:
+    workspace = agent.workspace  # the caller joined it (execution_for_segment)
     return AgentConfig(
         agent_id=agent.pk,
         name=agent.name,
@@ -45,19 +48,23 @@ def agent_config_build(*, agent: Agent, version: AgentVersion) -> AgentConfig:
         governance_level=version.governance_level,
         model_config=version.model_settings,
         tools=list(version.tools),
-        governance_policies=active_policies(org_id=workspace.organization_id, workspace_id=workspace.pk),
+        governance_policies=policies,
         approval_rules=version.rules,
         notification_config=version.notification_config or None,
     )
 
 
-def user_context_build(*, user, workspace) -> UserContext:
+def user_context_build(*, execution: Execution) -> UserContext:
+    """The requester's roles as they are now (read with the run, ``execution_for_segment``):
+    a role revoked while a run waits applies to its next segment."""
+    workspace = execution.workspace
+    roles = roles_annotated(execution)
     return UserContext(
-        user_id=user.pk,
+        user_id=execution.requested_by_id,
         org_id=workspace.organization_id,
         workspace_id=workspace.pk,
-        roles=workspace_roles(user=user, workspace=workspace),
-        permissions=sorted(workspace_permissions(user=user, workspace=workspace)),
+        roles=roles,
+        permissions=sorted(roles_permissions(roles)),
         attributes={"time_zone": workspace.time_zone, "observation_byte_limit": workspace.observation_byte_limit},
     )
 
@@ -70,12 +77,68 @@ def data_source_metadata_build(*, version: AgentVersion) -> list[DataSourceMetad
     ]
 
 
-def memory_build(*, agent: Agent, limit: int = 10) -> list[MemoryEntry]:
+def memory_build(*, agent_id: int, before: datetime | None, limit: int = 10) -> list[MemoryEntry]:
     return [
         MemoryEntry(execution_id=m.execution_id, completed_at=m.created_at.isoformat(), summary=m.summary,
                     learnings=m.learnings, flagged_items=m.flagged_items)
-        for m in agent_memories_recent(agent_id=agent.pk, limit=limit)
+        for m in agent_memories_recent(agent_id=agent_id, limit=limit, before=before)
     ]
+
+
+def execution_for_segment(execution_id: int, *, queryset=None) -> Execution:
+    """The run with its workspace, agent and version, and what its request needs to know
+    about its requester's roles and whether there are policies, sources or memories to
+    read: one query, and one more for each of those that exists."""
+    rows = queryset if queryset is not None else Execution.objects.all()
+    return rows.select_related("workspace", "agent", "agent_version").annotate(
+        **role_annotations(user_ref="requested_by_id", workspace_ref="workspace_id",
+                           organization_ref="workspace__organization_id"),
+        has_policies=active_policies_exist(organization_ref="workspace__organization_id",
+                                           workspace_ref="workspace_id"),
+        has_sources=version_data_sources_exist(version_ref="agent_version_id"),
+        has_memory=agent_memories_exist(agent_ref="agent_id"),
+    ).get(pk=execution_id)
+
+
+def request_build(execution: Execution) -> ExecutionRequest:
+    """The engine's request for a run loaded by ``execution_for_segment``.
+
+    Policies and the requester's roles are read as they are at each segment; memories are
+    those written before the run first started, so every segment of a run reads the same
+    ones; the agent's configuration is its version's, which never changes."""
+    if not hasattr(execution, "has_policies"):
+        execution = execution_for_segment(execution.pk)
+    workspace, agent, version, stored = execution.workspace, execution.agent, execution.agent_version, execution.context
+    agent.workspace = workspace  # the same row: no second query for it
+    if "request" in stored:  # a run queued before requests were built at load time
+        return ExecutionRequest.model_validate(stored["request"])
+    return ExecutionRequest(
+        execution_id=execution.pk,
+        agent_config=agent_config_build(agent=agent, version=version, policies=active_policies(
+            org_id=workspace.organization_id, workspace_id=workspace.pk) if execution.has_policies else []),
+        user_context=user_context_build(execution=execution),
+        input_prompt=execution.input_prompt or None,
+        trigger_context=TriggerContext(
+            trigger_type=execution.trigger_type, trigger_source=execution.trigger_source,
+            trigger_payload=stored.get("trigger_payload", execution.trigger_payload),
+            triggered_by=str(execution.requested_by_id) if execution.requested_by_id else None,
+            triggered_at=stored.get("triggered_at") or execution.queued_at,
+        ),
+        data_source_metadata=data_source_metadata_build(version=version) if execution.has_sources else [],
+        conversation_history=memory_build(agent_id=agent.pk, before=execution.started_at or execution.queued_at)
+        if execution.has_memory else [],
+    )
+
+
+def run_state_build(execution: Execution) -> RunState:
+    """A fresh state for the run (no steps yet): the request and the prompt built from it."""
+    stored = execution.context
+    if "request" in stored:
+        return RunState(request=ExecutionRequest.model_validate(stored["request"]),
+                        base_messages=stored["base_messages"], tool_schemas=stored["tool_schemas"])
+    request = request_build(execution)
+    return RunState(request=request, base_messages=ctxmod.base_messages(request),
+                    tool_schemas=ctxmod.tool_schemas(request))
 
 
 def execution_start(
@@ -89,68 +152,56 @@ def execution_start(
     trigger_id=None,
     parent_execution_id: int | None = None,
 ) -> Execution:
-    """Create a queued run and hand it to a worker after commit (spec steps 1-3)."""
+    """Create a queued run and hand it to a worker after commit (spec steps 1-3): one
+    INSERT, plus an audit entry in the same transaction when the payload carried text
+    that looks like a prompt injection (stored sanitised for the run to read)."""
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
             f"Agent is {agent.status}; only active agents run.", code="agent_not_active",
             details={"agent": [f"status is {agent.status}"]},
         )
-    version = agent.current_version
-    if version is None:
+    if agent.current_version_id is None:
         raise InvalidInput("Agent has no deployed version.", code="no_deployed_version")
-    workspace = agent.workspace
-    with transaction.atomic():
+    now = timezone.now()
+    context: dict = {"triggered_at": now.isoformat()}
+    detections: list[dict] = []
+    if payload is None:
+        context["trigger_payload"] = None  # the column stores {}; the prompt says there was none
+    elif settings.RIVER_PROMPT_INJECTION_DETECTION:
+        screened = ctxmod.screen_payload(payload)
+        if screened.detections:
+            detections = screened.detections
+            context.update(trigger_payload=screened.payload, security_events=detections)
+    with transaction.atomic() if detections else _no_transaction():
         execution = Execution.objects.create(
-            workspace=workspace, agent=agent, agent_version=version, trigger_type=trigger_type,
-            trigger_source=trigger_source, trigger_payload=payload if payload is not None else {},
-            trigger_id=trigger_id, parent_execution_id=parent_execution_id, requested_by=user,
-            input_prompt=input_prompt or "",
+            workspace_id=agent.workspace_id, agent=agent, agent_version_id=agent.current_version_id,
+            trigger_type=trigger_type, trigger_source=trigger_source,
+            trigger_payload=payload if payload is not None else {}, trigger_id=trigger_id,
+            parent_execution_id=parent_execution_id, requested_by=user, input_prompt=input_prompt or "",
+            queued_at=now, published_at=now, context=context,
         )
-        request = ExecutionRequest(
-            execution_id=execution.pk,
-            agent_config=agent_config_build(agent=agent, version=version),
-            user_context=user_context_build(user=user, workspace=workspace),
-            input_prompt=input_prompt or None,
-            trigger_context=TriggerContext(
-                trigger_type=trigger_type, trigger_source=trigger_source, trigger_payload=payload,
-                triggered_by=str(user.pk) if user else None, triggered_at=execution.queued_at,
-            ),
-            data_source_metadata=data_source_metadata_build(version=version),
-            conversation_history=memory_build(agent=agent),
-        )
-        state, detections = _new_state_screened(request)
-        execution.context = {
-            "request": state.request.model_dump(mode="json", by_alias=True),
-            "base_messages": state.base_messages,
-            "tool_schemas": state.tool_schemas,
-            "security_events": detections,
-        }
-        execution.published_at = timezone.now()
-        execution.save(update_fields=["context", "published_at"])
         if detections:
-            _security_event(execution, detections)
+            _security_event(execution, agent, detections)
         segment_queue_on_commit(execution.pk)
     return execution
 
 
-def _new_state_screened(request: ExecutionRequest):
-    if not settings.RIVER_PROMPT_INJECTION_DETECTION:
-        from rivercore import context as ctxmod
+class _no_transaction:
+    def __enter__(self):
+        return self
 
-        state = RunState(request=request, base_messages=ctxmod.base_messages(request),
-                         tool_schemas=ctxmod.tool_schemas(request))
-        return state, []
-    return new_state(request)
+    def __exit__(self, *exc):
+        return False
 
 
-def _security_event(execution: Execution, detections: list[dict]) -> None:
+def _security_event(execution: Execution, agent: Agent, detections: list[dict]) -> None:
     logger.warning(
         "security event: possible prompt injection in trigger payload of execution %s (%d span(s) sanitised)",
         execution.pk, len(detections),
     )
     audit_record(
-        organization_id=execution.workspace.organization_id, workspace_id=execution.workspace_id,
+        organization_id=agent.workspace.organization_id, workspace_id=execution.workspace_id,
         event_type="prompt_injection_detected", execution_id=execution.pk, agent_id=execution.agent_id,
         details={"detections": detections},
     )

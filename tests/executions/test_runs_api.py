@@ -28,7 +28,13 @@ def test_run_returns_202_and_queues_after_commit(agent, member, api_client_for, 
     delay.assert_called_once_with(execution_id)
     execution = Execution.objects.get(pk=execution_id)
     assert execution.status == "queued" and execution.trigger_payload == {"k": 1}
-    assert execution.context["request"]["agent_config"]["name"] == agent.name
+    # The run stores its context by reference; the request is built from it when loaded.
+    assert set(execution.context) == {"triggered_at"}
+    from executions.services.start import request_build
+
+    request = request_build(execution)
+    assert request.agent_config.name == agent.name and request.trigger_context.trigger_payload == {"k": 1}
+    assert request.user_context.user_id == member.pk and request.input_prompt == "hi"
 
 
 def test_run_of_inactive_agent_is_refused_with_a_logged_reason(agent, member, api_client_for, caplog):

@@ -1,0 +1,136 @@
+"""Claiming a run and loading what its segment starts from, in one statement.
+
+On PostgreSQL the lease's compare-and-set and the load are one round trip: an UPDATE in a
+``WITH`` clause whose RETURNING row is joined to the run's workspace, agent and agent
+version, with the requester's roles and the existence of policies, data sources, memories,
+steps and events read by subqueries. Elsewhere (SQLite) the claim and the load are the ORM's
+two queries. Either way a fresh run's segment reads nothing else before its first turn."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agents.models import Agent, AgentMemory, AgentVersion
+from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.services.start import execution_for_segment
+from governance.models import Policy
+from rivercore.types.governance import PolicyScope
+from tenancy.models import Membership, OrganizationMember, Workspace
+
+
+def execution_claim(*, execution_id: int) -> str | None:
+    """Compare-and-set: take the lease on a queued run, or a running one whose lease
+    expired. Returns the lease token, or None when another worker holds the run."""
+    token = uuid.uuid4().hex
+    now = timezone.now()
+    claimed = (
+        Execution.objects.filter(pk=execution_id)
+        .filter(Q(status=Execution.Status.QUEUED) | Q(status=Execution.Status.RUNNING, lease_expires_at__lt=now))
+        .update(
+            status=Execution.Status.RUNNING, lease_token=token,
+            lease_expires_at=now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
+            attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now),
+            published_at=None,  # the message that brought us here is consumed
+        )
+    )
+    return token if claimed == 1 else None
+
+
+def execution_claim_load(*, execution_id: int) -> tuple[str, Execution] | None:
+    """Claim the run (``execution_claim``) and load it for its segment, with
+    ``last_step`` and ``last_seq`` (None when it has none). None when not claimed."""
+    if connection.vendor != "postgresql":
+        token = execution_claim(execution_id=execution_id)
+        if token is None:
+            return None
+        return token, execution_for_segment(execution_id, queryset=Execution.objects.annotate(
+            last_step=Subquery(ExecutionStep.objects.filter(execution_id=OuterRef("pk"))
+                               .order_by("-step_number").values("step_number")[:1]),
+            last_seq=Subquery(ExecutionEvent.objects.filter(execution_id=OuterRef("pk"))
+                              .order_by("-seq").values("seq")[:1]),
+        ))
+    token = uuid.uuid4().hex
+    now = timezone.now()
+    params = {"id": execution_id, "token": token, "now": now, "running": Execution.Status.RUNNING,
+              "queued": Execution.Status.QUEUED, "expires": now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
+              "org_admin": OrganizationMember.OrgRole.ADMIN.value, "org_scope": PolicyScope.ORGANIZATION.value,
+              "workspace_scope": PolicyScope.WORKSPACE.value}
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_LOAD_SQL, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return token, _execution_from_row(row)
+
+
+_MODELS = ((Execution, "c"), (Workspace, "w"), (Agent, "a"), (AgentVersion, "v"))
+_EXTRAS = ("member_role", "org_admin", "has_policies", "has_sources", "has_memory", "last_step", "last_seq")
+
+
+def _columns(model, alias: str) -> str:
+    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
+
+
+def _claim_load_sql() -> str:
+    table = Execution._meta.db_table
+    binding = AgentVersion.data_sources.through._meta.db_table
+    return f"""
+WITH c AS (
+    UPDATE {table}
+    SET status = %(running)s, lease_token = %(token)s, lease_expires_at = %(expires)s, attempts = attempts + 1,
+        started_at = COALESCE(started_at, %(now)s), published_at = NULL
+    WHERE id = %(id)s AND (status = %(queued)s OR (status = %(running)s AND lease_expires_at < %(now)s))
+    RETURNING *
+)
+SELECT {", ".join(_columns(model, alias) for model, alias in _MODELS)},
+    (SELECT m.role FROM {Membership._meta.db_table} m
+     WHERE m.user_id = c.requested_by_id AND m.workspace_id = c.workspace_id LIMIT 1),
+    EXISTS (SELECT 1 FROM {OrganizationMember._meta.db_table} o
+            WHERE o.user_id = c.requested_by_id AND o.organization_id = w.organization_id AND o.role = %(org_admin)s),
+    EXISTS (SELECT 1 FROM {Policy._meta.db_table} p WHERE p.enabled AND p.organization_id = w.organization_id
+            AND (p.scope = %(org_scope)s OR (p.scope = %(workspace_scope)s AND p.workspace_id = c.workspace_id))),
+    EXISTS (SELECT 1 FROM {binding} b WHERE b.agentversion_id = c.agent_version_id),
+    EXISTS (SELECT 1 FROM {AgentMemory._meta.db_table} am WHERE am.agent_id = c.agent_id),
+    (SELECT max(s.step_number) FROM {ExecutionStep._meta.db_table} s WHERE s.execution_id = c.id),
+    (SELECT max(e.seq) FROM {ExecutionEvent._meta.db_table} e WHERE e.execution_id = c.id)
+FROM c
+JOIN {Workspace._meta.db_table} w ON w.id = c.workspace_id
+JOIN {Agent._meta.db_table} a ON a.id = c.agent_id
+JOIN {AgentVersion._meta.db_table} v ON v.id = c.agent_version_id
+"""
+
+
+def _instance(model, values):
+    """A model instance from its concrete columns, converted as the ORM converts them."""
+    fields = model._meta.concrete_fields
+    converted = []
+    for field, value in zip(fields, values, strict=True):
+        col = field.get_col(model._meta.db_table)
+        for converter in connection.ops.get_db_converters(col) + field.get_db_converters(connection):
+            value = converter(value, col, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+
+
+def _execution_from_row(row) -> Execution:
+    instances, at = [], 0
+    for model, _alias in _MODELS:
+        width = len(model._meta.concrete_fields)
+        instances.append(_instance(model, row[at:at + width]))
+        at += width
+    execution, workspace, agent, version = instances
+    execution.workspace, execution.agent, execution.agent_version = workspace, agent, version
+    agent.workspace = workspace
+    for name, value in zip(_EXTRAS, row[at:], strict=True):
+        setattr(execution, name, value)
+    return execution
+
+
+_CLAIM_LOAD_SQL = _claim_load_sql()
