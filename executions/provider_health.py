@@ -11,6 +11,13 @@ lock), so concurrent workers never lose each other's samples the way a
 read-modify-write of a stored list would, and every key expires on its own, so
 the window needs no cleanup and its size is fixed (buckets x counters).
 
+The router does not pay a cache round trip per model call: ``health_buffer``, one per
+process, adds each call's sample to counters in memory and sends them to the cache at
+most once per ``RIVER_PROVIDER_HEALTH_FLUSH_SECONDS`` (default 1 s; 0 sends at once), and
+serves the window it last read for as long. Every process still sees every other
+process's samples, at most that much later; a process flushes what it holds when it
+exits, and a forked child starts with nothing of its parent's.
+
 The window is advisory, so every cache call here is best effort: with Redis down
 a sample is dropped (counted and logged by ``telemetry.faults``) and every provider
 reads as healthy, so the router falls back to plain priority order. A cache outage
@@ -23,9 +30,14 @@ edge, so "P90 over 20 s" is decided exactly.
 
 from __future__ import annotations
 
+import atexit
 import math
+import os
+import threading
 import time
+from collections import Counter
 
+from django.conf import settings
 from django.core.cache import cache
 from pydantic import BaseModel
 
@@ -69,25 +81,93 @@ def _key(provider: str, bucket: int, field: str) -> str:
     return f"{_PREFIX}:{provider}:{bucket}:{field}"
 
 
-def _bump(key: str) -> None:
+def _bump(key: str, delta: int = 1) -> None:
     try:
-        cache.incr(key)
+        cache.incr(key, delta)
     except ValueError:  # first sample of this bucket
-        if not cache.add(key, 1, timeout=WINDOW_SECONDS + 2 * BUCKET_SECONDS):
-            cache.incr(key)
+        if not cache.add(key, delta, timeout=WINDOW_SECONDS + 2 * BUCKET_SECONDS):
+            cache.incr(key, delta)
+
+
+def _sample_keys(provider: str, latency_ms: float, ok: bool, at: float | None) -> list[str]:
+    bucket = int((time.time() if at is None else at) // BUCKET_SECONDS)
+    keys = [_key(provider, bucket, "n"), _key(provider, bucket, f"lat{_bin_for(latency_ms)}")]
+    if not ok:
+        keys.append(_key(provider, bucket, "err"))
+    return keys
+
+
+def _counts_send(counts: Counter) -> None:
+    try:
+        for key, delta in counts.items():
+            _bump(key, delta)
+    except Exception as exc:  # noqa: BLE001 - the health window is advisory; the call it measured stands
+        infra_fault_record(component="cache", operation="provider_health_record", exc=exc)
 
 
 def provider_health_record(*, provider: str, latency_ms: float, ok: bool, at: float | None = None) -> None:
-    """One call's outcome. ``provider`` is the health key (organization-scoped for
-    table providers). ``at`` (epoch seconds) exists so tests can place samples."""
-    bucket = int((time.time() if at is None else at) // BUCKET_SECONDS)
-    try:
-        _bump(_key(provider, bucket, "n"))
-        if not ok:
-            _bump(_key(provider, bucket, "err"))
-        _bump(_key(provider, bucket, f"lat{_bin_for(latency_ms)}"))
-    except Exception as exc:  # noqa: BLE001 - the health window is advisory; the call it measured stands
-        infra_fault_record(component="cache", operation="provider_health_record", exc=exc)
+    """One call's outcome, sent to the shared window now. ``provider`` is the health key
+    (organization-scoped for table providers). ``at`` (epoch seconds) exists so tests
+    can place samples. The router records through ``health_buffer`` instead."""
+    _counts_send(Counter(_sample_keys(provider, latency_ms, ok, at)))
+
+
+class HealthBuffer:
+    """The process's view of the shared window: samples are counted in memory and sent
+    in one batch at most every ``flush_seconds``; reads are served from the window as
+    last read for as long. ``clock`` is injectable for tests."""
+
+    def __init__(self, *, flush_seconds: float | None = None, clock=time.monotonic):
+        self._flush_seconds = flush_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pending: Counter = Counter()
+        self._sent_at = clock()
+        self._read: dict[tuple[str, ...], tuple[float, dict[str, ProviderHealth]]] = {}
+
+    @property
+    def flush_seconds(self) -> float:
+        if self._flush_seconds is not None:
+            return self._flush_seconds
+        return settings.RIVER_PROVIDER_HEALTH_FLUSH_SECONDS
+
+    def record(self, provider: str, latency_ms: float, ok: bool) -> None:
+        with self._lock:
+            self._pending.update(_sample_keys(provider, latency_ms, ok, None))
+            due = self._clock() - self._sent_at >= self.flush_seconds
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what this process holds (also at exit)."""
+        with self._lock:
+            counts, self._pending = self._pending, Counter()
+            self._sent_at = self._clock()
+        if counts:
+            _counts_send(counts)
+
+    def get(self, providers: list[str]) -> dict[str, ProviderHealth]:
+        key = tuple(providers)
+        now = self._clock()
+        read = self._read.get(key)
+        if read is not None and now - read[0] < self.flush_seconds:
+            return read[1]
+        self.flush()  # this process's own samples count in what it reads
+        health = provider_health_get(providers=providers)
+        self._read[key] = (now, health)
+        return health
+
+    def forget(self) -> None:
+        """Drop everything held (a forked child must not send its parent's samples)."""
+        with self._lock:
+            self._pending = Counter()
+            self._read = {}
+            self._sent_at = self._clock()
+
+
+health_buffer = HealthBuffer()
+atexit.register(health_buffer.flush)
+os.register_at_fork(after_in_child=health_buffer.forget)
 
 
 def _percentile(histogram: list[int], total: int, fraction: float) -> int | None:

@@ -13,7 +13,7 @@ from pydantic import SecretStr
 
 from common.crypto import decrypt_text
 from executions.models import LLMProvider
-from executions.provider_health import ProviderHealth, provider_health_get, provider_health_record
+from executions.provider_health import ProviderHealth, health_buffer
 from executions.providers import provider_call_acquire
 from rivercore.router import ProviderConfig, Router, offline_provider
 from rivercore.types.agents import Tier
@@ -22,13 +22,15 @@ logger = logging.getLogger("river.router")
 
 
 class CacheHealthWindow:
-    """``HealthWindow`` over ``executions.provider_health`` (every process shares it)."""
+    """``HealthWindow`` over ``executions.provider_health``: every process shares the
+    window, and each reaches it through its ``health_buffer`` (no cache round trip per
+    model call)."""
 
     def get(self, providers: list[str]) -> Mapping[str, ProviderHealth]:
-        return provider_health_get(providers=providers)
+        return health_buffer.get(providers)
 
     def record(self, provider: str, latency_ms: float, ok: bool) -> None:
-        provider_health_record(provider=provider, latency_ms=latency_ms, ok=ok)
+        health_buffer.record(provider, latency_ms, ok)
 
 
 def db_rate_acquire(key: str, limit: int, window_start: int) -> bool:

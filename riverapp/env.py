@@ -57,6 +57,20 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
+def env_float(name: str, default: float, *, minimum: float = 0.0, maximum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if value != value or value < minimum or (maximum is not None and value > maximum):  # NaN too
+        bound = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
+        raise ImproperlyConfigured(f"{name} must be {bound}, got {raw!r}")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

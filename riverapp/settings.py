@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from riverapp.env import (
     database_from_url,
     env_bool,
+    env_float,
     env_hmac_keys,
     env_int,
     env_list,
@@ -313,6 +314,9 @@ RIVER_LEASE_SECONDS = env_int("RIVER_LEASE_SECONDS", 60, minimum=5)
 # Send each turn's journal statement on its own connection and commit it while the
 # engine goes on (executions.write_behind); false waits for every commit in turn.
 RIVER_JOURNAL_WRITE_BEHIND = env_bool("RIVER_JOURNAL_WRITE_BEHIND", True)
+# How often a process sends its model calls' health samples to the shared window (and
+# re-reads it); 0 sends every sample at once (executions.provider_health).
+RIVER_PROVIDER_HEALTH_FLUSH_SECONDS = env_float("RIVER_PROVIDER_HEALTH_FLUSH_SECONDS", 1.0, maximum=60.0)
 RIVER_MAX_SEGMENT_ATTEMPTS = env_int("RIVER_MAX_SEGMENT_ATTEMPTS", 20, minimum=1)
 # Run segments one Celery worker process hosts at once (executions.runhost); 1 runs each
 # segment inside its task, one at a time per process.

@@ -14,6 +14,8 @@ from executions.models import LLMProvider
 from executions.provider_health import (
     BUCKET_SECONDS,
     WINDOW_SECONDS,
+    HealthBuffer,
+    health_buffer,
     provider_health_get,
     provider_health_record,
     provider_health_snapshot,
@@ -107,6 +109,7 @@ def test_failover_from_a_failing_provider_to_a_healthy_one(fake_openai):
     assert reply.content == "from the healthy provider"
     assert reply.provider == second.name
     assert failing.calls == 2  # the 500 was retried once (max_retries=1), then the router failed over
+    health_buffer.flush()  # the router's samples wait in this process's buffer until sent
     health = provider_health_get(providers=[first.window, second.window])
     assert (health[first.window].calls, health[first.window].errors) == (2, 2)
     assert (health[second.window].calls, health[second.window].errors) == (1, 0)
@@ -315,5 +318,62 @@ def test_the_async_entry_retries_and_fails_over_over_real_http_like_the_blocking
 
     assert reply.content == "from the healthy provider" and reply.provider == second.name
     assert failing.calls == 2
+    health_buffer.flush()  # the router's samples wait in this process's buffer until sent
     health = provider_health_get(providers=[first.window, second.window])
     assert (health[first.window].calls, health[first.window].errors) == (2, 2)
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_router_buffers_health_samples_and_sends_them_in_one_batch(monkeypatch):
+    """No cache round trip per model call: samples wait in memory until the flush interval
+    has passed, then go out summed; reads are served from the window last read."""
+    clock, sent = _Clock(), []
+    buffer = HealthBuffer(flush_seconds=1.0, clock=clock)
+    name = f"buffered-{uuid.uuid4().hex[:8]}"
+    from executions import provider_health as module
+
+    real_bump = module._bump
+    monkeypatch.setattr(module, "_bump", lambda key, delta=1: (sent.append((key, delta)), real_bump(key, delta)))
+    for index in range(5):
+        buffer.record(name, 300, ok=index != 0)
+    assert sent == []  # nothing left the process yet
+    assert provider_health_get(providers=[name])[name].calls == 0
+    clock.now += 1.0
+    buffer.record(name, 300, ok=True)  # due: this call sends all six
+    assert sorted(delta for key, delta in sent if key.endswith(":n")) == [6]
+    health = provider_health_get(providers=[name])[name]
+    assert (health.calls, health.errors) == (6, 1)
+    # Reads: the first goes to the cache, the next within the interval does not.
+    seen = buffer.get([name])
+    provider_health_record(provider=name, latency_ms=300, ok=False)  # another process's sample
+    assert buffer.get([name]) is seen
+    clock.now += 1.0
+    assert buffer.get([name])[name].errors == 2
+
+
+def test_a_read_sends_this_processs_samples_first_and_a_fork_forgets_them():
+    clock = _Clock()
+    buffer = HealthBuffer(flush_seconds=5.0, clock=clock)
+    name = f"own-{uuid.uuid4().hex[:8]}"
+    buffer.record(name, 300, ok=False)
+    clock.now += 5.0
+    assert buffer.get([name])[name].errors == 1  # its own sample counts in what it reads
+    buffer.record(name, 300, ok=False)
+    buffer.forget()  # what os.register_at_fork runs in a child
+    clock.now += 5.0
+    buffer.flush()
+    assert provider_health_get(providers=[name])[name].errors == 1
+
+
+def test_with_no_interval_every_sample_is_sent_at_once():
+    buffer = HealthBuffer(flush_seconds=0.0)
+    name = f"eager-{uuid.uuid4().hex[:8]}"
+    buffer.record(name, 300, ok=True)
+    assert provider_health_get(providers=[name])[name].calls == 1
