@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 
-from django.db import DatabaseError
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.http import HttpResponse, JsonResponse
 
 from common.dberrors import error_is_transient, is_pool_timeout
@@ -62,3 +63,27 @@ class DatabaseUnavailableMiddleware:
         logger.warning("answered 503 to %s %s: %s", request.method, request.path,
                        "connection pool exhausted" if pool_exhausted else type(exception).__name__)
         return database_unavailable_response(request, pool_exhausted=pool_exhausted)
+
+
+def worker_pool_enable(alias: str = DEFAULT_DB_ALIAS) -> bool:
+    """Borrow this Celery worker process's connections from a pool (called after the fork,
+    in ``worker_process_init``). A worker's tools, its run host's I/O thread and its task
+    thread each close their connection when done; with the pool that hands it back
+    instead of ending the session, so a tool call does not open a new connection.
+    Returns whether the pool is on (PostgreSQL and ``RIVER_WORKER_DB_POOL``)."""
+    db = connections[alias]
+    if not settings.RIVER_WORKER_DB_POOL or db.vendor != "postgresql":
+        return False
+    if db.settings_dict["OPTIONS"].get("pool"):
+        return True
+    db.close()  # a connection made before the fork belongs to the parent
+    type(db)._connection_pools.pop(alias, None)  # so does a pool (never opened here)
+    db.settings_dict["CONN_MAX_AGE"] = 0  # a pool and persistent connections exclude each other
+    db.settings_dict["OPTIONS"]["pool"] = {
+        "min_size": settings.RIVER_DB_POOL_MIN_SIZE,
+        "max_size": settings.RIVER_DB_POOL_MAX_SIZE,
+        "timeout": settings.RIVER_DB_POOL_TIMEOUT_SECONDS,
+    }
+    db.__dict__.pop("pool", None)  # the wrapper may have looked for a pool already
+    db.close_at = None
+    return True

@@ -12,9 +12,12 @@ app.autodiscover_tasks()
 
 @worker_process_init.connect
 def _host_runs_in_this_process(**kwargs) -> None:
-    """Each worker process hosts many run segments on its own event loop (executions.runhost)."""
+    """Each worker process borrows its database connections from a pool and hosts many run
+    segments on its own event loop (executions.runhost)."""
+    from common.dbpool import worker_pool_enable
     from executions.runhost import run_host_enable
 
+    worker_pool_enable()
     run_host_enable()
 
 

@@ -152,11 +152,13 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 # The web process borrows connections from a pool (psycopg_pool through Django):
 # under ASGI a request's connection is opened in one thread and its "request
 # finished" cleanup runs in another, so persistent connections (CONN_MAX_AGE) would
-# never be returned. riverapp/asgi.py and `manage.py runriver` turn the pool on;
-# Celery workers keep one connection per worker thread. A request that waits longer
+# never be returned. riverapp/asgi.py and `manage.py runriver` turn the pool on, and so
+# does each Celery worker process (RIVER_WORKER_DB_POOL). A request that waits longer
 # than the timeout for a connection is answered 503 with Retry-After
 # (common.dbpool.DatabaseUnavailableMiddleware).
 RIVER_DB_POOL = env_bool("RIVER_DB_POOL", False)
+# Celery worker processes turn the same pool on after they fork (common.dbpool.worker_pool_enable).
+RIVER_WORKER_DB_POOL = env_bool("RIVER_WORKER_DB_POOL", True)
 RIVER_DB_POOL_MIN_SIZE = env_int("RIVER_DB_POOL_MIN_SIZE", 2, minimum=0)
 RIVER_DB_POOL_MAX_SIZE = env_int("RIVER_DB_POOL_MAX_SIZE", 10, minimum=1)
 RIVER_DB_POOL_TIMEOUT_SECONDS = env_int("RIVER_DB_POOL_TIMEOUT_SECONDS", 5, minimum=1)
