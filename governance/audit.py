@@ -7,7 +7,12 @@ organization, under a transaction-scoped advisory lock) gives each committed
 pending entry, in id order, the next ``seq``, the previous entry's MAC and its own
 MAC: HMAC-SHA256 under the current key of ``RIVER_AUDIT_HMAC_KEYS``, whose id is
 stored in the entry so keys can rotate. Only the sealer's short transaction is
-serialized, never the callers' transactions.
+serialized, never the callers' transactions, and the caller does not run it: the
+commit hands the organization to this process's sealer thread (``audit_sealer``),
+which seals every organization handed to it since its last pass in one pass each.
+So a governed turn pays one INSERT for its audit entry, and the runs of an
+organization never queue on its chain lock; ``audit_seal_wait`` waits until what was
+handed over is sealed (tests, and the process at exit).
 
 ``audit_anchor`` records the sealed head (count and MAC) in ``AuditAnchor`` and in
 the log, so that losing the newest entries, or all of them, is detected.
@@ -18,12 +23,15 @@ See docs/audit.md for the threat model.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import hmac
 import json
 import logging
 import math
+import os
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -218,9 +226,60 @@ def _seal_on_commit(organization_id: int) -> None:
     for _savepoints, callback, _robust in getattr(db, "run_on_commit", ()):
         if getattr(callback, "audit_organization_id", None) == organization_id:
             return
-    callback = functools.partial(_seal_after_commit, organization_id)
+    callback = functools.partial(audit_sealer.request, organization_id)
     callback.audit_organization_id = organization_id
     transaction.on_commit(callback)
+
+
+class AuditSealer:
+    """The process's sealer thread: organizations whose entries committed are sealed off
+    the committing thread, each once per pass however many entries it got. Started on
+    first use, and again in a forked child. Its connection is closed whenever it has
+    nothing left to do."""
+
+    def __init__(self):
+        self._lock = threading.Condition()
+        self._organizations: set[int] = set()
+        self._busy = False
+        self._pid: int | None = None
+
+    def request(self, organization_id: int) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or a forked child (the parent's thread is not here)
+                self._pid, self._organizations, self._busy = os.getpid(), set(), False
+                threading.Thread(target=self._run, name="river-audit-sealer", daemon=True).start()
+            self._organizations.add(int(organization_id))
+            self._lock.notify_all()
+
+    def wait(self, timeout: float = 10.0) -> bool:
+        """Wait until everything handed over so far is sealed; False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._organizations and not self._busy, timeout=timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self._organizations)
+                organizations, self._organizations, self._busy = self._organizations, set(), True
+            try:
+                for organization_id in sorted(organizations):
+                    _seal_after_commit(organization_id)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    idle = not self._organizations
+                    self._lock.notify_all()
+                if idle:
+                    connection.close()
+
+
+audit_sealer = AuditSealer()
+atexit.register(audit_sealer.wait, 5.0)
+
+
+def audit_seal_wait(timeout: float = 10.0) -> bool:
+    """Wait until every entry this process committed so far is sealed (or the timeout)."""
+    return audit_sealer.wait(timeout)
 
 
 def _seal_after_commit(organization_id: int) -> None:

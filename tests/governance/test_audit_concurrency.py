@@ -6,7 +6,7 @@ import time
 import pytest
 from django.db import close_old_connections, connection, transaction
 
-from governance.audit import audit_record, audit_verify
+from governance.audit import audit_record, audit_seal_wait, audit_verify
 from governance.models import AuditLogEntry
 
 pytestmark = [
@@ -44,6 +44,7 @@ def test_an_open_transaction_with_an_entry_does_not_block_another_runs_entry(org
             audit_record(organization_id=org.pk, event_type="governance_decision", execution_id=2)
         elapsed = time.monotonic() - started
         # B committed and was sealed while A's transaction is still open.
+        assert audit_seal_wait(DEADLINE)
         assert holder.is_alive() and not release.is_set()
         b_entry = AuditLogEntry.objects.get(execution_id=2)
         assert b_entry.seq == 1
@@ -54,6 +55,7 @@ def test_an_open_transaction_with_an_entry_does_not_block_another_runs_entry(org
     assert not holder.is_alive() and not errors, errors
     # B's write did not wait for A (it would have until the deadline with a lock).
     assert elapsed < DEADLINE / 4, f"run B waited {elapsed:.2f}s"
+    assert audit_seal_wait(DEADLINE)
     a_entry = AuditLogEntry.objects.get(execution_id=1)
     assert a_entry.seq == 2  # sealed after A's commit, after B's
     report = audit_verify(organization_id=org.pk).organizations[0]
@@ -83,6 +85,7 @@ def test_concurrent_writers_get_one_gapless_chain(org):
     for thread in threads:
         thread.join(DEADLINE * 2)
     assert not errors, errors
+    assert audit_seal_wait(DEADLINE)
     assert sorted(AuditLogEntry.objects.filter(organization_id=org.pk).values_list("seq", flat=True)) == \
         list(range(1, 41))
     report = audit_verify(organization_id=org.pk).organizations[0]
@@ -100,6 +103,25 @@ def test_entries_are_sealed_at_commit_even_after_a_rolled_back_savepoint(org):
         for i in range(3):
             audit_record(organization_id=org.pk, event_type=f"kept {i}")
         assert AuditLogEntry.objects.filter(organization_id=org.pk, seq__isnull=True).count() == 3
-    # Committed: sealed by the one after-commit sealer, with no verification call.
+    # Committed: sealed by the process's sealer thread, with no verification call.
+    assert audit_seal_wait(DEADLINE)
     assert list(AuditLogEntry.objects.filter(organization_id=org.pk).order_by("seq")
                 .values_list("seq", "event_type")) == [(1, "kept 0"), (2, "kept 1"), (3, "kept 2")]
+
+
+def test_the_committing_thread_does_not_seal(org, monkeypatch):
+    """A commit hands its organization to the sealer thread and goes on: the chain lock
+    and the sealing statements are never on the caller's thread."""
+    from governance import audit
+
+    callers: list[str] = []
+    real = audit._seal_after_commit
+    monkeypatch.setattr(audit, "_seal_after_commit",
+                        lambda organization_id: (callers.append(threading.current_thread().name), real(organization_id)))
+    for i in range(3):
+        with transaction.atomic():
+            audit_record(organization_id=org.pk, event_type=f"turn {i}")
+    assert audit_seal_wait(DEADLINE)
+    assert callers and set(callers) == {"river-audit-sealer"}
+    assert list(AuditLogEntry.objects.filter(organization_id=org.pk).order_by("seq").values_list("seq", flat=True)) \
+        == [1, 2, 3]
