@@ -44,10 +44,12 @@ def router_build(providers: list[ProviderConfig], **options: Any) -> Router:
     return Router(providers, health=CacheHealthWindow(), rate_acquire=db_rate_acquire, **options)
 
 
-def providers_for_organization(*, organization_id: int) -> list[ProviderConfig]:
+def providers_for_organization(*, organization_id: int, has_providers: bool = True) -> list[ProviderConfig]:
     """The organization's enabled providers, else the settings' quick-start model,
-    else the offline planner."""
-    rows = LLMProvider.objects.filter(organization_id=organization_id, enabled=True).order_by("priority", "id")
+    else the offline planner. ``has_providers=False`` (the caller knows there are none)
+    skips the read."""
+    rows = (LLMProvider.objects.filter(organization_id=organization_id, enabled=True).order_by("priority", "id")
+            if has_providers else [])
     providers = []
     for row in rows:
         tiers = {t.value for t in Tier}
@@ -75,5 +77,5 @@ def providers_for_organization(*, organization_id: int) -> list[ProviderConfig]:
     return [offline_provider()]
 
 
-def router_for_organization(*, organization_id: int) -> Router:
-    return router_build(providers_for_organization(organization_id=organization_id))
+def router_for_organization(*, organization_id: int, has_providers: bool = True) -> Router:
+    return router_build(providers_for_organization(organization_id=organization_id, has_providers=has_providers))

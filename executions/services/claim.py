@@ -8,19 +8,21 @@ two queries. Either way a fresh run's segment reads nothing else before its firs
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion
-from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
 from executions.services.start import execution_for_segment
 from governance.models import Policy
+from rivercore.events import RunEventType
 from rivercore.types.governance import PolicyScope
 from tenancy.models import Membership, OrganizationMember, Workspace
 
@@ -45,33 +47,47 @@ def execution_claim(*, execution_id: int) -> str | None:
 
 def execution_claim_load(*, execution_id: int) -> tuple[str, Execution] | None:
     """Claim the run (``execution_claim``) and load it for its segment, with
-    ``last_step`` and ``last_seq`` (None when it has none). None when not claimed."""
+    ``last_step`` and ``last_seq`` (None when it has none) and ``started_event``: the
+    ``run_started`` event's stored row when the claim wrote it (PostgreSQL, a run with no
+    event yet), else None and the segment's first flush writes it. None when not claimed."""
     if connection.vendor != "postgresql":
         token = execution_claim(execution_id=execution_id)
         if token is None:
             return None
-        return token, execution_for_segment(execution_id, queryset=Execution.objects.annotate(
+        execution = execution_for_segment(execution_id, queryset=Execution.objects.annotate(
             last_step=Subquery(ExecutionStep.objects.filter(execution_id=OuterRef("pk"))
                                .order_by("-step_number").values("step_number")[:1]),
             last_seq=Subquery(ExecutionEvent.objects.filter(execution_id=OuterRef("pk"))
                               .order_by("-seq").values("seq")[:1]),
+            has_providers=Exists(LLMProvider.objects.filter(
+                organization_id=OuterRef("workspace__organization_id"), enabled=True)),
         ))
+        execution.started_event = None
+        return token, execution
     token = uuid.uuid4().hex
     now = timezone.now()
     params = {"id": execution_id, "token": token, "now": now, "running": Execution.Status.RUNNING,
               "queued": Execution.Status.QUEUED, "expires": now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
               "org_admin": OrganizationMember.OrgRole.ADMIN.value, "org_scope": PolicyScope.ORGANIZATION.value,
-              "workspace_scope": PolicyScope.WORKSPACE.value}
+              "workspace_scope": PolicyScope.WORKSPACE.value, "started_type": RunEventType.RUN_STARTED.value}
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_LOAD_SQL, params)
         row = cursor.fetchone()
     if row is None:
         return None
-    return token, _execution_from_row(row)
+    execution = _execution_from_row(row)
+    if execution.started_event is not None:
+        payload = execution.started_event
+        execution.started_event = ExecutionEvent(execution_id=execution.pk, seq=1, event_type=RUN_STARTED,
+                                               payload=json.loads(payload) if isinstance(payload, str) else payload)
+        execution.last_seq = 1
+    return token, execution
 
 
 _MODELS = ((Execution, "c"), (Workspace, "w"), (Agent, "a"), (AgentVersion, "v"))
-_EXTRAS = ("member_role", "org_admin", "has_policies", "has_sources", "has_memory", "last_step", "last_seq")
+_EXTRAS = ("member_role", "org_admin", "has_policies", "has_sources", "has_memory", "has_providers", "last_step",
+           "last_seq", "started_event")
+RUN_STARTED = RunEventType.RUN_STARTED.value
 
 
 def _columns(model, alias: str) -> str:
@@ -88,6 +104,15 @@ WITH c AS (
         started_at = COALESCE(started_at, %(now)s), published_at = NULL
     WHERE id = %(id)s AND (status = %(queued)s OR (status = %(running)s AND lease_expires_at < %(now)s))
     RETURNING *
+), started AS (
+    -- A run with no event yet starts here: its run_started event (the same fields as
+    -- rivercore.events.run_started_event) is written by this statement.
+    INSERT INTO {ExecutionEvent._meta.db_table} (execution_id, seq, event_type, payload, created_at)
+    SELECT c.id, 1, %(started_type)s, jsonb_build_object(
+        'execution_id', c.id, 'agent_id', c.agent_id::text, 'trigger_type', c.trigger_type,
+        'started_at', to_jsonb(c.started_at)), %(now)s
+    FROM c WHERE NOT EXISTS (SELECT 1 FROM {ExecutionEvent._meta.db_table} x WHERE x.execution_id = c.id)
+    RETURNING payload
 )
 SELECT {", ".join(_columns(model, alias) for model, alias in _MODELS)},
     (SELECT m.role FROM {Membership._meta.db_table} m
@@ -98,8 +123,11 @@ SELECT {", ".join(_columns(model, alias) for model, alias in _MODELS)},
             AND (p.scope = %(org_scope)s OR (p.scope = %(workspace_scope)s AND p.workspace_id = c.workspace_id))),
     EXISTS (SELECT 1 FROM {binding} b WHERE b.agentversion_id = c.agent_version_id),
     EXISTS (SELECT 1 FROM {AgentMemory._meta.db_table} am WHERE am.agent_id = c.agent_id),
+    EXISTS (SELECT 1 FROM {LLMProvider._meta.db_table} lp
+            WHERE lp.organization_id = w.organization_id AND lp.enabled),
     (SELECT max(s.step_number) FROM {ExecutionStep._meta.db_table} s WHERE s.execution_id = c.id),
-    (SELECT max(e.seq) FROM {ExecutionEvent._meta.db_table} e WHERE e.execution_id = c.id)
+    (SELECT max(e.seq) FROM {ExecutionEvent._meta.db_table} e WHERE e.execution_id = c.id),
+    (SELECT payload FROM started)
 FROM c
 JOIN {Workspace._meta.db_table} w ON w.id = c.workspace_id
 JOIN {Agent._meta.db_table} a ON a.id = c.agent_id

@@ -123,7 +123,10 @@ class _DurableHooks:
 def llm_for_execution(execution: Execution):
     from executions.routing import router_for_organization
 
-    return router_for_organization(organization_id=execution.workspace.organization_id)
+    # The claim found whether the organization has providers of its own; without, the
+    # settings' model or the offline planner serves it and there is nothing to read.
+    return router_for_organization(organization_id=execution.workspace.organization_id,
+                                   has_providers=getattr(execution, "has_providers", True))
 
 
 def _io(hosted: bool, fn, *args, **kwargs):
@@ -233,7 +236,9 @@ async def _segment_run(execution: Execution, token: str, llm, *, hosted: bool) -
     # caller may keep a write-behind connection of its own for the segment.
     journal = await _io(hosted, DbJournal, execution, token, write_behind=False if hosted else None,
                         seq=(execution.last_seq or 0) + 1)
-    if not state.steps:
+    if execution.started_event is not None:  # the claim wrote it, and it is committed
+        await _io(hosted, event_rows_publish, execution, [execution.started_event])
+    elif not state.steps:
         journal.emit(*run_started_event(
             execution_id=execution.pk, agent_id=execution.agent_id,
             trigger_type=execution.trigger_type, started_at=execution.started_at,

@@ -14,6 +14,7 @@ from executions.models import Execution, ExecutionEvent
 from executions.services import execution_run_segment, execution_start, state_load
 from executions.services.claim import execution_claim_load
 from governance.models import AuditLogEntry, Policy
+from rivercore.events import run_started_event
 from tenancy.models import Membership
 from tenancy.permissions import Role
 from tests.factories import ScriptedLLM, make_agent, text_reply
@@ -56,7 +57,7 @@ def agent(workspace, owner):
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the one-statement claim and end are PostgreSQL's")
-def test_a_run_costs_four_statements_around_its_turn(agent, owner, quiet_queue):
+def test_a_run_costs_three_statements_around_its_turn(agent, owner, quiet_queue):
     AgentMemory.objects.create(agent=agent, execution_id=10**9, summary="an earlier run")
     with _Statements() as created:
         execution = execution_start(agent=agent, user=owner, input_prompt="Say done.")
@@ -66,17 +67,19 @@ def test_a_run_costs_four_statements_around_its_turn(agent, owner, quiet_queue):
         status = execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("done")]))
     assert status == "success"
     statements = segment.sql
-    # The claim-and-load, the memory read (this agent has one), the journal statement that
-    # publishes run_started before the model is asked, the turn's, and the end.
-    assert len(statements) == 5, " | ".join(sql[:50].replace("\n", " ") for sql in statements)
+    # The claim-and-load (which also writes run_started), the memory read (this agent has
+    # one), the turn's journal statement, and the end.
+    assert len(statements) == 4, " | ".join(sql[:50].replace("\n", " ") for sql in statements)
     assert statements[0].startswith("WITH c AS") and statements[-1].startswith("WITH ended AS")
-    assert "agents_agentmemory" in statements[1]
-    assert all(sql.startswith("WITH lease AS") for sql in statements[2:4])
+    assert "agents_agentmemory" in statements[1] and statements[2].startswith("WITH lease AS")
     row = Execution.objects.get(pk=execution.pk)
     assert row.status == "completed" and row.lease_token == "" and row.finished_at is not None
-    events = list(ExecutionEvent.objects.filter(execution=row).order_by("seq").values_list("seq", "event_type"))
-    assert events[0] == (1, "run_started") and events[-1][1] == "run_completed"
-    assert [seq for seq, _ in events] == list(range(1, len(events) + 1))
+    events = list(ExecutionEvent.objects.filter(execution=row).order_by("seq"))
+    assert [e.event_type for e in events][0::len(events) - 1] == ["run_started", "run_completed"]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    # The claim's run_started carries what rivercore.events.run_started_event would.
+    assert events[0].payload == run_started_event(execution_id=row.pk, agent_id=agent.pk, trigger_type="manual",
+                                                  started_at=row.started_at).payload
     assert ("post", execution.pk) in quiet_queue
 
 
@@ -101,7 +104,12 @@ def test_a_claim_is_taken_once(agent, owner, quiet_queue):
     token, loaded = first
     assert loaded.status == "running" and loaded.lease_token == token and loaded.attempts == 1
     assert loaded.workspace.pk == agent.workspace_id and loaded.agent_version_id == agent.current_version_id
-    assert loaded.last_step is None and loaded.last_seq is None
+    assert loaded.last_step is None
+    if connection.vendor == "postgresql":  # the claim wrote the run's first event
+        assert loaded.last_seq == 1 and loaded.started_event.event_type == "run_started"
+        assert ExecutionEvent.objects.filter(execution_id=execution.pk).count() == 1
+    else:
+        assert loaded.last_seq is None and loaded.started_event is None
     assert execution_claim_load(execution_id=execution.pk) is None
 
 

@@ -116,8 +116,12 @@ def test_the_committing_thread_does_not_seal(org, monkeypatch):
 
     callers: list[str] = []
     real = audit._seal_after_commit
-    monkeypatch.setattr(audit, "_seal_after_commit",
-                        lambda organization_id: (callers.append(threading.current_thread().name), real(organization_id)))
+
+    def seal(organization_id):
+        callers.append(threading.current_thread().name)
+        real(organization_id)
+
+    monkeypatch.setattr(audit, "_seal_after_commit", seal)
     for i in range(3):
         with transaction.atomic():
             audit_record(organization_id=org.pk, event_type=f"turn {i}")
