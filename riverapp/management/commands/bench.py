@@ -54,6 +54,7 @@ from executions import tasks
 from executions.journal import DbJournal
 from executions.models import Execution, ExecutionStep
 from executions.services import execution_run_segment, execution_start
+from riverapp.bench_runs import PEER_TURNS, bench_agent, fixed_cost_bench, peers_bench, runs_cleanup
 from rivercore.contracts import ResponseStatus
 from rivercore.llm import LLMReply, LLMToolCall
 from rivercore.tools import Tool, ToolCategory, get_tool, register
@@ -66,6 +67,12 @@ SLUG = "river-bench"
 TARGET_OVERHEAD_RATIO = 3.0
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
+SECTIONS = ("turns", "fixed", "peers", "approvals")
+
+
+def _dsn(params: dict) -> str:
+    auth = params["user"] + (f":{params['password']}" if params.get("password") else "")
+    return f"postgresql://{auth}@{params['host']}:{params['port']}/{params['dbname']}"
 
 
 class NoteInput(BaseModel):
@@ -115,6 +122,10 @@ class StubModel:
                              tier=tier, input_tokens=60, output_tokens=12, cost_usd=0.0)
         self.spans.append((started, time.perf_counter()))
         return reply
+
+    def seconds(self) -> float:
+        """Time spent inside the model, in all."""
+        return sum(end - began for began, end in self.spans)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -249,11 +260,24 @@ class Command(BaseCommand):
         parser.add_argument("--approvals", type=int, default=200,
                             help="approval storm: paused runs, each resolved by --racers concurrent requests (0: skip)")
         parser.add_argument("--racers", type=int, default=8, help="concurrent requests per approval (default 8)")
-        parser.add_argument("--only-approvals", action="store_true", help="skip the per-turn benchmark")
+        parser.add_argument("--only-approvals", action="store_true", help="same as --sections approvals")
+        parser.add_argument("--sections", default=",".join(SECTIONS),
+                            help=f"comma-separated sections to run, of {', '.join(SECTIONS)} (default: all)")
+        parser.add_argument("--fixed-runs", type=int, default=40, help="runs for the fixed cost per run (default 40)")
+        parser.add_argument("--peer-runs", type=int, default=10,
+                            help="timed runs per length for River and each peer (default 10)")
 
-    def handle(self, *args, runs, wal_runs, raw_commits, approvals, racers, only_approvals, **options):
+    def handle(self, *args, runs, wal_runs, raw_commits, approvals, racers, only_approvals, sections, fixed_runs,
+               peer_runs, **options):
         if approvals < 0 or racers < 1:
             raise CommandError("--approvals must be 0 or more and --racers at least 1.")
+        chosen = ["approvals"] if only_approvals else [name.strip() for name in sections.split(",") if name.strip()]
+        unknown = sorted(set(chosen) - set(SECTIONS))
+        if unknown or not chosen:
+            raise CommandError(f"--sections: unknown {', '.join(unknown) or '(none given)'}; "
+                               f"choose from {', '.join(SECTIONS)}.")
+        if min(runs, fixed_runs, peer_runs) < 1:
+            raise CommandError("--runs, --fixed-runs and --peer-runs must be at least 1.")
         if connection.vendor != "postgresql":
             raise CommandError("The benchmark needs PostgreSQL: set DATABASE_URL to a postgres:// URL.")
         self._ensure_database()
@@ -264,13 +288,26 @@ class Command(BaseCommand):
             for task in (tasks.run_segment, tasks.post_process):
                 stack.enter_context(mock.patch.object(task, "delay", lambda *a, **k: None))
             stack.enter_context(override_settings(DEBUG=False))  # no query log in the timings
+            agents = {turns: bench_agent(base=agent, turns=turns, tool=TOOL_NAME) for turns in PEER_TURNS}
             try:
-                if not only_approvals:
+                if "turns" in chosen:
                     self._report(agent, user, runs=runs, wal_runs=wal_runs, raw_commits=raw_commits)
-                if approvals:
+                if "fixed" in chosen:
+                    self._lines(fixed_cost_bench(agent=agents[PEER_TURNS[0]], user=user, runs=fixed_runs,
+                                                 stub=StubModel))
+                if "peers" in chosen:
+                    self._lines(peers_bench(agents=agents, user=user, runs=peer_runs, stub=StubModel,
+                                            dsn=_dsn(self._params())))
+                if "approvals" in chosen and approvals:
                     self._approval_storm(agent.workspace, user, count=approvals, racers=racers)
             finally:
                 Execution.objects.filter(agent=agent).delete()
+                runs_cleanup(list(agents.values()))
+
+    def _lines(self, lines) -> None:
+        self.stdout.write("")
+        for line in lines:
+            self.stdout.write(line)
 
     # --- setup -------------------------------------------------------------------
     def _params(self, dbname: str | None = None) -> dict:
