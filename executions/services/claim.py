@@ -8,6 +8,7 @@ two queries. Either way a fresh run's segment reads nothing else before its firs
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from datetime import timedelta
@@ -137,14 +138,28 @@ JOIN {AgentVersion._meta.db_table} v ON v.id = c.agent_version_id
 
 def _instance(model, values):
     """A model instance from its concrete columns, converted as the ORM converts them."""
+    attnames, converters = _converters(model)
+    converted = list(values)
+    for index, (col, functions) in converters:
+        value = converted[index]
+        for function in functions:
+            value = function(value, col, connection)
+        converted[index] = value
+    return model.from_db(connection.alias, attnames, converted)
+
+
+@functools.cache
+def _converters(model) -> tuple[list[str], list[tuple[int, tuple]]]:
+    """The model's column names, and the ORM's converters for the columns that have any
+    (worked out once per process, not per row)."""
     fields = model._meta.concrete_fields
-    converted = []
-    for field, value in zip(fields, values, strict=True):
+    found = []
+    for index, field in enumerate(fields):
         col = field.get_col(model._meta.db_table)
-        for converter in connection.ops.get_db_converters(col) + field.get_db_converters(connection):
-            value = converter(value, col, connection)
-        converted.append(value)
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+        functions = tuple(connection.ops.get_db_converters(col) + field.get_db_converters(connection))
+        if functions:
+            found.append((index, (col, functions)))
+    return [field.attname for field in fields], found
 
 
 def _execution_from_row(row) -> Execution:
