@@ -145,6 +145,16 @@ def validate_redis_url(name: str, url: str | None) -> str | None:
     return url
 
 
+def validate_broker_url(name: str, url: str | None) -> str | None:
+    """A Celery broker: Redis or RabbitMQ (AMQP)."""
+    if not url:
+        return None
+    if urlparse(url).scheme not in {"redis", "rediss", "amqp", "amqps"}:
+        raise ImproperlyConfigured(
+            f"{name} must start with redis://, rediss://, amqp:// or amqps:// (Redis or RabbitMQ), got {url!r}")
+    return url
+
+
 def env_network_allow_list(name: str, default: list[str]) -> list[str]:
     """Comma-separated entries, each ``public``, an IP address, a CIDR range or a host name."""
     import ipaddress

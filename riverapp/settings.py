@@ -23,6 +23,7 @@ from riverapp.env import (
     env_password,
     env_str,
     env_timezone,
+    validate_broker_url,
     validate_redis_url,
 )
 
@@ -177,6 +178,7 @@ if RIVER_DB_POOL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = validate_redis_url("REDIS_URL", env_str("REDIS_URL"))
+BROKER_URL = validate_broker_url("RIVER_BROKER_URL", env_str("RIVER_BROKER_URL"))
 EMBEDDED = REDIS_URL is None
 
 if REDIS_URL:
@@ -190,8 +192,13 @@ if REDIS_URL:
             "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("RIVER_CHANNEL_PREFIX", "river")},
         }
     }
-    CELERY_BROKER_URL = REDIS_URL
+    # The broker is Redis unless RIVER_BROKER_URL names another (RabbitMQ: amqp://).
+    CELERY_BROKER_URL = BROKER_URL or REDIS_URL
 else:
+    if BROKER_URL:
+        raise ImproperlyConfigured(
+            "RIVER_BROKER_URL is set but REDIS_URL is not: River needs Redis for its channel layer and cache "
+            "whatever the broker; set REDIS_URL too, or unset RIVER_BROKER_URL for the embedded mode.")
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"

@@ -87,19 +87,30 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     ({"DEBUG": "true", "RIVER_QUERY_PARAM_MAX_LENGTH": "lots"}, "RIVER_QUERY_PARAM_MAX_LENGTH must be an integer"),
     ({"DEBUG": "true", "RIVER_RUNS_PER_PROCESS": "0"}, "RIVER_RUNS_PER_PROCESS must be at least 1"),
     ({"DEBUG": "true", "RIVER_RUN_HOST_GRACE_SECONDS": "-1"}, "RIVER_RUN_HOST_GRACE_SECONDS must be at least 0"),
+    ({"DEBUG": "true", "REDIS_URL": "redis://127.0.0.1:6379/0", "RIVER_BROKER_URL": "kafka://127.0.0.1:9092"},
+     "RIVER_BROKER_URL must start with redis://, rediss://, amqp:// or amqps://"),
+    ({"DEBUG": "true", "REDIS_URL": "", "RIVER_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"},
+     "RIVER_BROKER_URL is set but REDIS_URL is not"),
+    ({"DEBUG": "true", "RIVER_PROVIDER_HEALTH_FLUSH_SECONDS": "nan"},
+     "RIVER_PROVIDER_HEALTH_FLUSH_SECONDS must be between 0 and 60"),
+    ({"DEBUG": "true", "RIVER_PROVIDER_HEALTH_FLUSH_SECONDS": "often"},
+     "RIVER_PROVIDER_HEALTH_FLUSH_SECONDS must be a number"),
+    ({"DEBUG": "true", "RIVER_WORKER_DB_POOL": "maybe"}, "RIVER_WORKER_DB_POOL must be a boolean"),
 ], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "pool_max_size", "pool_timeout",
         "pool_min_over_max", "data_source_allowed_hosts", "audit_key_shape", "audit_key_base64",
         "audit_key_length", "audit_anchor_seconds", "approver_password", "watchdog_grace", "max_request_bytes",
-        "json_max_depth", "query_param_max_length", "runs_per_process", "run_host_grace"])
+        "json_max_depth", "query_param_max_length", "runs_per_process", "run_host_grace", "broker_scheme",
+        "broker_without_redis", "health_flush_nan", "health_flush_text", "worker_pool"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0
     assert message in result.stderr
 
 
-def test_web_process_borrows_from_a_pool_and_workers_keep_their_connection():
+def test_web_process_borrows_from_a_pool_and_other_processes_keep_their_connection():
     """riverapp/asgi.py and runriver set RIVER_DB_POOL; the pool then replaces
-    persistent connections (the two exclude each other)."""
+    persistent connections (the two exclude each other). Celery worker processes turn
+    it on after they fork (tests/executions/test_worker_pool.py)."""
     script = (
         "import django, json; django.setup(); from django.conf import settings; "
         "db = settings.DATABASES['default']; "
