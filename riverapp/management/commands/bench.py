@@ -55,6 +55,7 @@ from executions.journal import DbJournal
 from executions.models import Execution, ExecutionStep
 from executions.services import execution_run_segment, execution_start
 from riverapp.bench_runs import PEER_TURNS, bench_agent, fixed_cost_bench, peers_bench, runs_cleanup
+from riverapp.bench_startup import startup_bench
 from rivercore.contracts import ResponseStatus
 from rivercore.llm import LLMReply, LLMToolCall
 from rivercore.tools import Tool, ToolCategory, get_tool, register
@@ -68,7 +69,7 @@ TARGET_OVERHEAD_RATIO = 2.5
 TARGET_TAIL_RATIO = 2.0  # p99 / p50 of the per-turn overhead, one run at a time
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
-SECTIONS = ("turns", "fixed", "peers", "approvals")
+SECTIONS = ("turns", "fixed", "peers", "approvals", "startup")
 
 
 def _dsn(params: dict) -> str:
@@ -301,6 +302,8 @@ class Command(BaseCommand):
                                             dsn=_dsn(self._params())))
                 if "approvals" in chosen and approvals:
                     self._approval_storm(agent.workspace, user, count=approvals, racers=racers)
+                if "startup" in chosen:
+                    self._lines(startup_bench())
             finally:
                 Execution.objects.filter(agent=agent).delete()
                 runs_cleanup(list(agents.values()))
