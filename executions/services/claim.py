@@ -107,11 +107,14 @@ WITH c AS (
     RETURNING *
 ), started AS (
     -- A run with no event yet starts here: its run_started event (the same fields as
-    -- rivercore.events.run_started_event) is written by this statement.
+    -- rivercore.events.run_started_event, the time as Python's isoformat() writes it)
+    -- is written by this statement.
     INSERT INTO {ExecutionEvent._meta.db_table} (execution_id, seq, event_type, payload, created_at)
     SELECT c.id, 1, %(started_type)s, jsonb_build_object(
         'execution_id', c.id, 'agent_id', c.agent_id::text, 'trigger_type', c.trigger_type,
-        'started_at', to_jsonb(c.started_at)), %(now)s
+        'started_at', to_jsonb(to_char(c.started_at AT TIME ZONE 'UTC', CASE
+            WHEN date_part('microseconds', c.started_at)::bigint %% 1000000 = 0 THEN 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"'
+            ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"' END))), %(now)s
     FROM c WHERE NOT EXISTS (SELECT 1 FROM {ExecutionEvent._meta.db_table} x WHERE x.execution_id = c.id)
     RETURNING payload
 )

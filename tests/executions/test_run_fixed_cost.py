@@ -97,6 +97,19 @@ def test_the_stored_context_is_a_reference_not_a_copy(agent, owner, quiet_queue)
     assert state_load(Execution.objects.get(pk=empty.pk)).request.trigger_context.trigger_payload is None
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the claim writes run_started on PostgreSQL")
+@pytest.mark.parametrize("micro", [0, 500000, 896850, 1])
+def test_the_claims_run_started_writes_the_time_as_python_does(agent, owner, quiet_queue, micro):
+    from datetime import UTC, datetime
+
+    execution = execution_start(agent=agent, user=owner, input_prompt="x")
+    started = datetime(2026, 11, 24, 10, 33, 32, micro, tzinfo=UTC)
+    Execution.objects.filter(pk=execution.pk).update(started_at=started)  # a run claimed once before, no event
+    _token, loaded = execution_claim_load(execution_id=execution.pk)
+    assert loaded.started_event.payload["started_at"] == started.isoformat()
+    assert ExecutionEvent.objects.get(execution_id=execution.pk).payload["started_at"] == started.isoformat()
+
+
 def test_a_claim_is_taken_once(agent, owner, quiet_queue):
     execution = execution_start(agent=agent, user=owner, input_prompt="x")
     first = execution_claim_load(execution_id=execution.pk)
