@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from agents.models import Agent, AgentMemory, AgentVersion
 from datasources.models import DataSource
 from rivercore.errors import NotFound
-from tenancy.selectors import workspaces_for_user
+from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, workspaces_for_user
 
 
 def agents_for_user(*, user, status: str | None = None, workspace_id: int | None = None) -> QuerySet[Agent]:
@@ -30,6 +30,27 @@ def agent_get_for_user(*, user, agent_id) -> Agent:
         return agents_for_user(user=user).select_related("workspace").get(pk=uuid.UUID(str(agent_id)))
     except (Agent.DoesNotExist, ValueError):
         raise NotFound("Agent not found.") from None
+
+
+def agent_get_with_permissions(*, user, agent_id) -> tuple[Agent, frozenset[str]]:
+    """The agent if the user can see its workspace (a member, or an admin of its
+    organization), with the permissions the user holds there, read in one query; else 404."""
+    try:
+        pk = uuid.UUID(str(agent_id))
+    except ValueError:
+        raise NotFound("Agent not found.") from None
+    if not user.is_authenticated:
+        raise NotFound("Agent not found.")
+    agent = (
+        Agent.objects.select_related("workspace")
+        .annotate(**role_annotations(user_id=user.pk, workspace_ref="workspace_id",
+                                     organization_ref="workspace__organization_id"))
+        .filter(Q(member_role__isnull=False) | Q(org_admin=True), pk=pk)
+        .first()
+    )
+    if agent is None:
+        raise NotFound("Agent not found.")
+    return agent, roles_permissions(roles_annotated(agent))
 
 
 def agent_versions(*, agent: Agent) -> QuerySet[AgentVersion]:

@@ -66,17 +66,18 @@ def workspace_permissions(*, user, workspace: Workspace) -> frozenset[str]:
     return roles_permissions(workspace_roles(user=user, workspace=workspace))
 
 
-def role_annotations(*, user_ref: str, workspace_ref: str, organization_ref: str) -> dict:
-    """Annotations that read a user's roles in the same query as the row that names them
-    (``user_ref`` etc. are field paths on that row): ``member_role`` (the workspace role
-    or None) and ``org_admin``. ``roles_annotated`` turns them into ``workspace_roles``'s
-    list."""
+def role_annotations(*, workspace_ref: str, organization_ref: str, user_ref: str | None = None,
+                     user_id: int | None = None) -> dict:
+    """Annotations that read a user's roles in the same query as the row that names the
+    workspace (``*_ref`` are field paths on that row; the user is ``user_ref`` on it, or
+    ``user_id``): ``member_role`` (the workspace role or None) and ``org_admin``.
+    ``roles_annotated`` turns them into ``workspace_roles``'s list."""
+    user = OuterRef(user_ref) if user_ref is not None else user_id
     return {
         "member_role": Subquery(Membership.objects.filter(
-            user_id=OuterRef(user_ref), workspace_id=OuterRef(workspace_ref)).values("role")[:1]),
+            user_id=user, workspace_id=OuterRef(workspace_ref)).values("role")[:1]),
         "org_admin": Exists(OrganizationMember.objects.filter(
-            user_id=OuterRef(user_ref), organization_id=OuterRef(organization_ref),
-            role=OrganizationMember.OrgRole.ADMIN)),
+            user_id=user, organization_id=OuterRef(organization_ref), role=OrganizationMember.OrgRole.ADMIN)),
     }
 
 
@@ -89,7 +90,12 @@ def roles_annotated(row) -> list[str]:
 
 def require_permission(*, user, workspace: Workspace, permission: str) -> None:
     """Raise 403 unless the user holds ``permission`` in a workspace they can already see."""
-    if permission not in workspace_permissions(user=user, workspace=workspace):
+    require_granted(granted=workspace_permissions(user=user, workspace=workspace), permission=permission)
+
+
+def require_granted(*, granted: frozenset[str], permission: str) -> None:
+    """Raise 403 unless ``permission`` is among those the user was found to hold."""
+    if permission not in granted:
         raise PermissionDenied(f"You need the {permission} permission in this workspace.")
 
 

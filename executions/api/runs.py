@@ -13,7 +13,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.selectors import agent_get_for_user
+from agents.selectors import agent_get_for_user, agent_get_with_permissions
 from executions import services, stateless
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.selectors import execution_get_for_user, executions_for_user
@@ -25,7 +25,7 @@ from rivercore.contracts import (
 )
 from rivercore.errors import InvalidInput
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
-from tenancy.selectors import require_permission, workspace_get_for_user
+from tenancy.selectors import require_granted, require_permission, workspace_get_for_user
 
 
 class StepSerializer(serializers.ModelSerializer):
@@ -80,8 +80,8 @@ class AgentRunView(APIView):
     @extend_schema(request=RunInput, responses={202: inline_serializer(
         "RunAccepted", {"execution_id": serializers.IntegerField(), "status": serializers.CharField()})})
     def post(self, request, agent_id):
-        agent = agent_get_for_user(user=request.user, agent_id=agent_id)
-        require_permission(user=request.user, workspace=agent.workspace, permission=AGENT_EXECUTE)
+        agent, granted = agent_get_with_permissions(user=request.user, agent_id=agent_id)  # one query
+        require_granted(granted=granted, permission=AGENT_EXECUTE)
         body = RunInput(data=request.data)
         body.is_valid(raise_exception=True)
         execution = services.execution_start(

@@ -91,8 +91,8 @@ def execution_for_segment(execution_id: int, *, queryset=None) -> Execution:
     read: one query, and one more for each of those that exists."""
     rows = queryset if queryset is not None else Execution.objects.all()
     return rows.select_related("workspace", "agent", "agent_version").annotate(
-        **role_annotations(user_ref="requested_by_id", workspace_ref="workspace_id",
-                           organization_ref="workspace__organization_id"),
+        **role_annotations(workspace_ref="workspace_id", organization_ref="workspace__organization_id",
+                           user_ref="requested_by_id"),
         has_policies=active_policies_exist(organization_ref="workspace__organization_id",
                                            workspace_ref="workspace_id"),
         has_sources=version_data_sources_exist(version_ref="agent_version_id"),

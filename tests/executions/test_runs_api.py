@@ -55,6 +55,21 @@ def test_viewer_may_not_run(agent, member, workspace, api_client_for):
     assert response.status_code == 403
 
 
+def test_an_org_admin_runs_without_a_workspace_membership_and_a_member_elsewhere_does_not(
+    agent, org_admin, outsider, api_client_for, monkeypatch
+):
+    """The agent, its workspace's visibility and the caller's permissions are one query."""
+    from executions import tasks
+
+    monkeypatch.setattr(tasks.run_segment, "delay", lambda *args: None)
+    response = api_client_for(org_admin).post(f"/api/v1/agents/{agent.pk}/run", {"input_prompt": "x"}, format="json")
+    assert response.status_code == 202
+    assert Execution.objects.get(pk=response.json()["execution_id"]).requested_by == org_admin
+    # A member of another organization's workspace with every role there sees nothing here.
+    Membership.objects.filter(user=outsider).update(role="admin")
+    assert api_client_for(outsider).post(f"/api/v1/agents/{agent.pk}/run", {}, format="json").status_code == 404
+
+
 def test_outsider_gets_404_everywhere(agent, owner, outsider, api_client_for):
     from executions.services import execution_start
 
