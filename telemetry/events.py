@@ -7,10 +7,13 @@ them from its last sequence number. A broken channel layer therefore must never
 fail the run that publishes; it is logged and dropped.
 
 Sending happens on one background thread per process (the publisher), which keeps
-a single event loop for its whole life. The committing thread only puts the batch
-on a queue, so a run's turn does not wait for the channel layer, and with Redis the
+a single event loop for its whole life. The committing thread only hands the batch to
+that loop, so a run's turn does not wait for the channel layer, and with Redis the
 layer's connection pool (one per event loop) is reused instead of being rebuilt for
-every batch. Batches are sent in the order they were committed in this process.
+every batch. Batches of different runs are sent concurrently (with hundreds of runs
+publishing, one run's round trips to Redis do not queue behind another's); the
+batches of one run, and those about no run, are sent one after another in the order
+they were committed in this process.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import asyncio
 import atexit
 import logging
 import os
-import queue
 import threading
 
 from channels.layers import get_channel_layer
@@ -64,45 +66,56 @@ async def _send_batch(groups: list[str], events: list[dict]) -> None:
 
 
 class _Publisher:
-    """The per-process sending thread. It is started on first use and again in a
-    forked child (a Celery prefork worker inherits the object but not the thread)."""
+    """The per-process sending thread and its event loop. It is started on first use and
+    again in a forked child (a Celery prefork worker inherits the object but not the
+    thread). Each batch becomes a task on the loop that first waits for the previous
+    batch of the same run (its ``key``), so a run's events keep their order."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid: int | None = None
-        self._queue: queue.SimpleQueue | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tails: dict[object, asyncio.Task] = {}
 
-    def submit(self, groups: list[str], events: list[dict]) -> None:
-        self._running_queue().put((groups, events))
+    def submit(self, groups: list[str], events: list[dict], key: object = None) -> None:
+        self._running_loop().call_soon_threadsafe(self._schedule, key, groups, events)
 
     def flush(self, timeout: float = FLUSH_TIMEOUT_SECONDS) -> bool:
         """Wait until everything submitted so far has been handed to the layer."""
         if self._pid != os.getpid():
             return True  # nothing was submitted from this process
         done = threading.Event()
-        self._running_queue().put(done)
+        self._running_loop().call_soon_threadsafe(self._when_sent, done)
         return done.wait(timeout)
 
-    def _running_queue(self) -> queue.SimpleQueue:
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
         pid = os.getpid()
         if self._pid != pid:
             with self._lock:
                 if self._pid != pid:
-                    work: queue.SimpleQueue = queue.SimpleQueue()
-                    threading.Thread(target=self._run, args=(work,), name="river-events", daemon=True).start()
-                    self._queue, self._pid = work, pid
-        return self._queue
+                    loop = asyncio.new_event_loop()
+                    threading.Thread(target=loop.run_forever, name="river-events", daemon=True).start()
+                    self._loop, self._tails, self._pid = loop, {}, pid
+        return self._loop
+
+    def _schedule(self, key: object, groups: list[str], events: list[dict]) -> None:
+        previous = self._tails.get(key)
+        task = self._loop.create_task(self._send_after(previous, groups, events))
+        self._tails[key] = task
+        task.add_done_callback(lambda done: self._tails.pop(key) if self._tails.get(key) is done else None)
 
     @staticmethod
-    def _run(work: queue.SimpleQueue) -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        while True:
-            item = work.get()
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            loop.run_until_complete(_send_batch(*item))
+    async def _send_after(previous: asyncio.Task | None, groups: list[str], events: list[dict]) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])  # its failure is its own (logged there)
+        await _send_batch(groups, events)
+
+    def _when_sent(self, done: threading.Event) -> None:
+        pending = list(self._tails.values())
+        if not pending:
+            done.set()
+            return
+        self._loop.create_task(asyncio.wait(pending)).add_done_callback(lambda _: done.set())
 
 
 _publisher = _Publisher()
@@ -126,7 +139,7 @@ def _groups(workspace_id: int, execution_id: int | None) -> list[str]:
 def _submit_on_commit(workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
     groups = _groups(workspace_id, execution_id)
     payload = [dict(event) for event in events]
-    transaction.on_commit(lambda: _publisher.submit(groups, payload))
+    transaction.on_commit(lambda: _publisher.submit(groups, payload, key=execution_id))
 
 
 def event_publish(*, workspace_id: int, execution_id: int | None, event: dict) -> None:
@@ -150,4 +163,4 @@ def events_publish_committed(*, workspace_id: int, execution_id: int | None, eve
     connection than this thread's (the journal's write-behind), so there is no
     transaction of this thread's to wait for."""
     if events:
-        _publisher.submit(_groups(workspace_id, execution_id), events)
+        _publisher.submit(_groups(workspace_id, execution_id), events, key=execution_id)

@@ -285,10 +285,10 @@ def test_a_turns_events_are_live_while_the_model_thinks_about_the_next(agent, ow
     observed = threading.Event()
     real_submit = telemetry_events._publisher.submit
 
-    def submit(groups, events):
+    def submit(groups, events, key=None):
         if any(e["type"] == "observation_received" and e.get("turn") == 1 for e in events):
             observed.set()
-        real_submit(groups, events)
+        real_submit(groups, events, key=key)
 
     monkeypatch.setattr(telemetry_events._publisher, "submit", submit)
     seen_while_thinking: list[bool] = []

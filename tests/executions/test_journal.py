@@ -41,7 +41,8 @@ def mode(request, settings):
 @pytest.fixture
 def published(monkeypatch):
     batches: list[tuple[list[str], list[dict]]] = []
-    monkeypatch.setattr(telemetry_events._publisher, "submit", lambda groups, events: batches.append((groups, events)))
+    monkeypatch.setattr(telemetry_events._publisher, "submit",
+                        lambda groups, events, key=None: batches.append((groups, events)))
     return batches
 
 
@@ -264,7 +265,7 @@ def test_write_behind_publishes_a_commit_nobody_waits_for(behind, monkeypatch):
     arrived = threading.Event()
     batches: list[list[dict]] = []
 
-    def submit(groups, events):
+    def submit(groups, events, key=None):
         batches.append(events)
         arrived.set()
 

@@ -75,12 +75,42 @@ def test_a_failing_layer_is_logged_and_the_publisher_keeps_going(monkeypatch, ca
 def test_a_forked_child_starts_its_own_publisher_thread(layer, monkeypatch):
     events.event_publish(workspace_id=1, execution_id=None, event={"type": "parent"})
     assert events.events_flush()
-    parent_queue = events._publisher._queue
+    parent_loop = events._publisher._loop
     real_pid = events.os.getpid()
     monkeypatch.setattr(events.os, "getpid", lambda: real_pid + 100000)  # what a child of fork() would see
 
     events.event_publish(workspace_id=1, execution_id=None, event={"type": "child"})
     assert events.events_flush()
 
-    assert events._publisher._queue is not parent_queue
+    assert events._publisher._loop is not parent_loop
     assert [message["events"][0]["type"] for _, message, _ in layer.sent] == ["parent", "child"]
+
+
+def test_runs_are_sent_concurrently_and_each_runs_batches_in_order(monkeypatch):
+    """A slow send for one run does not hold another run's events; the held run's later
+    batch still waits for its earlier one."""
+    import asyncio
+
+    sent: list[tuple[str, list[int]]] = []
+    other_sent = threading.Event()
+
+    class SlowForRunOne:
+        async def group_send(self, group, message):
+            if group == "execution.1" and message["events"][0]["seq"] == 1:
+                while not other_sent.is_set():  # held until run two's batch is out
+                    await asyncio.sleep(0.001)
+            sent.append((group, [e["seq"] for e in message["events"]]))
+            if group == "execution.2":
+                other_sent.set()
+
+    monkeypatch.setattr(events, "get_channel_layer", lambda: SlowForRunOne())
+    with transaction.atomic():
+        events.events_publish(workspace_id=7, execution_id=1, events=[{"type": "a", "seq": 1}])
+    with transaction.atomic():
+        events.events_publish(workspace_id=7, execution_id=1, events=[{"type": "b", "seq": 2}])
+    with transaction.atomic():
+        events.events_publish(workspace_id=7, execution_id=2, events=[{"type": "c", "seq": 1}])
+    assert events.events_flush()
+    run_one = [seqs for group, seqs in sent if group == "execution.1"]
+    assert run_one == [[1], [2]]
+    assert sent.index(("execution.2", [1])) < sent.index(("execution.1", [1]))
