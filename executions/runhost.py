@@ -7,7 +7,9 @@ run goes on. A hosted run that waits on its model (litellm's async client), on a
 (the engine's bounded tool pool) or on a person (a pause ends the segment) holds no
 worker process, no thread and no database connection of its own: its blocking work
 (loading, the journal's statement per turn, policy checks, the segment's end) runs
-on the host's one I/O thread, which keeps one Django connection for every run it hosts.
+on the host's I/O threads (``RIVER_RUN_HOST_IO_THREADS``, default 4), one call at a
+time per run, each call borrowing a connection from the process's pool and handing it
+back when it returns; a run waiting on its model holds none.
 
 Durability does not depend on the host: each turn's steps are committed before the
 next turn (the journal), and a process that dies with runs on its host leaves their
@@ -22,16 +24,16 @@ import asyncio
 import logging
 import threading
 from collections.abc import Coroutine
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection
 from django.utils import timezone
 
 from executions.models import Execution
+from rivercore.ports import blocking_call, blocking_executor_install
 from rivercore.runner import RunInterrupted
 from telemetry.faults import infra_fault_record
 
@@ -54,14 +56,34 @@ def leases_renew(leases: dict[int, str]) -> int:
     ).update(lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS))
 
 
+def _pooled(fn):
+    """Run ``fn`` on an I/O thread, then hand the thread's connection back to the pool
+    (only when there is one: without it, closing would end the session)."""
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if connection.settings_dict["OPTIONS"].get("pool") and not connection.in_atomic_block:
+                connection.close()
+
+    return call
+
+
 class RunHost:
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, io_threads: int | None = None):
         self.capacity = capacity
         self.leases: dict[int, str] = {}  # hosted run -> its lease token
         self._slots = threading.BoundedSemaphore(capacity)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._segments: dict[int, Future[Any]] = {}
+        # Several I/O threads only with a pool to borrow from; without one, a single
+        # thread keeps the one connection every hosted run shares.
+        pooled = bool(connection.settings_dict["OPTIONS"].get("pool"))
+        self.io_threads = (io_threads or settings.RIVER_RUN_HOST_IO_THREADS) if pooled else 1
+        self.io = ThreadPoolExecutor(max_workers=self.io_threads, thread_name_prefix="river-run-io")
+        blocking_executor_install(self.io, _pooled)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="river-run-host", daemon=True)
         self.thread.start()
@@ -105,8 +127,8 @@ class RunHost:
                 with self._lock:
                     self.leases.pop(execution_id, None)
                     idle = not self.leases
-                if idle:  # nothing hosted: the I/O thread gives its connection back
-                    await sync_to_async(_connection_close, thread_sensitive=True)()
+                if idle and self.io_threads == 1:  # nothing hosted: the I/O thread gives its connection back
+                    await asyncio.wrap_future(self.io.submit(_connection_close))
                 with self._lock:
                     self._idle.notify_all()
                 self._slots.release()
@@ -154,7 +176,7 @@ class RunHost:
             if not leases:
                 continue
             try:
-                await sync_to_async(leases_renew, thread_sensitive=True)(leases)
+                await blocking_call(False, leases_renew, leases)
             except (DatabaseError, InterfaceError) as exc:
                 # The next beat tries again; if the database stays away the leases run
                 # out and the journals' lease checks stop the runs.

@@ -330,6 +330,9 @@ RIVER_MAX_SEGMENT_ATTEMPTS = env_int("RIVER_MAX_SEGMENT_ATTEMPTS", 20, minimum=1
 # Run segments one Celery worker process hosts at once (executions.runhost); 1 runs each
 # segment inside its task, one at a time per process.
 RIVER_RUNS_PER_PROCESS = env_int("RIVER_RUNS_PER_PROCESS", 200, minimum=1)
+# Threads that make the hosted runs' blocking calls (database statements, policy checks),
+# each borrowing a pooled connection per call; one when the process has no pool.
+RIVER_RUN_HOST_IO_THREADS = env_int("RIVER_RUN_HOST_IO_THREADS", 4, minimum=1)
 # How long a stopping worker process lets its hosted runs finish before it hands the
 # rest back to the queue.
 RIVER_RUN_HOST_GRACE_SECONDS = env_int("RIVER_RUN_HOST_GRACE_SECONDS", 10, minimum=0)

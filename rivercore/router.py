@@ -85,7 +85,8 @@ class HealthReading(Protocol):
 
 
 class HealthWindow(Protocol):
-    """The providers' shared health window (port)."""
+    """The providers' shared health window (port). Called in place, on the event loop of a
+    hosted run: it must answer from memory and keep any I/O to rare, short calls."""
 
     def get(self, providers: list[str]) -> Mapping[str, HealthReading]: ...
 
@@ -227,7 +228,9 @@ class Router:
     async def ordered(self, blocking: bool = False) -> list[ProviderConfig]:
         """Healthy providers by priority, then degraded ones, least degraded first
         (so when every provider is degraded the least degraded is tried first)."""
-        health = await self._io(blocking, self.health.get, [p.window for p in self.providers])
+        # The health window is called in place: it must answer from memory (River's
+        # keeps the window in process and reaches the shared cache once a second).
+        health = self.health.get([p.window for p in self.providers])
         return sorted(
             self.providers,
             key=lambda p: (health[p.window].degraded, health[p.window].degradation, p.priority),
@@ -313,7 +316,7 @@ class Router:
                 if kind is None:
                     raise LLMError(LLMErrorKind.BAD_RESPONSE, f"{provider.name} rejected the request: {exc}",
                                    {"provider": provider.name, "model": model}) from exc
-                await self._io(blocking, self.health.record, provider.window, latency, False)
+                self.health.record(provider.window, latency, False)
                 logger.warning("provider %s (%s) failed: %s", provider.name, model, kind)
                 if kind in RETRYABLE and retries < provider.max_retries:
                     pause = retry_backoff(retries + 1, rand=self.rand)
@@ -332,7 +335,7 @@ class Router:
                                  "attempts": retries + 1, "message": str(exc)[:300]})
                 return None
             latency = (time.monotonic() - started) * 1000
-            await self._io(blocking, self.health.record, provider.window, latency, True)
+            self.health.record(provider.window, latency, True)
             return self._reply(response, provider, model, served_tier, messages, int(latency))
 
     async def _call(self, blocking: bool, provider: ProviderConfig, model: str, messages: list[dict[str, Any]],

@@ -426,7 +426,10 @@ class Engine:
 
     async def _reason(self, state: RunState) -> Outcome | None:
         turn = state.turn + 1
-        verdict = await self._io(gate.before_llm, self.policy, state)
+        if state.request.agent_config.governance_policies:
+            verdict = await self._io(gate.before_llm, self.policy, state)
+        else:  # nothing to check (no policies): no hop off the loop for it
+            verdict = gate.before_llm(self.policy, state)
         if verdict.decision == Decision.BLOCKED:
             self._add(state, StepType.GOVERNANCE_CHECK, turn=turn, governance_decision=Decision.BLOCKED,
                       status=StepStatus.BLOCKED, output={"reason": verdict.reason, "policy": verdict.policy_matched})
