@@ -77,7 +77,8 @@ class RunHost:
         self._slots = threading.BoundedSemaphore(capacity)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._segments: dict[int, Future[Any]] = {}
+        self._segments: set[Future[Any]] = set()  # every hosted segment, claiming or running
+        self._held: dict[asyncio.Task[Any], str] = {}  # a segment that claimed its run -> the lease
         # Several I/O threads only with a pool to borrow from; without one, a single
         # thread keeps the one connection every hosted run shares.
         pooled = bool(connection.settings_dict["OPTIONS"].get("pool"))
@@ -95,13 +96,14 @@ class RunHost:
 
     @property
     def in_flight(self) -> int:
+        """Segments on the host: claiming their run, or running it."""
         with self._lock:
-            return len(self.leases)
+            return len(self._segments)
 
     def wait_idle(self, timeout: float) -> bool:
-        """Wait until no run is hosted (a worker shutting down; tests). False on timeout."""
+        """Wait until no segment is hosted (a worker shutting down; tests). False on timeout."""
         with self._lock:
-            return self._idle.wait_for(lambda: not self.leases, timeout=timeout)
+            return self._idle.wait_for(lambda: not self._segments, timeout=timeout)
 
     def reserve(self) -> None:
         """Wait for a place on the host (call before claiming a run)."""
@@ -111,10 +113,11 @@ class RunHost:
         """Give back a place reserved for a run that was not started."""
         self._slots.release()
 
-    def start(self, segment: Coroutine[Any, Any, Any], *, execution_id: int, token: str) -> Future[Any]:
-        """Host a claimed run's segment (a place must be reserved); returns at once."""
-        with self._lock:
-            self.leases[execution_id] = token
+    def start(self, segment: Coroutine[Any, Any, Any], *, execution_id: int, token: str | None = None) -> Future[Any]:
+        """Host a run's segment (a place must be reserved); returns at once. ``token``: the
+        run's lease, when it is claimed already; else the segment claims it and ``hold``s it."""
+        if token is not None:
+            self.hold(execution_id, token)
 
         async def hosted() -> Any:
             try:
@@ -124,26 +127,50 @@ class RunHost:
             except Exception:  # noqa: BLE001 - the segment handles its own errors; this is the last guard
                 logger.exception("hosted segment of execution %s crashed", execution_id)
             finally:
+                held = token if token is not None else self._held.pop(asyncio.current_task(), None)
                 with self._lock:
-                    self.leases.pop(execution_id, None)
+                    if held is not None and self.leases.get(execution_id) == held:  # a duplicate held nothing
+                        del self.leases[execution_id]
                     idle = not self.leases
                 if idle and self.io_threads == 1:  # nothing hosted: the I/O thread gives its connection back
                     await asyncio.wrap_future(self.io.submit(_connection_close))
-                with self._lock:
-                    self._idle.notify_all()
                 self._slots.release()
             return None
 
         future = asyncio.run_coroutine_threadsafe(hosted(), self.loop)
         with self._lock:
-            self._segments[execution_id] = future
-        future.add_done_callback(lambda done: self._forget(execution_id, done))
+            self._segments.add(future)
+        future.add_done_callback(self._forget)
         return future
 
-    def _forget(self, execution_id: int, done: Future[Any]) -> None:
+    def hold(self, execution_id: int, token: str) -> None:
+        """The run's lease, claimed: renewed by the host's heartbeat from now on. Called
+        by a segment that claimed its run, on the host's loop, or by ``start``."""
         with self._lock:
-            if self._segments.get(execution_id) is done:
-                del self._segments[execution_id]
+            self.leases[execution_id] = token
+        try:
+            self._held[asyncio.current_task()] = token
+        except RuntimeError:  # not on the loop: ``start`` was given the token
+            pass
+
+    def post_process(self, execution_id: int) -> None:
+        """Post-process a run that ended here on an I/O thread, with no broker message
+        and no task; one that fails is logged and done by the watchdog's next pass over
+        runs not post-processed (``executions_post_process_missed``)."""
+        from executions.services import execution_post_process
+
+        def run() -> None:
+            try:
+                execution_post_process(execution_id=execution_id)
+            except Exception:  # noqa: BLE001 - the watchdog does it again
+                logger.exception("post-processing of execution %s failed on its run host", execution_id)
+
+        self.io.submit(_pooled(run))
+
+    def _forget(self, done: Future[Any]) -> None:
+        with self._lock:
+            self._segments.discard(done)
+            self._idle.notify_all()
 
     def shutdown(self, grace_seconds: float) -> int:
         """The worker process is stopping: let hosted runs finish for up to
@@ -154,7 +181,7 @@ class RunHost:
             return 0
         with self._lock:
             leases = dict(self.leases)
-            segments = list(self._segments.values())
+            segments = list(self._segments)
         released = 0
         try:
             released = leases_release(leases)

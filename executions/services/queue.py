@@ -45,8 +45,15 @@ def segment_queue_on_commit(execution_id: int) -> None:
 
 
 def post_process_queue_on_commit(execution_id: int) -> None:
-    """Send ``post_process`` after commit; if the broker is down the watchdog's
-    ``executions_post_process_missed`` does it after the grace period."""
+    """After commit, post-process the run: on this process's run host when it has one
+    (a run that ended in a worker process, with no broker round trip), else by sending
+    ``post_process``. If either is lost (the broker down, the process killed), the
+    watchdog's ``executions_post_process_missed`` does it after the grace period."""
+    from executions.runhost import run_host
     from executions.tasks import post_process
 
-    transaction.on_commit(lambda: task_send(post_process, execution_id))
+    host = run_host()
+    if host is not None:
+        transaction.on_commit(lambda: host.post_process(execution_id))
+    else:
+        transaction.on_commit(lambda: task_send(post_process, execution_id))

@@ -158,20 +158,22 @@ def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
 
 
 def execution_host_segment(*, execution_id: int, host) -> bool:
-    """Claim the run and hand its segment to this process's run host; returns at once
-    (False when another worker holds the run)."""
+    """Hand the run to this process's run host and return once it is handed over: the
+    host claims the run on its I/O threads and runs its segment (nothing, if another
+    worker holds the run). The task thread only waits for a place on the host, never on
+    the database, so a worker takes its next message at once."""
     host.reserve()
-    try:
-        claimed = _claim(execution_id)
-    except BaseException:
-        host.release()
-        raise
-    if claimed is None:
-        host.release()
-        return False
-    token, execution = claimed
-    host.start(_segment_guarded(execution, token, None, hosted=True), execution_id=execution_id, token=token)
+    host.start(_claim_then_run(execution_id, host), execution_id=execution_id)
     return True
+
+
+async def _claim_then_run(execution_id: int, host) -> str | None:
+    claimed = await _io(True, _claim, execution_id)
+    if claimed is None:
+        return None
+    token, execution = claimed
+    host.hold(execution_id, token)
+    return await _segment_guarded(execution, token, None, hosted=True)
 
 
 async def _segment_guarded(execution: Execution, token: str, llm, *, hosted: bool) -> str | None:

@@ -77,9 +77,12 @@ def test_a_run_goes_through_a_prefork_worker_on_each_broker(broker, workspace, o
             execution = execution_start(agent=agent, user=owner, input_prompt="read once")
             sender = Celery("river-test-sender", broker=url)
             sender.send_task("executions.run_segment", args=[execution.pk], queue=queue)
+            # Finished and post-processed: on the worker's run host, since no worker
+            # consumes the queue a post_process task would go to.
             finished = wait_until(
-                lambda: Execution.objects.filter(pk=execution.pk, status__in=Execution.TERMINAL).first(),
-                f"the run to finish through {kind}")
+                lambda: Execution.objects.filter(pk=execution.pk, status__in=Execution.TERMINAL,
+                                                 post_processed_at__isnull=False).first(),
+                f"the run to finish and be post-processed through {kind}")
         finally:
             worker.terminate()
             worker.wait(timeout=30)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -126,8 +127,13 @@ def test_a_claimed_run_is_not_hosted_twice(workspace, owner, quiet_broker, monke
     host = RunHost(capacity=4)
     assert execution_host_segment(execution_id=run.pk, host=host) is True
     assert model.all_waiting.wait(timeout=60)
-    assert execution_host_segment(execution_id=run.pk, host=host) is False  # the lease is held
-    assert host.in_flight == 1
+    # A second delivery is handed over too, claims nothing (the lease is held) and ends.
+    assert execution_host_segment(execution_id=run.pk, host=host) is True
+    deadline = time.monotonic() + 60
+    while host.in_flight != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert host.in_flight == 1 and list(host.leases) == [run.pk]  # the first still holds it
+    assert model.waiting == 1  # the duplicate never asked the model
     host.loop.call_soon_threadsafe(model.gate.set)
     assert host.wait_idle(timeout=60)
     assert Execution.objects.get(pk=run.pk).status == Execution.Status.COMPLETED
