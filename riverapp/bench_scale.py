@@ -16,6 +16,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -201,7 +202,7 @@ def _worker_env(*, database_url: str, broker_url: str, model_url: str) -> dict:
         "RIVER_AUDIT_HMAC_KEYS": f"scale:{base64.b64encode(secrets.token_bytes(32)).decode()}",
         "DATABASE_URL": f"{database_url}{'&' if '?' in database_url else '?'}application_name={WORKER_APP}",
         "REDIS_URL": broker_url if broker_url.startswith("redis") else REDIS_URL,
-        "CELERY_BROKER_URL": broker_url,  # Celery reads it ahead of the settings
+        "RIVER_BROKER_URL": broker_url,
         "RIVER_RUNS_PER_PROCESS": os.environ.get("RIVER_RUNS_PER_PROCESS", "200"),
         "RIVER_LLM_MODEL": "openai/scale-bench", "RIVER_LLM_BASE_URL": model_url,
         "RIVER_LLM_API_KEY": "scale-bench-key", "LOG_LEVEL": "WARNING",
@@ -297,13 +298,39 @@ def _measure(agent, runs: int, model_seconds: float) -> Batch:
 
 
 def _first_model_call(ctx: dict, model: Model) -> float | None:
-    """Seconds from starting a worker process (no other running) to the model's first
-    request, for a run sent as the process starts."""
+    """Seconds from starting a worker (no other running: the ``celery worker`` command, a
+    cold interpreter that imports Django, River and litellm before it forks its pool) to
+    the model's first request, for a run sent as the worker starts."""
     from executions.services import execution_start
 
     model.first_request_at, started = None, time.monotonic()
     ctx["pool"].start()
     execution_start(agent=ctx["agent"], user=ctx["user"], input_prompt="Scale bench: the first call")
+    if not _wait(lambda: model.first_request_at is not None, 120):
+        return None
+    return model.first_request_at - started
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        return {int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()
+
+
+def _fresh_process_first_call(ctx: dict, model: Model) -> float | None:
+    """Seconds from the loss of the only worker's pool process (SIGKILLed) to the first
+    model request of a run sent at that moment: the fresh process Celery forks in its
+    place starts with everything its parent loaded (nothing is imported on first use)."""
+    from executions.services import execution_start
+
+    parent = ctx["pool"].procs[0].pid
+    old = _children(parent)
+    if not _wait(lambda: bool(_children(parent)), 30) or not old:
+        return None
+    model.first_request_at, started = None, time.monotonic()
+    os.kill(next(iter(old)), signal.SIGKILL)
+    execution_start(agent=ctx["agent"], user=ctx["user"], input_prompt="Scale bench: a fresh process")
     if not _wait(lambda: model.first_request_at is not None, 120):
         return None
     return model.first_request_at - started
@@ -339,8 +366,14 @@ def _report(ctx: dict, model: Model, *, workers: int, runs: list[int]) -> Iterat
            f"{pool.env['RIVER_RUNS_PER_PROCESS']}), broker {ctx['broker']}, model {ctx['model_seconds']:g} s a "
            f"reply, {ctx['turns']} turns a run ({TOOL}, no I/O)")
     first = _first_model_call(ctx, model)
-    yield _figure("fresh worker to first model call", f"{first:.2f} s" if first else "none in 120 s",
+    yield _figure("cold worker (celery worker started) to first model call",
+                  f"{first:.2f} s" if first else "none in 120 s",
                   f"<= {TARGET_FIRST_CALL:g} s", first is not None and first <= TARGET_FIRST_CALL, "  ")
+    _settle_and_delete(agent, 120)
+    fresh = _fresh_process_first_call(ctx, model)
+    yield _figure("fresh worker process (forked in place of a killed one) to first model call",
+                  f"{fresh:.2f} s" if fresh else "none in 120 s",
+                  f"<= {TARGET_FIRST_CALL:g} s", fresh is not None and fresh <= TARGET_FIRST_CALL, "  ")
     _settle_and_delete(agent, 120)
     for _ in range(workers - 1):
         pool.start()

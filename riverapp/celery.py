@@ -17,8 +17,32 @@ def _host_runs_in_this_process(**kwargs) -> None:
     from common.dbpool import worker_pool_enable
     from executions.runhost import run_host_enable
 
-    worker_pool_enable()
+    if worker_pool_enable():
+        _pool_kept_across_tasks()
     run_host_enable()
+
+
+def _pool_kept_across_tasks() -> None:
+    """Celery's Django fixup closes every connection, and with a pool the whole pool,
+    before and after each task. In a process that hosts runs that would close the pool
+    under the host's I/O threads mid-statement. Instead, after each task its thread
+    hands back the connection it borrowed (the pool stays)."""
+    from celery.signals import task_postrun, task_prerun
+
+    for fixup in getattr(app, "_fixups", ()):
+        worker = getattr(fixup, "_worker_fixup", None)
+        if worker is not None:
+            task_prerun.disconnect(worker.on_task_prerun)
+            task_postrun.disconnect(worker.on_task_postrun)
+    task_postrun.connect(_task_connection_back, weak=False)
+
+
+def _task_connection_back(**kwargs) -> None:
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close()
 
 
 @worker_process_shutdown.connect
