@@ -1,0 +1,568 @@
+"""The web-facing sections of ``make bench``: River served by ``daphne`` in production
+shape (``DEBUG=false``, this process's keys, database and Redis, requests arriving as from
+the TLS proxy), driven over real HTTP and WebSocket. ``web_bench`` yields report lines for
+run creation, approval resume (a Celery worker makes the resumed run's next model call to
+a fake OpenAI-compatible server here) and event fan-out (WebSocket clients in a child
+process), each figure with its target.
+
+Paused runs are made cheaply: one real run is driven to the gate of its ``write_back``
+(``approval_storm``'s scripted model), then its rows (run, steps, events, approval
+request) are copied with bulk inserts, each copy with a prompt of its own by which the
+fake model tells the runs apart. Times cross processes as ``time.monotonic()``
+(CLOCK_MONOTONIC, one clock for the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import http.client
+import json
+import multiprocessing
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection, transaction
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SLUG = "river-bench-web"
+TARGET_RUNS_PER_SECOND, TARGET_CREATE_P50_MS = 100, 50
+TARGET_RESUME_MARGIN_MS, TARGET_RESUME_GROWTH = 10, 1.2
+TARGET_FANOUT_P50_MS, TARGET_FANOUT_P99_MS = 3, 15
+SINGLE_CLIENT_REQUESTS, APPROVALS, WARMUP, BROKER_SAMPLES = 100, 50, 3, 200
+EVENTS, EVENTS_PER_SECOND = 3000, 200
+BATCH = 2000
+MODEL_REPLY = json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench",
+    "usage": {"prompt_tokens": 40, "completion_tokens": 2, "total_tokens": 42},
+    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Done."}}],
+}).encode()
+
+
+def _ms(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] * 1000 if ordered else float("nan")
+
+
+def _check(ok: bool, text: str) -> str:
+    return f"  {'PASS' if ok else 'FAIL'}: {text}"
+
+
+def web_bench(*, clients: int = 16, creations: int = 400, paused: Sequence[int] = (10, 10000),
+              active_runs: int = 200) -> Iterator[str]:
+    """Report lines for the three sections. Needs REDIS_URL (the server's broker and
+    channel layer). Deletes its runs, agents, data source and tokens at the end."""
+    from django.test.utils import override_settings
+
+    if not settings.REDIS_URL:
+        yield "web sections skipped: they need REDIS_URL (the server's broker and channel layer)"
+        return
+    fx = _fixtures()
+    try:
+        with override_settings(DEBUG=False), tempfile.TemporaryDirectory(prefix="river-bench-web-") as tmp, \
+                _ModelServer() as model, _daphne(Path(tmp)) as port:
+            yield (f"web: daphne on 127.0.0.1:{port}, DEBUG=false, database {connection.settings_dict['NAME']}, "
+                   f"Redis {settings.REDIS_URL}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+            yield from _creation(port, fx, clients=clients, creations=creations)
+            yield from _resume(port, fx, model, Path(tmp), paused=sorted(paused))
+            yield from _fanout(port, fx, active_runs=active_runs)
+            yield f"web: load average {os.getloadavg()[0]:.1f} at the end"
+    finally:
+        _cleanup(fx)
+
+
+# --- fixtures and processes ---------------------------------------------------------------
+
+
+@dataclass
+class _Fixtures:
+    workspace: object
+    requester: object  # starts the runs; may not approve them
+    runner: object  # automated: runs created over HTTP, and the fan-out's runs
+    gated: object  # act_with_approval: its write_back pauses for an approver
+    source: object
+    sqlite_path: Path
+    tokens: dict[str, str]  # "requester" / "approver" -> plaintext, shown once
+    token_ids: list[int]
+
+
+def _fixtures() -> _Fixtures:
+    from django.contrib.auth import get_user_model
+
+    from datasources.models import DataSource
+    from datasources.services import data_source_create, data_source_discover
+    from tenancy.models import Membership, Organization, Workspace
+    from tenancy.permissions import Role
+    from tenancy.services import token_issue
+
+    org, _ = Organization.objects.get_or_create(slug=SLUG, defaults={"name": "River web benchmark"})
+    workspace, _ = Workspace.objects.get_or_create(organization=org, slug=SLUG, defaults={"name": "Web benchmark"})
+    users = {}
+    for name, role in (("requester", Role.EDITOR), ("approver", Role.ADMIN)):
+        users[name], _ = get_user_model().objects.get_or_create(username=f"{SLUG}-{name}")
+        Membership.objects.get_or_create(workspace=workspace, user=users[name], defaults={"role": role})
+    tag = uuid.uuid4().hex[:8]
+    path = settings.RIVER_SQLITE_DATA_DIR / str(workspace.pk) / f"web-{tag}.sqlite3"  # the workspace's folder
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as db:
+        db.executescript("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL);"
+                         "INSERT INTO customers VALUES (1, 'Ada'); CREATE TABLE charges (id INTEGER PRIMARY KEY, "
+                         "customer_id INTEGER REFERENCES customers(id), amount NUMERIC NOT NULL, status TEXT);")
+    source = data_source_create(workspace=workspace, name=f"web-{tag}", type="sqlite", credentials={},
+                                connection_config={"path": path.name}, access_level=DataSource.AccessLevel.READ_WRITE)
+    data_source_discover(data_source=source)
+    issued = {name: token_issue(user=user, name="web bench") for name, user in users.items()}
+    return _Fixtures(
+        workspace=workspace, requester=users["requester"], source=source, sqlite_path=path,
+        runner=_agent(workspace, users["requester"], f"web-{tag}", "automated", ["get_workspace_info"]),
+        gated=_agent(workspace, users["requester"], f"web-gated-{tag}", "act_with_approval", ["write_back"], source),
+        tokens={name: t.plaintext for name, t in issued.items()}, token_ids=[t.token.pk for t in issued.values()])
+
+
+def _agent(workspace, owner, name: str, level: str, tools: list[str], source=None):
+    from agents.models import Agent, AgentVersion
+
+    agent = Agent.objects.create(workspace=workspace, name=name, business_function="operations", domain="Benchmark",
+                                 owner=owner, status=Agent.Status.ACTIVE)
+    version = AgentVersion.objects.create(
+        agent=agent, version=1, goal="Refund.", instructions="Refund, with approval.", action_level=level,
+        model_config={}, tools=tools,
+        approval_rules={"require_approval_for": tools if source else [], "approver_roles": ["admin"],
+                        "auto_approve_conditions": [], "escalation_timeout_minutes": 60})
+    if source is not None:
+        version.data_sources.set([source])
+    agent.current_version = version
+    agent.save(update_fields=["current_version"])
+    return agent
+
+
+def _cleanup(fx: _Fixtures) -> None:
+    from datasources.services import data_source_delete
+    from executions.models import Execution
+    from governance.models import ApprovalRequest
+    from tenancy.models import AccessToken
+
+    for agent in (fx.runner, fx.gated):
+        Execution.objects.filter(agent=agent).delete()
+        ApprovalRequest.objects.filter(agent_id=agent.pk).delete()
+        agent.delete()
+    data_source_delete(data_source=fx.source)
+    fx.sqlite_path.unlink(missing_ok=True)
+    AccessToken.objects.filter(pk__in=fx.token_ids).delete()
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    """Production settings with this process's keys (the encryption key decrypts the data
+    source's credentials, the audit keys sign the same chains), database and Redis."""
+    audit = ",".join(f"{kid}:{base64.b64encode(key).decode()}" for kid, key in settings.RIVER_AUDIT_HMAC_KEYS.items())
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "riverapp.settings", "PYTHONPATH": str(ROOT), "DEBUG": "false",
+            "SECRET_KEY": settings.SECRET_KEY, "RIVER_ENCRYPTION_KEY": settings.RIVER_ENCRYPTION_KEY,
+            "RIVER_AUDIT_HMAC_KEYS": audit, "ALLOWED_HOSTS": "127.0.0.1", "RIVER_BEHIND_TLS_PROXY": "true",
+            "DATABASE_URL": os.environ["DATABASE_URL"], "REDIS_URL": settings.REDIS_URL, "LOG_LEVEL": "WARNING",
+            "RIVER_SQLITE_DATA_DIR": str(settings.RIVER_SQLITE_DATA_DIR), **extra}
+
+
+@contextmanager
+def _process(args: list[str], *, env: dict, log: Path, ready: Callable[[], bool]) -> Iterator[None]:
+    """A child process, stopped (SIGTERM, then SIGKILL) however the block ends."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603
+    try:
+        deadline = time.monotonic() + 120
+        while not ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{args[0]} did not start; its log ends:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def _daphne(tmp: Path) -> Iterator[int]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def healthy() -> bool:
+        probe = _Client(port, "")
+        try:
+            return probe.request("GET", "/health")[0] == 200
+        except OSError:
+            return False
+        finally:
+            probe.conn.close()
+
+    with _process([str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "riverapp.asgi:application"],
+                  env=_child_env(), log=tmp / "daphne.log", ready=healthy):
+        yield port
+
+
+class _Client:
+    """One keep-alive HTTP/1.1 connection, arriving as from River's TLS proxy."""
+
+    def __init__(self, port: int, token: str):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                        "X-Forwarded-Proto": "https"}
+
+    def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes, float]:
+        sent = time.monotonic()
+        self.conn.request(method, path, None if body is None else json.dumps(body), self.headers)
+        response = self.conn.getresponse()
+        data = response.read()
+        return response.status, data, time.monotonic() - sent
+
+
+class _ModelServer:
+    """Chat completions that answer at once with a final answer, noting when each run
+    (told apart by its prompt) called."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, float] = {}
+        self.noted = threading.Condition()
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as a provider's API
+            disable_nagle_algorithm = True  # headers and body leave in two writes
+
+            def do_POST(self):  # noqa: N802 - http.server naming
+                arrived = time.monotonic()
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                prompt = next((m.get("content") for m in body.get("messages", []) if m.get("role") == "user"), "")
+                with model.noted:
+                    model.calls[str(prompt)] = arrived
+                    model.noted.notify_all()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(MODEL_REPLY)))
+                self.end_headers()
+                self.wfile.write(MODEL_REPLY)
+
+            def log_message(self, *args):
+                return None
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> _ModelServer:
+        threading.Thread(target=self.httpd.serve_forever, name="bench-web-model", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def called_at(self, prompt: str, timeout: float = 30.0) -> float:
+        with self.noted:
+            if not self.noted.wait_for(lambda: prompt in self.calls, timeout):
+                raise RuntimeError(f"no model call for {prompt!r} within {timeout:g} s")
+            return self.calls.pop(prompt)
+
+
+# --- 1. run creation ----------------------------------------------------------------------
+
+
+def _creation(port: int, fx: _Fixtures, *, clients: int, creations: int) -> Iterator[str]:
+    from executions.models import Execution
+
+    path, body = f"/api/v1/agents/{fx.runner.pk}/run", {"input_prompt": "Web bench run."}
+    alone = _Client(port, fx.tokens["requester"])
+    single = [alone.request("POST", path, body)[2] for _ in range(5 + SINGLE_CLIENT_REQUESTS)][5:]  # 5 warm-up
+    alone.conn.close()
+    tickets, lock, latencies, codes = iter(range(creations)), threading.Lock(), [], Counter()
+    start = threading.Barrier(clients + 1)
+
+    def client() -> None:
+        conn = _Client(port, fx.tokens["requester"])
+        start.wait()
+        while next(tickets, None) is not None:  # one C call: atomic under the GIL
+            status, _, took = conn.request("POST", path, body)
+            with lock:
+                latencies.append(took)
+                codes[status] += 1
+        conn.conn.close()
+
+    threads = [threading.Thread(target=client, name=f"bench-web-{n}") for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.monotonic()
+    for thread in threads:
+        thread.join()
+    rate, p50 = codes[202] / (time.monotonic() - began), _ms(latencies, 50)
+    yield f"run creation: POST /api/v1/agents/{{id}}/run, bearer token (load average {os.getloadavg()[0]:.1f})"
+    yield f"  1 client: {len(single)} requests, latency p50 {_ms(single, 50):.1f} ms, p99 {_ms(single, 99):.1f} ms"
+    yield (f"  {clients} clients: {codes[202]} runs, {rate:.0f} runs/s; latency p50 {p50:.1f} ms, p99 "
+           f"{_ms(latencies, 99):.1f} ms; status codes {dict(sorted(codes.items()))}")
+    yield _check(rate >= TARGET_RUNS_PER_SECOND, f"{rate:.0f} runs/s (target >= {TARGET_RUNS_PER_SECOND})")
+    yield _check(p50 <= TARGET_CREATE_P50_MS, f"p50 {p50:.1f} ms with {clients} clients "
+                 f"(target <= {TARGET_CREATE_P50_MS} ms)")
+    Execution.objects.filter(agent=fx.runner).delete()  # their queued messages will find no run
+
+
+# --- 2. approval resume -------------------------------------------------------------------
+
+
+def _resume(port: int, fx: _Fixtures, model: _ModelServer, tmp: Path, *, paused: list[int]) -> Iterator[str]:
+    from executions.models import Execution
+    from riverapp.approval_storm import resumes_recorded, storm_prepare
+
+    broker = _broker_round_trip()
+    rtt = _ms(broker, 50)
+    with resumes_recorded():  # the template's first segment runs here; nothing is queued
+        template = storm_prepare(agent=fx.gated, starter=fx.requester, data_source_id=fx.source.pk, count=1,
+                                 threads=1)[0]
+    env = _child_env(RIVER_LLM_MODEL="openai/bench-web", RIVER_LLM_BASE_URL=model.base_url,
+                     RIVER_LLM_API_KEY="bench-web")
+    log = tmp / "worker.log"
+    worker = [str(BIN / "celery"), "-A", "riverapp", "worker", "-P", "solo", "-c", "1", "-l", "info",
+              "--without-heartbeat", "--without-mingle", "--without-gossip", "-n", f"{SLUG}@%h"]
+    yield (f"approval resume: POST /api/v1/approvals/{{id}}/resolve -> a Celery worker (-P solo) makes the run's "
+           f"next model call; {APPROVALS} approvals per K after {WARMUP} warm-up (load average "
+           f"{os.getloadavg()[0]:.1f})")
+    yield f"  broker round trip (kombu publish + consume, same Redis): p50 {rtt:.2f} ms, p99 {_ms(broker, 99):.2f} ms"
+    p50s = {}
+    with _process(worker, env=env, log=log, ready=lambda: "ready." in log.read_text(errors="replace")):
+        approver = _Client(port, fx.tokens["approver"])  # the warm-up waits out section 1's stale messages
+        for k in paused:
+            waiting = Execution.objects.filter(agent=fx.gated, status=Execution.Status.AWAITING_APPROVAL).count()
+            _copy_paused(template, [f"Refund, waiting {n}" for n in range(waiting, k - 1)])  # + the one approved: K
+            samples = [_approve_one(approver, template, model) for _ in range(WARMUP + APPROVALS)][WARMUP:]
+            answered, called, tool = (list(column) for column in zip(*samples, strict=True))
+            p50s[k], limit = _ms(called, 50), rtt + TARGET_RESUME_MARGIN_MS
+            yield (f"  K={k} paused: POST -> 200 (message on the broker) p50 {_ms(answered, 50):.1f} ms, p99 "
+                   f"{_ms(answered, 99):.1f} ms; POST -> model call p50 {p50s[k]:.1f} ms, p99 {_ms(called, 99):.1f} ms "
+                   f"(of which the approved write_back itself p50 {_ms(tool, 50):.0f} ms)")
+            yield _check(p50s[k] <= limit, f"K={k} resume p50 {p50s[k]:.1f} ms (target <= broker round trip "
+                         f"+ {TARGET_RESUME_MARGIN_MS} ms = {limit:.1f} ms)")
+        approver.conn.close()
+    if len(p50s) > 1:
+        low, high = min(p50s), max(p50s)
+        ratio = p50s[high] / p50s[low]
+        yield _check(ratio <= TARGET_RESUME_GROWTH, f"resume p50 K={high} / K={low} = {ratio:.2f} "
+                     f"(target <= {TARGET_RESUME_GROWTH})")
+
+
+def _broker_round_trip() -> list[float]:
+    from riverapp.celery import app
+
+    samples = []
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue(f"{SLUG}-rtt-{uuid.uuid4().hex[:8]}")
+        try:
+            for n in range(20 + BROKER_SAMPLES):  # 20 warm-up
+                sent = time.monotonic()
+                queue.put({"n": n})
+                queue.get(timeout=5).ack()
+                samples.append(time.monotonic() - sent)
+        finally:
+            queue.queue.delete()
+            queue.close()
+    return samples[20:]
+
+
+def _copy_paused(template, prompts: list[str]) -> list[tuple[int, str]]:
+    """Copies of the template's paused run, one per prompt: (execution id, approval id)."""
+    from executions.models import Execution, ExecutionEvent, ExecutionStep
+    from governance.models import ApprovalRequest
+
+    def copy(row, **changes):
+        fields = {f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields if not f.primary_key}
+        return type(row)(**{**fields, **changes})
+
+    run = Execution.objects.get(pk=template.execution_id)
+    steps, events = ExecutionStep.objects.filter(execution=run), ExecutionEvent.objects.filter(execution=run)
+    approval = ApprovalRequest.objects.get(pk=template.approval_id)
+    with transaction.atomic():
+        runs = Execution.objects.bulk_create([copy(run, input_prompt=p) for p in prompts], batch_size=BATCH)
+        for model, rows in ((ExecutionStep, list(steps)), (ExecutionEvent, list(events))):
+            model.objects.bulk_create([copy(row, execution_id=r.pk) for r in runs for row in rows], batch_size=BATCH)
+        approvals = ApprovalRequest.objects.bulk_create([copy(approval, execution_id=r.pk) for r in runs],
+                                                        batch_size=BATCH)
+    return [(r.pk, str(a.pk)) for r, a in zip(runs, approvals, strict=True)]
+
+
+def _approve_one(approver: _Client, template, model: _ModelServer) -> tuple[float, float, float]:
+    """(POST -> 200, POST -> the worker's model call, the write_back's own time) in seconds.
+    Returns once the run is finished and post-processed, so the worker is idle again."""
+    from executions.models import Execution, ExecutionStep
+
+    prompt = f"Refund {uuid.uuid4().hex[:12]}"
+    execution_id, approval_id = _copy_paused(template, [prompt])[0]
+    sent = time.monotonic()
+    status, data, answered = approver.request("POST", f"/api/v1/approvals/{approval_id}/resolve",
+                                              {"status": "approved"})
+    if status != 200:
+        raise RuntimeError(f"resolve answered {status}: {data[:300]!r}")
+    called = model.called_at(prompt) - sent
+    done = Execution.objects.filter(pk=execution_id, status__in=Execution.TERMINAL, post_processed_at__isnull=False)
+    deadline = time.monotonic() + 30
+    while not done.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"run {execution_id} not finished 30 s after its approval")
+        time.sleep(0.01)
+    tool_ms = ExecutionStep.objects.filter(execution_id=execution_id, step_type="observation",
+                                           tool_name="write_back").values_list("duration_ms", flat=True).first()
+    return answered, called, (tool_ms or 0) / 1000
+
+
+# --- 3. event fan-out ---------------------------------------------------------------------
+
+
+def _fanout(port: int, fx: _Fixtures, *, active_runs: int) -> Iterator[str]:
+    from executions.models import Execution
+
+    yield (f"event fan-out: a WebSocket client per running run (/ws/executions/{{id}}/, bearer); {EVENTS} events, "
+           f"one per transaction, {EVENTS_PER_SECOND}/s round robin; commit -> receipt (load average "
+           f"{os.getloadavg()[0]:.1f})")
+    for count in dict.fromkeys((1, active_runs)):
+        runs = Execution.objects.bulk_create([
+            Execution(workspace_id=fx.workspace.pk, agent=fx.runner, agent_version_id=fx.runner.current_version_id,
+                      requested_by=fx.requester, status=Execution.Status.RUNNING, input_prompt="Fan-out.")
+            for _ in range(count)])
+        latencies, lost = _fan_once(port, fx.tokens["requester"], runs)
+        p50, p99 = _ms(latencies, 50), _ms(latencies, 99)
+        yield (f"  {count} run(s): p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {_ms(latencies, 100):.1f} ms "
+               f"({len(latencies)} received, {lost} not)")
+        if count == active_runs:
+            yield _check(p50 <= TARGET_FANOUT_P50_MS, f"p50 {p50:.2f} ms at {count} active runs "
+                         f"(target <= {TARGET_FANOUT_P50_MS} ms)")
+            yield _check(p99 <= TARGET_FANOUT_P99_MS and not lost, f"p99 {p99:.2f} ms at {count} active runs, "
+                         f"{lost} lost (target <= {TARGET_FANOUT_P99_MS} ms, none lost)")
+
+
+def _fan_once(port: int, token: str, runs: list) -> tuple[list[float], int]:
+    spawn = multiprocessing.get_context("spawn")  # never fork a process with threads and connections
+    ours, theirs = spawn.Pipe()
+    child = spawn.Process(target=_ws_clients, args=(f"ws://127.0.0.1:{port}", token, [r.pk for r in runs], theirs),
+                          name="bench-web-sockets", daemon=True)
+    child.start()
+    try:
+        kind, detail = ours.recv() if ours.poll(180) else ("error", "no answer within 180 s")
+        if kind != "ready":
+            raise RuntimeError(f"WebSocket clients did not connect: {detail}")
+        time.sleep(1.0)  # the handshakes' work in the server settles
+        committed = _commit_events(runs, warmup=max(len(runs), 100), total=EVENTS)
+        time.sleep(1.0)  # the last events' way to the clients
+        ours.send("stop")
+        received = ours.recv() if ours.poll(60) else []
+    finally:
+        child.join(timeout=15)
+        if child.is_alive():
+            child.kill()
+    latencies = [at - committed[(run_id, seq)] for run_id, seq, at in received if (run_id, seq) in committed]
+    return latencies, len(committed) - len(latencies)
+
+
+def _commit_events(runs: list, *, warmup: int, total: int) -> dict[tuple[int, int], float]:
+    """One event per transaction, inserted and published as the journal does; returns the
+    measured events' commit times (an on_commit hook registered before the publish's)."""
+    from executions.journal import event_rows_publish
+    from executions.models import ExecutionEvent
+
+    committed: dict[tuple[int, int], float] = {}
+    seqs: Counter = Counter()
+    due = time.monotonic()
+    for n in range(warmup + total):
+        run = runs[n % len(runs)]
+        seqs[run.pk] += 1
+        key = (run.pk, seqs[run.pk])
+        with transaction.atomic():
+            if n >= warmup:
+                transaction.on_commit(lambda key=key: committed.__setitem__(key, time.monotonic()))
+            row = ExecutionEvent.objects.create(execution=run, seq=key[1], event_type="bench_ping", payload={"n": n})
+            event_rows_publish(run, [row])
+        due += 1 / EVENTS_PER_SECOND
+        time.sleep(max(0.0, due - time.monotonic()))
+    return committed
+
+
+def _ws_clients(base: str, token: str, run_ids: list[int], pipe) -> None:
+    """Child process: one socket per run; sends ("ready", ""), then on "stop" the receipts
+    as (run id, seq, monotonic time)."""
+    asyncio.run(_ws_follow(base, token, run_ids, pipe))
+
+
+async def _ws_follow(base: str, token: str, run_ids: list[int], pipe) -> None:
+    from websockets.asyncio.client import connect
+
+    received: list[tuple[int, float, str]] = []
+    opening = asyncio.Semaphore(20)
+
+    async def open_one(run_id: int):
+        async with opening:
+            return await connect(f"{base}/ws/executions/{run_id}/", subprotocols=["bearer", token], open_timeout=60)
+
+    async def follow(sock, run_id: int) -> None:
+        async for text in sock:
+            received.append((run_id, time.monotonic(), text))
+
+    try:
+        sockets = await asyncio.gather(*(open_one(r) for r in run_ids))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        pipe.send(("error", repr(exc)))
+        return
+    readers = [asyncio.create_task(follow(s, r)) for s, r in zip(sockets, run_ids, strict=True)]
+    pipe.send(("ready", ""))
+    await asyncio.to_thread(pipe.recv)
+    for sock in sockets:
+        await sock.close()
+    await asyncio.gather(*readers, return_exceptions=True)
+    pipe.send([(run_id, json.loads(text)["seq"], at) for run_id, at, text in received])
+
+
+# --- standalone: python -m riverapp.bench_web ---------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="River's web benchmark: run creation, approval resume, fan-out.")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients creating runs")
+    parser.add_argument("--creations", type=int, default=400, help="runs the concurrent clients create")
+    parser.add_argument("--paused", type=int, nargs="+", default=[10, 10000], help="paused runs waiting (each K)")
+    parser.add_argument("--active-runs", type=int, default=200, help="WebSocket clients, one per running run")
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "riverapp.settings")
+    import django
+
+    django.setup()
+    import psycopg
+    from django.core.management import call_command
+
+    db = connection.settings_dict
+    admin_url = {"host": db["HOST"] or "127.0.0.1", "port": db["PORT"] or 5432, "user": db["USER"],
+                 "password": db["PASSWORD"] or None, "dbname": "postgres"}
+    with psycopg.connect(**admin_url, autocommit=True) as admin:  # create the database if missing, as bench does
+        if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone():
+            admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(db["NAME"])))
+    call_command("migrate", verbosity=0, interactive=False)
+    for line in web_bench(clients=args.clients, creations=args.creations, paused=args.paused,
+                          active_runs=args.active_runs):
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
