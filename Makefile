@@ -45,7 +45,8 @@ lint: install-dev
 	DEBUG=true $(PY) manage.py makemigrations --check --dry-run
 
 bench: install-dev
-	DEBUG=$${DEBUG:-true} DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/river_bench} $(PY) manage.py bench $(ARGS)
+	DEBUG=$${DEBUG:-true} DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/river_bench} \
+		REDIS_URL=$${BENCH_REDIS_URL:-redis://127.0.0.1:6379/11} $(PY) manage.py bench $(ARGS)
 
 # Fault campaign: a private Redis on FAULTS_REDIS_PORT (started and restarted by the
 # script) and a database of its own; see docs/faults.md.

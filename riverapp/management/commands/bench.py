@@ -55,6 +55,8 @@ from executions.journal import DbJournal
 from executions.models import Execution, ExecutionStep
 from executions.services import execution_run_segment, execution_start
 from riverapp.bench_runs import PEER_TURNS, bench_agent, fixed_cost_bench, peers_bench, runs_cleanup
+from riverapp.bench_scale import RABBITMQ_URL as SCALE_RABBITMQ_URL
+from riverapp.bench_scale import REDIS_URL as SCALE_REDIS_URL
 from riverapp.bench_startup import startup_bench
 from rivercore.contracts import ResponseStatus
 from rivercore.llm import LLMReply, LLMToolCall
@@ -69,7 +71,11 @@ TARGET_OVERHEAD_RATIO = 2.5
 TARGET_TAIL_RATIO = 2.0  # p99 / p50 of the per-turn overhead, one run at a time
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
-SECTIONS = ("turns", "fixed", "peers", "approvals", "startup")
+SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "web", "scale")
+
+
+SCALE_DATABASE = "river_bench_scale"
+SCALE_BROKERS = {"redis": SCALE_REDIS_URL, "rabbitmq": SCALE_RABBITMQ_URL}
 
 
 def _dsn(params: dict) -> str:
@@ -268,9 +274,13 @@ class Command(BaseCommand):
         parser.add_argument("--fixed-runs", type=int, default=40, help="runs for the fixed cost per run (default 40)")
         parser.add_argument("--peer-runs", type=int, default=10,
                             help="timed runs per length for River and each peer (default 10)")
+        parser.add_argument("--scale-workers", type=int, default=2, help="Celery worker processes (default 2)")
+        parser.add_argument("--scale-runs", default="200,1000", help="runs at once, comma-separated (default 200,1000)")
+        parser.add_argument("--brokers", default="redis,rabbitmq",
+                            help="brokers the scale section runs on: redis, rabbitmq or both (default both)")
 
     def handle(self, *args, runs, wal_runs, raw_commits, approvals, racers, only_approvals, sections, fixed_runs,
-               peer_runs, **options):
+               peer_runs, scale_workers, scale_runs, brokers, **options):
         if approvals < 0 or racers < 1:
             raise CommandError("--approvals must be 0 or more and --racers at least 1.")
         chosen = ["approvals"] if only_approvals else [name.strip() for name in sections.split(",") if name.strip()]
@@ -278,8 +288,17 @@ class Command(BaseCommand):
         if unknown or not chosen:
             raise CommandError(f"--sections: unknown {', '.join(unknown) or '(none given)'}; "
                                f"choose from {', '.join(SECTIONS)}.")
-        if min(runs, fixed_runs, peer_runs) < 1:
-            raise CommandError("--runs, --fixed-runs and --peer-runs must be at least 1.")
+        if min(runs, fixed_runs, peer_runs, scale_workers) < 1:
+            raise CommandError("--runs, --fixed-runs, --peer-runs and --scale-workers must be at least 1.")
+        try:
+            scale_counts = [int(n) for n in scale_runs.split(",") if n.strip()]
+        except ValueError:
+            raise CommandError(f"--scale-runs must be whole numbers separated by commas, got {scale_runs!r}.") from None
+        broker_names = [b.strip() for b in brokers.split(",") if b.strip()]
+        if not scale_counts or min(scale_counts) < 1 or not broker_names or \
+                set(broker_names) - set(SCALE_BROKERS):
+            raise CommandError(f"--scale-runs needs counts of at least 1 and --brokers a choice of "
+                               f"{', '.join(SCALE_BROKERS)}.")
         if connection.vendor != "postgresql":
             raise CommandError("The benchmark needs PostgreSQL: set DATABASE_URL to a postgres:// URL.")
         self._ensure_database()
@@ -307,6 +326,18 @@ class Command(BaseCommand):
             finally:
                 Execution.objects.filter(agent=agent).delete()
                 runs_cleanup(list(agents.values()))
+        # These two go through real servers and workers, with nothing patched.
+        if "web" in chosen:
+            from riverapp.bench_web import web_bench
+
+            self._lines(web_bench())
+        if "scale" in chosen:
+            from riverapp.bench_scale import scale_bench
+
+            for broker in broker_names:
+                self._lines(scale_bench(database_url=_dsn(self._params(SCALE_DATABASE)),
+                                        broker_url=SCALE_BROKERS[broker], workers=scale_workers, runs=scale_counts,
+                                        model_seconds=1.0, turns=3))
 
     def _lines(self, lines) -> None:
         self.stdout.write("")
