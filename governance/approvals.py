@@ -20,7 +20,7 @@ from rivercore.errors import Conflict, NotFound, PermissionDenied
 from rivercore.types.governance import ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
-from tenancy.selectors import workspace_permissions, workspace_roles, workspaces_for_user
+from tenancy.selectors import roles_permissions, workspace_roles, workspaces_for_user
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +71,10 @@ def approval_request_open(
 
 def _resolver_roles(*, user, workspace) -> set[str]:
     """The user's roles in the workspace if they hold ``approval:resolve`` there, else none."""
-    if APPROVAL_RESOLVE not in workspace_permissions(user=user, workspace=workspace):
+    roles = workspace_roles(user=user, workspace=workspace)  # read once: the permission follows from them
+    if APPROVAL_RESOLVE not in roles_permissions(roles):
         return set()
-    return set(workspace_roles(user=user, workspace=workspace))
+    return set(roles)
 
 
 def _role_allows(roles: set[str], approval: ApprovalRequest) -> bool:
