@@ -133,8 +133,24 @@ class Tally:
             return count
 
 
+def _streams_counted(base: type, tally: Tally) -> type:
+    """``base`` with ``stream`` and ``copy`` counted (the same for sync and async cursors:
+    both return their context managers or iterators without awaiting)."""
+
+    class Counted(base):  # type: ignore[misc, valid-type]
+        def stream(self, query, params=None, **kwargs):
+            tally.add()
+            return super().stream(query, params, **kwargs)
+
+        def copy(self, statement, params=None, **kwargs):
+            tally.add()
+            return super().copy(statement, params, **kwargs)
+
+    return Counted
+
+
 def counting_cursor(tally: Tally) -> type[psycopg.Cursor]:
-    class CountingCursor(psycopg.Cursor):
+    class CountingCursor(_streams_counted(psycopg.Cursor, tally)):  # type: ignore[misc]
         def execute(self, query, params=None, **kwargs):
             tally.add()
             return super().execute(query, params, **kwargs)
@@ -144,19 +160,11 @@ def counting_cursor(tally: Tally) -> type[psycopg.Cursor]:
             tally.add(len(params_seq))
             return super().executemany(query, params_seq, **kwargs)
 
-        def stream(self, query, params=None, **kwargs):
-            tally.add()
-            return super().stream(query, params, **kwargs)
-
-        def copy(self, statement, params=None, **kwargs):
-            tally.add()
-            return super().copy(statement, params, **kwargs)
-
     return CountingCursor
 
 
 def counting_async_cursor(tally: Tally) -> type[psycopg.AsyncCursor]:
-    class CountingAsyncCursor(psycopg.AsyncCursor):
+    class CountingAsyncCursor(_streams_counted(psycopg.AsyncCursor, tally)):  # type: ignore[misc]
         async def execute(self, query, params=None, **kwargs):
             tally.add()
             return await super().execute(query, params, **kwargs)
@@ -165,14 +173,6 @@ def counting_async_cursor(tally: Tally) -> type[psycopg.AsyncCursor]:
             params_seq = list(params_seq)
             tally.add(len(params_seq))
             return await super().executemany(query, params_seq, **kwargs)
-
-        def stream(self, query, params=None, **kwargs):
-            tally.add()
-            return super().stream(query, params, **kwargs)
-
-        def copy(self, statement, params=None, **kwargs):
-            tally.add()
-            return super().copy(statement, params, **kwargs)
 
     return CountingAsyncCursor
 
