@@ -104,19 +104,21 @@ class Sampler(threading.Thread):
 
         self.url, self.agent_id, self.table, self.terminal = (database_url, agent_id, Execution._meta.db_table,
                                                               sorted(Execution.TERMINAL))
+        self.running_status = Execution.Status.RUNNING.value
         self.finished = self.peak_running = self.peak_sessions = 0
         self.done = threading.Event()
 
     def run(self) -> None:
         import psycopg
 
-        runs_sql = (f"SELECT count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = ANY(%s)) "
+        runs_sql = (f"SELECT count(*) FILTER (WHERE status = %s), count(*) FILTER (WHERE status = ANY(%s)) "
                     f"FROM {self.table} WHERE agent_id = %s")
         sessions_sql = ("SELECT count(*) FROM pg_stat_activity "
                         "WHERE application_name = %s AND datname = current_database()")
         with psycopg.connect(self.url, application_name=f"{SLUG}-probe", autocommit=True) as conn:
             while not self.done.wait(0.1):
-                running, self.finished = conn.execute(runs_sql, [self.terminal, self.agent_id]).fetchone()
+                running, self.finished = conn.execute(
+                    runs_sql, [self.running_status, self.terminal, self.agent_id]).fetchone()
                 self.peak_running = max(self.peak_running, running)
                 self.peak_sessions = max(self.peak_sessions, conn.execute(sessions_sql, [WORKER_APP]).fetchone()[0])
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from executions.models import Execution
+
 TARGET_FIRST_RUN_START_SECONDS = 1.0
 DEADLINE_SECONDS = 120.0
 
@@ -115,7 +117,7 @@ def startup_bench() -> Iterator[str]:
                          "the first run to start")
             seen_started = time.monotonic() - asked
             done = _until(lambda: (r := _run_state(port, issued["token"], execution_id))
-                          and r["status"] not in ("queued", "running") and r, "the first run to finish")
+                          and r["status"] in Execution.TERMINAL and r, "the first run to finish")
             finished = time.monotonic() - asked
         finally:
             server.terminate()

@@ -75,7 +75,8 @@ def test_a_run_goes_through_a_prefork_worker_on_each_broker(broker, workspace, o
         try:
             wait_until(lambda: "ready." in log.read_text(errors="replace"), f"the {kind} worker to be ready")
             execution = execution_start(agent=agent, user=owner, input_prompt="read once")
-            sender = Celery("river-test-sender", broker=url)
+            # Not the current app: River's shared tasks must keep resolving to River's app.
+            sender = Celery("river-test-sender", broker=url, set_as_current=False)
             sender.send_task("executions.run_segment", args=[execution.pk], queue=queue)
             # Finished and post-processed: on the worker's run host, since no worker
             # consumes the queue a post_process task would go to.
