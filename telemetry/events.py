@@ -125,8 +125,8 @@ atexit.register(_publisher.flush, 2.0)
 
 def events_flush(timeout: float = FLUSH_TIMEOUT_SECONDS) -> bool:
     """Block until this process's committed events have been sent (or ``timeout``
-    passes; returns False then). A segment calls it once when it ends, so a caller
-    that waited for a segment also waited for its events."""
+    passes; returns False then): tests, and the process at exit. A segment does not
+    wait for its events: they go out on the publisher while the caller goes on."""
     return _publisher.flush(timeout)
 
 

@@ -31,7 +31,6 @@ from rivercore.events import (
 from rivercore.ports import blocking_call, drive
 from rivercore.runner import Engine, Outcome, RunInterrupted, response_build
 from rivercore.state import RunState
-from telemetry.events import events_flush
 from telemetry.faults import infra_fault_record
 
 logger = logging.getLogger("river.executions")
@@ -196,10 +195,6 @@ async def _segment_guarded(execution: Execution, token: str, llm, *, hosted: boo
         logger.exception("segment of execution %s crashed", execution_id)
         await _io(hosted, _segment_fail, execution_id, token, f"internal error: {exc.__class__.__name__}")
         return ResponseStatus.FAILED.value
-    finally:
-        # Turns hand their events to the background publisher; the segment is over
-        # only when they are out, so whoever waited for it also waited for them.
-        await _io(hosted, events_flush)
 
 
 def _segment_release(execution_id: int, token: str, exc: BaseException) -> None:
