@@ -5,6 +5,7 @@ from them when a segment loads the run, in the same query that loads it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import datetime
 
@@ -164,6 +165,10 @@ def execution_start(
     if agent.current_version_id is None:
         raise InvalidInput("Agent has no deployed version.", code="no_deployed_version")
     now = timezone.now()
+    # The request is built when the run loads; its trigger's fields are checked now, so a
+    # bad one is refused here (400 with the field) and nothing is written.
+    TriggerContext(trigger_type=trigger_type, trigger_source=trigger_source, trigger_payload=payload,
+                   triggered_by=str(user.pk) if user else None, triggered_at=now)
     context: dict = {"triggered_at": now.isoformat()}
     detections: list[dict] = []
     if payload is None:
@@ -173,7 +178,7 @@ def execution_start(
         if screened.detections:
             detections = screened.detections
             context.update(trigger_payload=screened.payload, security_events=detections)
-    with transaction.atomic() if detections else _no_transaction():
+    with transaction.atomic() if detections else contextlib.nullcontext():
         execution = Execution.objects.create(
             workspace_id=agent.workspace_id, agent=agent, agent_version_id=agent.current_version_id,
             trigger_type=trigger_type, trigger_source=trigger_source,
@@ -185,14 +190,6 @@ def execution_start(
             _security_event(execution, agent, detections)
         segment_queue_on_commit(execution.pk)
     return execution
-
-
-class _no_transaction:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _security_event(execution: Execution, agent: Agent, detections: list[dict]) -> None:

@@ -174,3 +174,13 @@ def test_a_run_queued_before_the_upgrade_still_loads(agent, owner, quiet_queue):
     assert status == "success"
     row = Execution.objects.get(pk=execution.pk)
     assert row.status == "completed" and row.result["summary"] == "done"
+
+
+def test_a_bad_trigger_field_is_refused_at_creation_and_nothing_is_written(agent, owner, quiet_queue):
+    """The request is built when the run loads, but its trigger is checked when it is made."""
+    import pydantic
+
+    with pytest.raises(pydantic.ValidationError) as refused:
+        execution_start(agent=agent, user=owner, input_prompt="x", trigger_source="s" * 10_000)
+    assert refused.value.errors()[0]["loc"] == ("trigger_source",)
+    assert not Execution.objects.filter(agent=agent).exists() and quiet_queue == []
