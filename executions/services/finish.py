@@ -17,10 +17,12 @@ from django.utils import timezone
 from agents.services import agent_health_record, agent_memory_record
 from executions.journal import event_rows_publish, next_event_seq
 from executions.models import Execution, ExecutionEvent
+from executions.runend import RunEnded, run_end_handlers_call
 from executions.services.queue import post_process_queue_on_commit
 from rivercore.contracts import StepStatus, StepType
 from rivercore.events import run_completed_event
 from rivercore.text import json_storable
+from rivercore.types.runs import RunStatus
 
 logger = logging.getLogger("river.executions")
 
@@ -145,7 +147,8 @@ def execution_end_expired(*, execution_id: int) -> None:
 
 
 def execution_post_process(*, execution_id: int) -> bool:
-    """Spec step 9, exactly once per run: health, memory write-back, notifications.
+    """Spec step 9, exactly once per run: health, memory write-back, notifications,
+    and the run-end handlers of the apps above (``executions.runend``).
     Returns False when another call already did it.
 
     The claim (``post_processed_at``), the health update and the memory row commit
@@ -163,6 +166,12 @@ def execution_post_process(*, execution_id: int) -> bool:
         if execution.status == Execution.Status.COMPLETED:
             _memory_write_best_effort(execution_id)
         _notify_outcome(execution)
+        run_end_handlers_call(RunEnded(
+            execution_id=execution.pk, workspace_id=execution.workspace_id, agent_id=execution.agent_id,
+            status=RunStatus(execution.status), summary=((execution.result or {}).get("summary") or "")[:2000],
+            trigger_type=execution.trigger_type, trigger_id=execution.trigger_id,
+            parent_execution_id=execution.parent_execution_id, requested_by_id=execution.requested_by_id,
+        ))
     return True
 
 

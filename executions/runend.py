@@ -1,0 +1,60 @@
+"""The extension point a run's end offers to the apps above ``executions``.
+
+``triggers`` (pipelines) and delegation need to act when a run ends, but ``executions``
+may not import them. They register a handler here in their ``AppConfig.ready()``;
+post-processing calls every handler once per run, inside the same transaction that
+claims the run's post-processing. A handler therefore writes its own rows (an outbox
+row, a firing) atomically with that claim: if the process dies before the commit,
+nothing is written and the watchdog post-processes the run again; after the commit the
+rows are the durable record of what must follow. Handlers must not make network calls
+or send task messages directly (use ``transaction.on_commit``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rivercore.types.runs import RunStatus
+
+logger = logging.getLogger("river.executions")
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    """What a handler learns about a run that ended (ids, never the run's data)."""
+
+    execution_id: int
+    workspace_id: Any
+    agent_id: Any
+    status: RunStatus
+    summary: str
+    trigger_type: str
+    trigger_id: Any
+    parent_execution_id: int | None
+    requested_by_id: int | None
+
+
+RunEndHandler = Callable[[RunEnded], None]
+
+_handlers: dict[str, RunEndHandler] = {}
+
+
+def run_end_handler_register(name: str, handler: RunEndHandler) -> None:
+    """Register ``handler`` under ``name`` (registering the same name again replaces it,
+    so an app's ``ready()`` running twice in tests does not call it twice)."""
+    _handlers[name] = handler
+
+
+def run_end_handlers_call(ended: RunEnded) -> None:
+    """Caller holds the post-processing transaction. A handler that raises rolls back
+    its own savepoint and is logged; it never undoes the others or the post-processing."""
+    from django.db import transaction
+
+    for name, handler in list(_handlers.items()):
+        try:
+            with transaction.atomic():
+                handler(ended)
+        except Exception:  # noqa: BLE001 - one handler's fault never blocks a run's end
+            logger.exception("run-end handler %s failed for execution %s", name, ended.execution_id)
