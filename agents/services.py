@@ -342,9 +342,15 @@ HEALTH_DEGRADED_AFTER = 3
 HEALTH_CRITICAL_AFTER = 5
 
 
-def agent_health_record(*, agent_id: int, succeeded: bool, execution_id: int) -> Agent:
+def agent_health_record(*, agent_id: int, succeeded: bool, execution_id: int) -> Agent | None:
     """Count a run's outcome into the agent's health: a success resets the streak;
-    3 failures in a row make it degraded, 5 critical. A change of health is audited."""
+    3 failures in a row make it degraded, 5 critical. A change of health is audited.
+
+    A success of an agent already healthy with no streak changes nothing, and is only
+    read: the agent's row is locked only when something changes, so the runs of a busy
+    agent do not queue behind one another's post-processing on its row."""
+    if succeeded and Agent.objects.filter(pk=agent_id, consecutive_failures=0, health=Agent.Health.HEALTHY).exists():
+        return None
     with transaction.atomic():
         agent = Agent.objects.select_for_update().select_related("workspace").get(pk=agent_id)
         before = agent.health

@@ -121,6 +121,22 @@ def test_health_degrades_after_three_failures_goes_critical_at_five_and_one_succ
     assert all(e.execution_id for e in changes)
 
 
+def test_a_success_of_a_healthy_agent_locks_nothing(agent, owner):
+    """The common case of a busy agent: its runs' post-processing never queues on its row."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    execution = finish(agent, owner)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert services.execution_post_process(execution_id=execution.pk) is True
+
+    agent_statements = [q["sql"] for q in queries if '"agents_agent"' in q["sql"]]
+    assert agent_statements and not any("FOR UPDATE" in sql or sql.startswith("UPDATE") for sql in agent_statements)
+    agent.refresh_from_db()
+    assert (agent.health, agent.consecutive_failures) == (Agent.Health.HEALTHY, 0)
+
+
 def test_cancelled_runs_do_not_count_towards_health(agent, owner):
     for _ in range(2):
         services.execution_post_process(execution_id=finish(agent, owner, fail=True).pk)

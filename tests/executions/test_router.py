@@ -377,3 +377,16 @@ def test_with_no_interval_every_sample_is_sent_at_once():
     name = f"eager-{uuid.uuid4().hex[:8]}"
     buffer.record(name, 300, ok=True)
     assert provider_health_get(providers=[name])[name].calls == 1
+
+
+def test_openai_compatible_models_skip_the_openai_sdk(fake_openai):
+    """River calls OpenAI-compatible servers through litellm's own HTTP handler, not the
+    OpenAI SDK (whose per-call request transform doubled litellm's CPU per call)."""
+    server = fake_openai().text("hello")
+
+    reply = ask(router_build([provider(server)]))
+
+    assert reply.content == "hello"
+    sent = {name.lower() for name in server.headers[0]}
+    assert not any(name.startswith("x-stainless") for name in sent), sorted(sent)
+    assert server.requests[0]["tools"] == TOOLS and server.requests[0]["messages"] == MESSAGES
