@@ -113,12 +113,20 @@ class JournalConnection:
         return self.expires_at is not None and time.monotonic() >= self.expires_at
 
     def check(self) -> bool:
-        """A round trip, as Django's CONN_HEALTH_CHECKS does for a reused connection."""
-        try:
-            self.conn.execute("SELECT 1")
-        except psycopg.Error:
-            return False
-        return True
+        """Whether a reused connection is still good, without a round trip (Django's
+        CONN_HEALTH_CHECKS spends one). Between segments no statement waits for a result,
+        so a socket with anything to read means the server has spoken unasked: a session
+        ended by a restart or ``pg_terminate_backend`` sends its goodbye and closes. Any
+        such connection is replaced."""
+        pgconn = self.conn.pgconn
+        with self._lock:
+            if pgconn.status != pq.ConnStatus.OK or pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                return False
+            try:
+                readable, _, _ = select.select([self._socket], [], [], 0)
+            except (OSError, ValueError):
+                return False
+            return not readable
 
     def submit(self, name: bytes, sql: bytes, values: list, on_commit: Callable[[], None] | None) -> Pending:
         """Send the prepared statement ``name`` (preparing it on first use) and return

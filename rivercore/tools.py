@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pydantic import BaseModel
 
 from rivercore.types.agents import Tier
@@ -78,13 +79,24 @@ class Tool:
     tier: Tier | None = None  # model-backed tools say which tier they use
 
     def function_schema(self) -> dict[str, Any]:
-        """The tool in OpenAI function-calling format, from its pydantic input model."""
-        schema = self.input_model.model_json_schema()
-        schema.pop("title", None)
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": schema},
-        }
+        """The tool in OpenAI function-calling format, from its pydantic input model.
+
+        Built once per tool (pydantic's schema generation is the costliest part of a
+        run's prompt assembly) and handed out as a fresh copy, so a caller that
+        changes it changes nothing else."""
+        cached = _SCHEMAS.get(self)
+        if cached is None:
+            schema = self.input_model.model_json_schema()
+            schema.pop("title", None)
+            cached = _SCHEMAS[self] = orjson.dumps({
+                "type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": schema},
+            })
+        result: dict[str, Any] = orjson.loads(cached)
+        return result
+
+
+_SCHEMAS: dict[Tool, bytes] = {}
 
 
 _REGISTRY: dict[str, Tool] = {}

@@ -2,8 +2,8 @@
 
 On PostgreSQL the lease's compare-and-set and the load are one round trip: an UPDATE in a
 ``WITH`` clause whose RETURNING row is joined to the run's workspace, agent and agent
-version, with the requester's roles and the existence of policies, data sources, memories,
-steps and events read by subqueries. Elsewhere (SQLite) the claim and the load are the ORM's
+version, with the requester's roles, the memories its request reads, and the existence of
+policies, data sources, steps and events read by subqueries. Elsewhere (SQLite) the claim and the load are the ORM's
 two queries. Either way a fresh run's segment reads nothing else before its first turn."""
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
-from executions.services.start import execution_for_segment
+from executions.services.start import MEMORY_LIMIT, execution_for_segment
 from governance.models import Policy
 from rivercore.events import RunEventType
+from rivercore.types.agents import MemoryEntry
 from rivercore.types.governance import PolicyScope
 from tenancy.models import Membership, OrganizationMember, Workspace
 
@@ -86,13 +87,21 @@ def execution_claim_load(*, execution_id: int) -> tuple[str, Execution] | None:
 
 
 _MODELS = ((Execution, "c"), (Workspace, "w"), (Agent, "a"), (AgentVersion, "v"))
-_EXTRAS = ("member_role", "org_admin", "has_policies", "has_sources", "has_memory", "has_providers", "last_step",
+_EXTRAS = ("member_role", "org_admin", "has_policies", "has_sources", "memories", "has_providers", "last_step",
            "last_seq", "started_event")
 RUN_STARTED = RunEventType.RUN_STARTED.value
 
 
 def _columns(model, alias: str) -> str:
     return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
+
+
+def _isoformat(column: str) -> str:
+    """SQL for a UTC timestamp as JSON text exactly as Python's ``isoformat()`` writes it
+    (PostgreSQL's own JSON form drops trailing zeros of the microseconds)."""
+    return f"""to_jsonb(to_char({column} AT TIME ZONE 'UTC', CASE
+            WHEN date_part('microseconds', {column})::bigint %% 1000000 = 0 THEN 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"'
+            ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"' END))"""
 
 
 def _claim_load_sql() -> str:
@@ -112,9 +121,7 @@ WITH c AS (
     INSERT INTO {ExecutionEvent._meta.db_table} (execution_id, seq, event_type, payload, created_at)
     SELECT c.id, 1, %(started_type)s, jsonb_build_object(
         'execution_id', c.id, 'agent_id', c.agent_id::text, 'trigger_type', c.trigger_type,
-        'started_at', to_jsonb(to_char(c.started_at AT TIME ZONE 'UTC', CASE
-            WHEN date_part('microseconds', c.started_at)::bigint %% 1000000 = 0 THEN 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"'
-            ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"' END))), %(now)s
+        'started_at', {_isoformat("c.started_at")}), %(now)s
     FROM c WHERE NOT EXISTS (SELECT 1 FROM {ExecutionEvent._meta.db_table} x WHERE x.execution_id = c.id)
     RETURNING payload
 )
@@ -126,7 +133,13 @@ SELECT {", ".join(_columns(model, alias) for model, alias in _MODELS)},
     EXISTS (SELECT 1 FROM {Policy._meta.db_table} p WHERE p.enabled AND p.organization_id = w.organization_id
             AND (p.scope = %(org_scope)s OR (p.scope = %(workspace_scope)s AND p.workspace_id = c.workspace_id))),
     EXISTS (SELECT 1 FROM {binding} b WHERE b.agentversion_id = c.agent_version_id),
-    EXISTS (SELECT 1 FROM {AgentMemory._meta.db_table} am WHERE am.agent_id = c.agent_id),
+    -- The memories the run's request reads (those written before it first started, the
+    -- latest MEMORY_LIMIT, oldest first), or NULL when there are none.
+    (SELECT jsonb_agg(jsonb_build_object(
+        'execution_id', m.execution_id, 'completed_at', {_isoformat("m.created_at")}, 'summary', m.summary,
+        'learnings', m.learnings, 'flagged_items', m.flagged_items) ORDER BY m.created_at, m.id)
+     FROM (SELECT * FROM {AgentMemory._meta.db_table} am WHERE am.agent_id = c.agent_id AND am.created_at < c.started_at
+           ORDER BY am.created_at DESC, am.id DESC LIMIT {MEMORY_LIMIT}) m),
     EXISTS (SELECT 1 FROM {LLMProvider._meta.db_table} lp
             WHERE lp.organization_id = w.organization_id AND lp.enabled),
     (SELECT max(s.step_number) FROM {ExecutionStep._meta.db_table} s WHERE s.execution_id = c.id),
@@ -176,6 +189,9 @@ def _execution_from_row(row) -> Execution:
     agent.workspace = workspace
     for name, value in zip(_EXTRAS, row[at:], strict=True):
         setattr(execution, name, value)
+    memories = json.loads(execution.memories) if isinstance(execution.memories, str) else execution.memories
+    execution.memories = [MemoryEntry.model_validate(entry) for entry in memories or ()]
+    execution.has_memory = bool(execution.memories)
     return execution
 
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
-from datetime import timedelta
+import time
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection, transaction
-from django.utils import timezone
 
 from executions.journal import DbJournal, event_rows_publish, next_event_seq, step_from_row
 from executions.models import Execution, ExecutionEvent
+from executions.runhost import leases_renew
 from executions.services.claim import execution_claim_load
 from executions.services.finish import gave_up_message, run_end, run_end_failed, run_end_leased
 from executions.services.start import run_state_build
@@ -64,39 +65,66 @@ def state_load(execution: Execution) -> RunState:
     )
 
 
-class _LeaseHeartbeat:
-    """Renews the lease while a long model or tool call holds the segment."""
+class _LeaseHeartbeats:
+    """Renews the leases of the segments this process runs inline (a hosted run's lease
+    is renewed by its host): one thread per process, started on first use and again in a
+    forked child, one statement for all of them every third of the lease. A segment
+    registers its lease for as long as it runs instead of starting a thread of its own."""
 
-    def __init__(self, execution_id: int, token: str):
-        self.execution_id = execution_id
-        self.token = token
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"lease-{execution_id}", daemon=True)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._leases: dict[int, str] = {}
+        self._wake = threading.Condition(self._lock)
+        self._pid: int | None = None
+
+    @contextlib.contextmanager
+    def held(self, execution_id: int, token: str):
+        with self._lock:
+            self._leases[execution_id] = token
+            if self._pid != os.getpid():  # first use here, or a forked child without the thread
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="lease-heartbeat", daemon=True).start()
+            if len(self._leases) == 1:  # the thread waits for a first lease; else its beat is set
+                self._wake.notify()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._leases.get(execution_id) == token:
+                    del self._leases[execution_id]
 
     def _run(self) -> None:
-        interval = max(1.0, settings.RIVER_LEASE_SECONDS / 3)
-        try:
-            while not self.stop_event.wait(interval):
-                try:
-                    Execution.objects.filter(
-                        pk=self.execution_id, lease_token=self.token, status=Execution.Status.RUNNING
-                    ).update(lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS))
-                except (DatabaseError, InterfaceError) as exc:
-                    # A dropped connection: reconnect at the next beat. If the database
-                    # stays away the lease runs out and the journal's fence stops us.
-                    infra_fault_record(component="database", operation="lease renewal", exc=exc,
-                                       subject=f"execution {self.execution_id}")
-                    connection.close()
-        finally:
-            connection.close()
+        while True:
+            leases = self._next_beat()
+            try:
+                leases_renew(leases)
+            except (DatabaseError, InterfaceError) as exc:
+                # A dropped connection: reconnect at the next beat. If the database
+                # stays away the leases run out and the journals' fence stops the runs.
+                infra_fault_record(component="database", operation="lease renewal", exc=exc,
+                                   subject=f"{len(leases)} inline run(s)")
+            finally:
+                connection.close()  # no idle session between beats
 
-    def __enter__(self):
-        self.thread.start()
-        return self
+    def _next_beat(self) -> dict[int, str]:
+        """Wait for the next beat: a third of the lease after the first lease held since
+        the last one (a new lease can bring the beat forward, never push it back)."""
+        beat_at: float | None = None
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                if not self._leases:
+                    beat_at = None
+                    self._wake.wait()
+                    continue
+                soonest = now + max(1.0, settings.RIVER_LEASE_SECONDS / 3)
+                beat_at = soonest if beat_at is None else min(beat_at, soonest)
+                if now >= beat_at:
+                    return dict(self._leases)
+                self._wake.wait(beat_at - now)
 
-    def __exit__(self, *exc):
-        self.stop_event.set()
-        self.thread.join(timeout=5)
+
+_heartbeats = _LeaseHeartbeats()
 
 
 class _DurableHooks:
@@ -246,7 +274,7 @@ async def _segment_run(execution: Execution, token: str, llm, *, hosted: bool) -
     )
     try:
         # A hosted run's lease is renewed by the host's heartbeat, with every other one.
-        with contextlib.nullcontext() if hosted else _LeaseHeartbeat(execution.pk, token):
+        with contextlib.nullcontext() if hosted else _heartbeats.held(execution.pk, token):
             outcome = await engine.arun(state)
             await _io(hosted, journal.settle)  # the last turn's write is committed before the run's status moves
     except RunInterrupted:

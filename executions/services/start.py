@@ -78,7 +78,10 @@ def data_source_metadata_build(*, version: AgentVersion) -> list[DataSourceMetad
     ]
 
 
-def memory_build(*, agent_id: int, before: datetime | None, limit: int = 10) -> list[MemoryEntry]:
+MEMORY_LIMIT = 10  # the latest memories a run's request reads
+
+
+def memory_build(*, agent_id: int, before: datetime | None, limit: int = MEMORY_LIMIT) -> list[MemoryEntry]:
     return [
         MemoryEntry(execution_id=m.execution_id, completed_at=m.created_at.isoformat(), summary=m.summary,
                     learnings=m.learnings, flagged_items=m.flagged_items)
@@ -126,9 +129,18 @@ def request_build(execution: Execution) -> ExecutionRequest:
             triggered_at=stored.get("triggered_at") or execution.queued_at,
         ),
         data_source_metadata=data_source_metadata_build(version=version) if execution.has_sources else [],
-        conversation_history=memory_build(agent_id=agent.pk, before=execution.started_at or execution.queued_at)
-        if execution.has_memory else [],
+        conversation_history=_memories(execution),
     )
+
+
+def _memories(execution: Execution) -> list[MemoryEntry]:
+    """Read by the claim on PostgreSQL (``memories``); elsewhere, when there are any."""
+    loaded = getattr(execution, "memories", None)
+    if loaded is not None:
+        return list(loaded)
+    if not execution.has_memory:
+        return []
+    return memory_build(agent_id=execution.agent_id, before=execution.started_at or execution.queued_at)
 
 
 def run_state_build(execution: Execution) -> RunState:

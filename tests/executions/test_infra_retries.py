@@ -155,7 +155,7 @@ def _approver(workspace):
 def test_the_lease_heartbeat_outlives_a_dropped_connection(workspace, owner, settings, sent):
     from django.db.models import QuerySet
 
-    from executions.services.segment import _LeaseHeartbeat
+    from executions.services.segment import _heartbeats
     from telemetry.faults import infra_fault_count
 
     settings.RIVER_LEASE_SECONDS = 5  # a beat every 1.67 s
@@ -173,7 +173,7 @@ def test_the_lease_heartbeat_outlives_a_dropped_connection(workspace, owner, set
             raise OperationalError("terminating connection due to administrator command")
         return real_update(self, **kwargs)
 
-    with mock.patch.object(QuerySet, "update", update), _LeaseHeartbeat(execution.pk, token):
+    with mock.patch.object(QuerySet, "update", update), _heartbeats.held(execution.pk, token):
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if Execution.objects.get(pk=execution.pk).lease_expires_at > first_expiry:

@@ -334,6 +334,30 @@ def test_write_behind_a_dropped_connection_fails_the_write_and_is_replaced(behin
     journal.close()
 
 
+def test_a_connection_ended_between_segments_is_replaced_before_any_write(behind, published):
+    """The server ended the session while the journal sat idle: the next segment sees the
+    goodbye on the socket and connects anew, so no write is lost to it."""
+    execution, state, journal = behind.execution, behind.state, behind.journal
+    _turn(state, journal)
+    _commit(journal, state)
+    dropped = journal._connection
+    journal.close()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [dropped.conn.info.backend_pid])
+    deadline = time.monotonic() + 10
+    while dropped.check() and time.monotonic() < deadline:  # the goodbye reaches the socket
+        time.sleep(0.01)
+
+    state = state_load(execution)
+    journal = DbJournal(execution, behind.token)
+    _turn(state, journal)
+    _commit(journal, state)
+
+    assert journal._connection is not dropped and not dropped.check()
+    assert list(ExecutionStep.objects.filter(execution=execution).values_list("step_number", flat=True)) == [1, 2]
+    journal.close()
+
+
 @pytest.mark.parametrize("max_age", [60, 0])
 def test_write_behind_connection_lives_as_long_as_conn_max_age(behind, published, monkeypatch, max_age):
     """Kept and reused by the thread's next segment, as Django keeps its own; with

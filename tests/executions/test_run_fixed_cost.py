@@ -57,7 +57,7 @@ def agent(workspace, owner):
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the one-statement claim and end are PostgreSQL's")
-def test_a_run_costs_three_statements_around_its_turn(agent, owner, quiet_queue):
+def test_a_run_costs_three_statements_around_its_turn_memories_read_by_the_claim(agent, owner, quiet_queue):
     AgentMemory.objects.create(agent=agent, execution_id=10**9, summary="an earlier run")
     with _Statements() as created:
         execution = execution_start(agent=agent, user=owner, input_prompt="Say done.")
@@ -67,11 +67,11 @@ def test_a_run_costs_three_statements_around_its_turn(agent, owner, quiet_queue)
         status = execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("done")]))
     assert status == "success"
     statements = segment.sql
-    # The claim-and-load (which also writes run_started), the memory read (this agent has
-    # one), the turn's journal statement, and the end.
-    assert len(statements) == 4, " | ".join(sql[:50].replace("\n", " ") for sql in statements)
+    # The claim-and-load (which also writes run_started and reads the agent's memories:
+    # this agent has one), the turn's journal statement, and the end.
+    assert len(statements) == 3, " | ".join(sql[:50].replace("\n", " ") for sql in statements)
     assert statements[0].startswith("WITH c AS") and statements[-1].startswith("WITH ended AS")
-    assert "agents_agentmemory" in statements[1] and statements[2].startswith("WITH lease AS")
+    assert "agents_agentmemory" in statements[0] and statements[1].startswith("WITH lease AS")
     row = Execution.objects.get(pk=execution.pk)
     assert row.status == "completed" and row.lease_token == "" and row.finished_at is not None
     events = list(ExecutionEvent.objects.filter(execution=row).order_by("seq"))
@@ -184,3 +184,29 @@ def test_a_bad_trigger_field_is_refused_at_creation_and_nothing_is_written(agent
         execution_start(agent=agent, user=owner, input_prompt="x", trigger_source="s" * 10_000)
     assert refused.value.errors()[0]["loc"] == ("trigger_source",)
     assert not Execution.objects.filter(agent=agent).exists() and quiet_queue == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the claim reads memories on PostgreSQL")
+def test_the_claim_reads_the_same_memories_as_the_orm(agent, owner, quiet_queue):
+    """The latest ten from before the run started, oldest first, times written as Python
+    writes them (whole seconds, and microseconds with trailing zeros, included)."""
+    from datetime import UTC, datetime, timedelta
+
+    from executions.services.start import memory_build
+
+    base = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    for i in range(12):
+        memory = AgentMemory.objects.create(agent=agent, execution_id=10**9 + i, summary=f"run {i}",
+                                            learnings=[f"lesson {i}"], flagged_items=["x"] if i % 2 else [])
+        stamp = base + timedelta(minutes=i, microseconds=(0, 120000, 7)[i % 3])
+        AgentMemory.objects.filter(pk=memory.pk).update(created_at=stamp)
+    execution = execution_start(agent=agent, user=owner, input_prompt="x")
+
+    claimed = execution_claim_load(execution_id=execution.pk)
+
+    assert claimed is not None
+    loaded = claimed[1]
+    expected = memory_build(agent_id=agent.pk, before=loaded.started_at)
+    assert [m.summary for m in loaded.memories] == [f"run {i}" for i in range(2, 12)]
+    assert loaded.memories == expected and loaded.has_memory
+    assert {m.completed_at[19:] for m in loaded.memories} == {"+00:00", ".120000+00:00", ".000007+00:00"}
