@@ -188,7 +188,7 @@ if REDIS_URL:
                           "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2}}}
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "telemetry.layers.RiverChannelLayer",  # channels_redis, sending to idle groups cheaply
             "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("RIVER_CHANNEL_PREFIX", "river")},
         }
     }

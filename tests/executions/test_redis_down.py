@@ -34,7 +34,7 @@ def redis_down(settings):
     url = f"redis://127.0.0.1:{_closed_port()}/0"
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
                                    "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}}
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "telemetry.layers.RiverChannelLayer",
                                            "CONFIG": {"hosts": [url], "prefix": "river-down"}}}
     channel_layers.backends.clear()
     yield url
