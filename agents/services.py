@@ -375,10 +375,9 @@ def agent_health_record(*, agent_id: int, succeeded: bool, execution_id: int) ->
 def agent_memory_record(*, agent_id: int, execution_id: int, summary: str, learnings: Sequence[str],
                         flagged_items: Sequence[str]) -> AgentMemory:
     """The agent's long-term memory of one finished run (one entry per run: writing it
-    again replaces it). Texts are cut to the stored limits."""
-    memory, _ = AgentMemory.objects.update_or_create(
-        execution_id=execution_id,
-        defaults={"agent_id": agent_id, "summary": summary[:1000], "learnings": list(learnings)[:10],
-                  "flagged_items": list(flagged_items)[:10]},
-    )
+    again replaces it, in one statement). Texts are cut to the stored limits."""
+    memory = AgentMemory(agent_id=agent_id, execution_id=execution_id, summary=summary[:1000],
+                         learnings=list(learnings)[:10], flagged_items=list(flagged_items)[:10])
+    AgentMemory.objects.bulk_create([memory], update_conflicts=True, unique_fields=["execution_id"],
+                                    update_fields=["agent", "summary", "learnings", "flagged_items"])
     return memory

@@ -71,17 +71,32 @@ async def _send_batch(groups: list[str], events: list[dict]) -> None:
 class _Publisher:
     """The per-process sending thread and its event loop. It is started on first use and
     again in a forked child (a Celery prefork worker inherits the object but not the
-    thread). Each batch becomes a task on the loop that first waits for the previous
-    batch of the same run (its ``key``), so a run's events keep their order."""
+    thread).
+
+    Committing threads append their batch to an inbox and wake the loop only when it is
+    not already due to look (one wake-up for a burst of commits). On the loop, each run
+    (its ``key``) has at most one sender task, which sends that run's batches in commit
+    order; batches that queued up behind a send in flight go out together as one message
+    (up to ``MERGE_MAX_EVENTS`` events), since a message carries a list of events anyway.
+    Different runs' senders run concurrently."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tails: dict[object, asyncio.Task] = {}
+        self._inbox: list[tuple[object, list[str], list[dict]]] = []
+        self._woken = False
+        self._queued: dict[object, list[tuple[list[str], list[dict]]]] = {}
+        self._senders: dict[object, asyncio.Task] = {}
 
     def submit(self, groups: list[str], events: list[dict], key: object = None) -> None:
-        self._running_loop().call_soon_threadsafe(self._schedule, key, groups, events)
+        loop = self._running_loop()
+        with self._lock:
+            self._inbox.append((key, groups, events))
+            if self._woken:
+                return
+            self._woken = True
+        loop.call_soon_threadsafe(self._take_inbox)
 
     def flush(self, timeout: float = FLUSH_TIMEOUT_SECONDS) -> bool:
         """Wait until everything submitted so far has been handed to the layer."""
@@ -98,27 +113,47 @@ class _Publisher:
                 if self._pid != pid:
                     loop = asyncio.new_event_loop()
                     threading.Thread(target=loop.run_forever, name="river-events", daemon=True).start()
-                    self._loop, self._tails, self._pid = loop, {}, pid
+                    self._loop, self._queued, self._senders, self._pid = loop, {}, {}, pid
+                    self._inbox, self._woken = [], False
         return self._loop
 
-    def _schedule(self, key: object, groups: list[str], events: list[dict]) -> None:
-        previous = self._tails.get(key)
-        task = self._loop.create_task(self._send_after(previous, groups, events))
-        self._tails[key] = task
-        task.add_done_callback(lambda done: self._tails.pop(key) if self._tails.get(key) is done else None)
+    def _take_inbox(self) -> None:
+        with self._lock:
+            inbox, self._inbox, self._woken = self._inbox, [], False
+        for key, groups, events in inbox:
+            self._queued.setdefault(key, []).append((groups, events))
+            if key not in self._senders:
+                self._senders[key] = self._loop.create_task(self._send_queued(key))
 
-    @staticmethod
-    async def _send_after(previous: asyncio.Task | None, groups: list[str], events: list[dict]) -> None:
-        if previous is not None:
-            await asyncio.wait([previous])  # its failure is its own (logged there)
-        await _send_batch(groups, events)
+    async def _send_queued(self, key: object) -> None:
+        try:
+            while batches := self._queued.pop(key, None):
+                for groups, events in _merged(batches):
+                    await _send_batch(groups, events)  # its failure is its own (logged there)
+        finally:
+            self._senders.pop(key, None)
 
     def _when_sent(self, done: threading.Event) -> None:
-        pending = list(self._tails.values())
+        self._take_inbox()  # what was submitted before the flush, not yet picked up
+        pending = list(self._senders.values())
         if not pending:
             done.set()
             return
         self._loop.create_task(asyncio.wait(pending)).add_done_callback(lambda _: done.set())
+
+
+MERGE_MAX_EVENTS = 200
+
+
+def _merged(batches: list[tuple[list[str], list[dict]]]) -> list[tuple[list[str], list[dict]]]:
+    """Consecutive batches for the same groups as one, in order, up to MERGE_MAX_EVENTS events."""
+    merged: list[tuple[list[str], list[dict]]] = []
+    for groups, events in batches:
+        if merged and merged[-1][0] == groups and len(merged[-1][1]) + len(events) <= MERGE_MAX_EVENTS:
+            merged[-1][1].extend(events)
+        else:
+            merged.append((groups, list(events)))
+    return merged
 
 
 _publisher = _Publisher()

@@ -221,10 +221,10 @@ def _notify_outcome(execution: Execution) -> None:
 
 def memory_write(*, execution_id: int):
     """Long-term memory from a finished run: summarised, never the raw log."""
-    execution = Execution.objects.get(pk=execution_id)
+    execution = Execution.objects.only("agent_id", "result").get(pk=execution_id)
     result = execution.result or {}
     steps = list(execution.steps.filter(step_type__in=[StepType.OBSERVATION, StepType.GOVERNANCE_CHECK])
-                 .order_by("step_number"))
+                 .only("step_type", "status", "tool_name", "error").order_by("step_number"))
     learnings, flagged = [], []
     for row in steps:
         if row.step_type == StepType.OBSERVATION and row.status == StepStatus.FAILED and row.tool_name:
