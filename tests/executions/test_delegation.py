@@ -143,6 +143,29 @@ def test_resume_happens_exactly_once(coordinator, researcher, owner):
     assert parent.status == Status.QUEUED
 
 
+def test_the_watchdog_resumes_a_parent_whose_childs_handler_failed(coordinator, researcher, owner, monkeypatch,
+                                                                    caplog):
+    parent, child = paused_parent(coordinator, researcher, owner)
+    run(child, text_reply("Done."))
+
+    def broken(**kwargs):
+        raise RuntimeError("handler crashed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(delegation, "_resume_locked", broken)
+        assert services.execution_post_process(execution_id=child.pk) is True  # the child's end is not blocked
+    assert "run-end handler delegation failed" in caplog.text
+    parent.refresh_from_db()
+    assert parent.status == Status.AWAITING_CHILD
+
+    assert services.executions_resume_waiting_parents(grace_seconds=0) == [parent.pk]
+    assert services.executions_resume_waiting_parents(grace_seconds=0) == []
+
+    parent.refresh_from_db()
+    assert parent.status == Status.QUEUED
+    assert observation(parent).output["result"]["summary"] == "Done."
+
+
 def test_a_child_that_ends_before_its_parent_pauses_still_resumes_it(coordinator, researcher, owner, monkeypatch):
     """The child is queued when the tool's transaction commits, so it can end (and be
     post-processed, finding its parent still running) before the parent's segment
