@@ -253,6 +253,16 @@ def test_an_agent_of_another_workspace_is_not_found_and_starts_nothing(coordinat
     assert not Execution.objects.filter(agent=spy).exists()
 
 
+def test_an_agent_without_the_tool_in_its_version_cannot_delegate(workspace, owner, researcher):
+    loner = make_agent(workspace=workspace, owner=owner, name="Loner", tools=[])
+    parent = started(loner, owner)
+
+    assert run(parent, delegate("Researcher"), text_reply("Alone.")) == "success"
+
+    assert refusal(parent)["code"] == "INVALID_TOOL"
+    assert not Execution.objects.filter(parent_execution_id=parent.pk).exists()
+
+
 def test_an_agent_cannot_delegate_to_itself(coordinator, owner):
     parent = started(coordinator, owner)
 
