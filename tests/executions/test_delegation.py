@@ -199,6 +199,50 @@ def test_a_child_that_ends_before_its_parent_pauses_still_resumes_it(coordinator
     assert observation(parent).output["result"]["summary"] == "Quick answer."
 
 
+class AsyncScript:
+    """An async model port for hosted runs: the replies, in order."""
+
+    def __init__(self, *replies):
+        self.replies = list(replies)
+
+    async def acomplete(self, **request):
+        return self.replies.pop(0)
+
+    def complete(self, **request):
+        raise AssertionError("a hosted run called the blocking model port")
+
+
+def test_hosted_parent_and_child_delegate_pause_and_resume_on_a_run_host(coordinator, researcher, owner,
+                                                                         monkeypatch):
+    from executions import tasks
+    from executions.runhost import RunHost
+    from executions.services.segment import execution_host_segment
+
+    for task in (tasks.run_segment, tasks.post_process):
+        monkeypatch.setattr(task, "delay", lambda execution_id: None)
+    scripts = {coordinator.pk: AsyncScript(delegate("Researcher"), text_reply("Report: 42.")),
+               researcher.pk: AsyncScript(text_reply("42."))}
+    monkeypatch.setattr(segment_module, "llm_for_execution", lambda execution: scripts[execution.agent_id])
+    host = RunHost(capacity=4)
+    parent = started(coordinator, owner)
+
+    execution_host_segment(execution_id=parent.pk, host=host)
+    assert host.wait_idle(timeout=60)
+    parent.refresh_from_db()
+    assert parent.status == Status.AWAITING_CHILD and parent.lease_token == ""
+    child = Execution.objects.get(parent_execution_id=parent.pk)
+
+    execution_host_segment(execution_id=child.pk, host=host)
+    assert host.wait_idle(timeout=60)
+    assert services.execution_post_process(execution_id=child.pk) is True
+    execution_host_segment(execution_id=parent.pk, host=host)
+    assert host.wait_idle(timeout=60)
+
+    parent.refresh_from_db()
+    assert parent.status == Status.COMPLETED and parent.result["summary"] == "Report: 42."
+    assert observation(parent).output["result"]["summary"] == "42."
+
+
 def test_a_childs_approval_pause_keeps_the_parent_waiting(coordinator, workspace, owner):
     make_agent(workspace=workspace, owner=owner, name="Writer", tools=[WRITE.name],
                action_level="act_with_approval")
