@@ -9,7 +9,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from agents.models import Agent, AgentMemory, AgentVersion
 from datasources.models import DataSource
-from rivercore.errors import NotFound
+from rivercore.errors import InvalidInput, NotFound
 from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, workspaces_for_user
 
 
@@ -30,6 +30,23 @@ def agent_get_for_user(*, user, agent_id) -> Agent:
         return agents_for_user(user=user).select_related("workspace").get(pk=uuid.UUID(str(agent_id)))
     except (Agent.DoesNotExist, ValueError):
         raise NotFound("Agent not found.") from None
+
+
+def agent_get_in_workspace(*, workspace_id: int, reference: str) -> Agent:
+    """The agent of this workspace named by ``reference``: its id, or else its exact
+    name. An agent of another workspace is not found, like one that does not exist."""
+    agents = Agent.objects.filter(workspace_id=workspace_id)
+    try:
+        return agents.get(pk=uuid.UUID(reference.strip()))
+    except (ValueError, Agent.DoesNotExist):
+        pass
+    named = list(agents.filter(name=reference)[:2])
+    if not named:
+        raise NotFound(f"No agent {reference!r} in this workspace.", details={"agent": ["not found"]})
+    if len(named) > 1:
+        raise InvalidInput(f"More than one agent of this workspace is named {reference!r}; name it by its id.",
+                           code="ambiguous_agent", details={"agent": ["ambiguous name"]})
+    return named[0]
 
 
 def agent_get_with_permissions(*, user, agent_id) -> tuple[Agent, frozenset[str]]:

@@ -34,7 +34,8 @@ class ExecutionStepInline(admin.TabularInline):
 
 @admin.register(Execution)
 class ExecutionAdmin(_ReadOnlyAdmin):
-    list_display = ["id", "agent", "workspace", "status", "trigger_type", "turn_count", "cost_usd", "queued_at"]
+    list_display = ["id", "agent", "workspace", "status", "trigger_type", "parent_execution_id", "turn_count",
+                    "cost_usd", "queued_at"]
     list_filter = ["status", "trigger_type", "workspace"]
     search_fields = ["id", "agent__name", "input_prompt", "requested_by__username"]
     date_hierarchy = "queued_at"

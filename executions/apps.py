@@ -11,3 +11,7 @@ class ExecutionsConfig(AppConfig):
         from governance.runs import run_control_install
 
         run_control_install(ExecutionRunControl())  # how approvals resume and end runs
+        from executions.runend import run_end_handler_register
+        from executions.services.delegation import delegation_child_ended
+
+        run_end_handler_register("delegation", delegation_child_ended)  # a child's end resumes its parent

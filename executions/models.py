@@ -16,6 +16,7 @@ class Execution(models.Model):
         RUNNING = RunStatus.RUNNING.value, "Running"
         AWAITING_APPROVAL = RunStatus.AWAITING_APPROVAL.value, "Awaiting approval"
         AWAITING_INTERACTION = RunStatus.AWAITING_INTERACTION.value, "Awaiting interaction"
+        AWAITING_CHILD = RunStatus.AWAITING_CHILD.value, "Awaiting delegated run"
         COMPLETED = RunStatus.COMPLETED.value, "Completed"
         FAILED = RunStatus.FAILED.value, "Failed"
         MAX_TURNS_EXCEEDED = RunStatus.MAX_TURNS_EXCEEDED.value, "Max turns exceeded"
@@ -36,6 +37,9 @@ class Execution(models.Model):
         }
     )
 
+    # Paused: no worker holds the run until an answer, a decision or its child run's end.
+    PAUSED = frozenset({Status.AWAITING_APPROVAL, Status.AWAITING_INTERACTION, Status.AWAITING_CHILD})
+
     workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="executions")
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="executions")
     agent_version = models.ForeignKey("agents.AgentVersion", on_delete=models.PROTECT, related_name="executions")
@@ -43,7 +47,10 @@ class Execution(models.Model):
     trigger_source = models.CharField(max_length=200, default="ui")
     trigger_payload = models.JSONField(default=dict, blank=True)
     trigger_id = models.UUIDField(null=True, blank=True)
+    # The run that started this one through delegate_to_agent (docs/delegation.md), and
+    # that call's id: a parent's call starts at most one child (uniq_delegation_call).
     parent_execution_id = models.BigIntegerField(null=True, blank=True)
+    parent_call_id = models.CharField(max_length=100, blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     input_prompt = models.TextField(blank=True)
     # Indexed together with workspace and with lease_expires_at (Meta.indexes), not alone.
@@ -82,6 +89,13 @@ class Execution(models.Model):
             models.Index(fields=["workspace", "status"]),
             models.Index(fields=["status", "lease_expires_at"]),
             models.Index(fields=["agent", "-queued_at"]),
+            models.Index(fields=["parent_execution_id"], name="execution_parent_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["parent_execution_id", "parent_call_id"], condition=~models.Q(parent_call_id=""),
+                name="uniq_delegation_call",
+            ),
         ]
 
     def __str__(self) -> str:

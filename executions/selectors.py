@@ -22,6 +22,13 @@ def execution_get_for_user(*, user, execution_id) -> Execution:
         raise NotFound("Execution not found.") from None
 
 
+def execution_children(*, execution: Execution) -> QuerySet[Execution]:
+    """The runs ``execution`` delegated to (docs/delegation.md), oldest first. They are
+    in its workspace by construction, so whoever may read the parent may read them."""
+    return Execution.objects.filter(parent_execution_id=execution.pk, workspace_id=execution.workspace_id).exclude(
+        parent_call_id="").order_by("pk").only("pk", "agent_id", "status", "parent_call_id")
+
+
 class _JsonBytes(Func):
     """Bytes of a JSON column as stored text (octet_length on PostgreSQL)."""
 

@@ -26,11 +26,16 @@ def run_segment(execution_id: int) -> str | None:
 @shared_task(name="executions.watchdog")
 def watchdog() -> int:
     """Periodic: re-send the runs no worker will pick up (or fail those out of
-    attempts), then post-process finished runs whose task was lost."""
-    from executions.services import executions_post_process_missed, executions_requeue_stale
+    attempts), post-process finished runs whose task was lost, and resume runs whose
+    delegated run ended without resuming them."""
+    from executions.services import (
+        executions_post_process_missed,
+        executions_requeue_stale,
+        executions_resume_waiting_parents,
+    )
 
     requeued = executions_requeue_stale()
-    return len(requeued) + len(executions_post_process_missed())
+    return len(requeued) + len(executions_post_process_missed()) + len(executions_resume_waiting_parents())
 
 
 @shared_task(name="executions.post_process", acks_late=True)

@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.urls import path, reverse_lazy
 from django.views.decorators.http import require_GET
 
-from executions.selectors import execution_get_for_user
+from executions.selectors import execution_children, execution_get_for_user
 from governance.approvals import approvals_for_user
 from governance.views import approval_card
 from rivercore.errors import NotFound
@@ -30,6 +30,8 @@ def run_page(request, execution_id):
     return render(request, "executions/run.html", {
         "execution": execution,
         "steps": execution.steps.order_by("step_number"),
+        "children": execution_children(execution=execution).select_related("agent").only(
+            "pk", "status", "parent_call_id", "agent__name"),
         "cards": [approval_card(user=request.user, approval=approval) for approval in approvals],
     })
 

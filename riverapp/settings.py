@@ -286,6 +286,10 @@ SPECTACULAR_SETTINGS = {
 # Celery: a run segment may hold a task for up to the hard limit, so the broker's
 # visibility timeout must be longer or Redis would hand the task to a second worker.
 RIVER_SEGMENT_SOFT_LIMIT_SECONDS = env_int("RIVER_SEGMENT_SOFT_LIMIT_SECONDS", 900, minimum=10)
+# Delegation (docs/delegation.md): how deep a chain of delegated runs may go, and how
+# many tasks one run may delegate.
+RIVER_MAX_DELEGATION_DEPTH = env_int("RIVER_MAX_DELEGATION_DEPTH", 3, minimum=0)
+RIVER_MAX_DELEGATIONS_PER_RUN = env_int("RIVER_MAX_DELEGATIONS_PER_RUN", 10, minimum=1)
 RIVER_SEGMENT_HARD_LIMIT_SECONDS = RIVER_SEGMENT_SOFT_LIMIT_SECONDS + 60
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -103,6 +103,8 @@ class ResponseStatus(StrEnum):
     FAILED = "failed"
     AWAITING_APPROVAL = "awaiting_approval"
     AWAITING_INTERACTION = "awaiting_interaction"
+    # River's own addition to spec 001: a durable run waits for a delegated child run.
+    AWAITING_CHILD = "awaiting_child"
     MAX_TURNS_EXCEEDED = "max_turns_exceeded"
     BUDGET_EXCEEDED = "budget_exceeded"
     TIMEOUT = "timeout"

@@ -510,6 +510,11 @@ class Engine:
 
     async def _handle_call(self, state: RunState, call: LLMToolCall) -> Outcome | None:
         cfg = state.request.agent_config
+        waiting = state.pending
+        if waiting is not None and waiting.kind == "child" and waiting.call_id == call.id:
+            # Its child run is under way (started before a crash or a duplicate segment):
+            # the run keeps waiting for it; the child's end appends the observation.
+            return Outcome(status=ResponseStatus.AWAITING_CHILD)
         tool = get_tool(call.name)
         arguments = state.arg_overrides.get(call.id, call.arguments)
         resolution = state.resolutions.get(call.id)
@@ -690,6 +695,12 @@ class Engine:
                       call_id=call.id, input=args, status=StepStatus.PENDING)
             await self._io(self.journal.flush, state)
             await self._io(self.journal.settle)
+        elif tool.awaits_result:
+            # The turn that asked for the call is committed before the work starts, so a
+            # run resumed after a crash asks its handler again with the same call id (the
+            # handler starts at most one piece of work per call) instead of a new turn.
+            await self._io(self.journal.flush, state)
+            await self._io(self.journal.settle)
         else:
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args)
@@ -701,7 +712,8 @@ class Engine:
                               "input": reply.input_tokens, "output": reply.output_tokens,
                               "cost_usd": reply.cost_usd})
 
-        extras = {**(self.hooks.tool_context_extras() if self.hooks else {}), "llm_usage": count_usage}
+        extras = {**(self.hooks.tool_context_extras() if self.hooks else {}), "llm_usage": count_usage,
+                  "call_id": call.id}
         ctx = ToolContext(
             execution_id=request.execution_id, user=request.user_context, agent=request.agent_config,
             data_sources=request.data_source_metadata, input_prompt=request.input_prompt, llm=self.llm,
@@ -729,6 +741,18 @@ class Engine:
             attempts += 1
         duration = int((time.monotonic() - started) * 1000)
 
+        if tool.awaits_result and error is None:
+            reference = tool.output_model.model_validate(
+                output.model_dump(mode="json") if isinstance(output, pydantic.BaseModel) else output
+            ).model_dump(mode="json")
+            # The call stays open (pending): its observation is appended when the work ends.
+            self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
+                      call_id=call.id, input=args, status=StepStatus.PENDING, duration_ms=duration,
+                      output={"awaiting": reference, **reference})
+            return Outcome(status=ResponseStatus.AWAITING_CHILD)
+        if tool.awaits_result:
+            self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
+                      call_id=call.id, input=args, status=StepStatus.FAILED, duration_ms=duration)
         if error is not None:
             status = StepStatus.FAILED
             limit = observation_byte_limit(request.user_context.attributes)

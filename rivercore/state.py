@@ -37,15 +37,17 @@ def call_hash(name: str, arguments: dict[str, Any]) -> str:
 
 
 class PendingCall(BaseModel):
-    """A call the run is paused on (approval) or an ask_user awaiting its answer."""
+    """A call the run is paused on (approval), an ask_user awaiting its answer, or a
+    call whose result arrives later (a delegated child run)."""
 
-    kind: str  # "approval" | "interaction"
+    kind: str  # "approval" | "interaction" | "child"
     call_id: str
     tool_name: str
     arguments: dict[str, Any]
     turn: int
     approval: ApprovalRequestPayload | None = None
     interaction: InteractionRequest | None = None
+    child_execution_id: int | None = None
 
 
 class RunState(BaseModel):
@@ -167,6 +169,13 @@ class RunState(BaseModel):
     def _apply_tool_call(self, step: Step) -> None:
         if step.status == StepStatus.PENDING and step.call_id:
             self.intents_recorded.add(step.call_id)
+            awaiting = (step.output or {}).get("awaiting") if isinstance(step.output, dict) else None
+            if isinstance(awaiting, dict):  # a call whose result arrives later: the run waits on it
+                self.pending = PendingCall(
+                    kind="child", call_id=step.call_id, tool_name=step.tool_name or "",
+                    arguments=step.input if isinstance(step.input, dict) else {}, turn=step.turn,
+                    child_execution_id=awaiting.get("child_execution_id"),
+                )
 
     def _apply_observation(self, step: Step) -> None:
         if step.call_id:

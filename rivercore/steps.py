@@ -14,6 +14,7 @@ from rivercore.contracts import InteractionRequest, Step, StepStatus, StepType
 from rivercore.errors import Conflict, InvalidInput, pydantic_details
 from rivercore.tools import get_tool
 from rivercore.types.governance import Decision, ResolutionStatus
+from rivercore.types.runs import RunStatus
 
 ANSWER_TOOL = "ask_user"
 
@@ -51,6 +52,45 @@ def answer_step(*, step_number: int, turn: int, call_id: str, arguments: dict[st
         step_number=step_number, step_type=StepType.OBSERVATION, turn=turn, tool_name=ANSWER_TOOL,
         tool_category="interaction", call_id=call_id, input=arguments, output=output,
         messages=[tool_message(call_id, ANSWER_TOOL, body, ok=True)],
+    )
+
+
+CHILD_SUMMARY_CHARS = 2_000  # of a delegated run's summary, in its parent's observation
+CHILD_ARTIFACTS = 10  # artifact references passed back to the parent
+
+
+def child_result_step(*, step_number: int, turn: int, call_id: str, tool_name: str, arguments: dict[str, Any],
+                      child_execution_id: int, agent_id: str, agent_name: str, status: RunStatus, summary: str,
+                      error: dict[str, Any] | None, artifacts: list[dict[str, Any]]) -> Step:
+    """The observation that closes a delegation call when its child run has ended: the
+    child's summary and a reference to its result (its id and artifact references,
+    never its data) when it completed; an error observation naming the child's status
+    and error otherwise (failed, timeout, cancelled, budget or turns exhausted, approval
+    expired). Either way the parent goes on reasoning."""
+    summary = (summary or "")[:CHILD_SUMMARY_CHARS]
+    refs = [{key: item.get(key) for key in ("type", "tool_name", "call_id", "total_rows") if key in item}
+            for item in artifacts[:CHILD_ARTIFACTS] if isinstance(item, dict)]
+    facts = {"child_execution_id": child_execution_id, "agent_id": agent_id, "agent_name": agent_name,
+             "status": status.value, "summary": summary}
+    if status == RunStatus.COMPLETED:
+        result = {**facts, "result_ref": {"execution_id": child_execution_id, "artifacts": refs}}
+        return Step(
+            step_number=step_number, step_type=StepType.OBSERVATION, turn=turn, tool_name=tool_name,
+            tool_category="execution", call_id=call_id, input=arguments, status=StepStatus.COMPLETED,
+            output={"result": result, "_dispatched": True, "summary": summary[:300],
+                    "child_execution_id": child_execution_id},
+            messages=[tool_message(call_id, tool_name, result, ok=True)],
+        )
+    reason = (error or {}).get("message") or summary or "no reason given"
+    message = f"The delegated run {child_execution_id} ({agent_name}) ended {status.value}: {reason}"[:1000]
+    body = {"error": {"code": "DELEGATED_RUN_FAILED", "message": message,
+                      "details": {**facts, "child_error_code": (error or {}).get("code")}},
+            "status": "error"}
+    return Step(
+        step_number=step_number, step_type=StepType.OBSERVATION, turn=turn, tool_name=tool_name,
+        tool_category="execution", call_id=call_id, input=arguments, status=StepStatus.FAILED, error=message,
+        output={**body, "_dispatched": True, "summary": message[:300], "child_execution_id": child_execution_id},
+        messages=[tool_message(call_id, tool_name, body, ok=False)],
     )
 
 

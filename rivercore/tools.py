@@ -77,6 +77,10 @@ class Tool:
     writes: bool = False
     idempotent: bool = False
     tier: Tier | None = None  # model-backed tools say which tier they use
+    # The handler starts work that ends elsewhere (``delegate_to_agent``: a child run)
+    # and returns a reference to it; the run then pauses ``awaiting_child`` holding no
+    # worker, and the call's observation is appended when that work ends.
+    awaits_result: bool = False
 
     def function_schema(self) -> dict[str, Any]:
         """The tool in OpenAI function-calling format, from its pydantic input model.

@@ -464,7 +464,7 @@ class Campaign:
                 .annotate(steps_count=Count("steps"))
                 .values_list("pk", "status", "attempts", "lease_token", "steps_count"))
         for pk, status, attempts, token, steps in rows:
-            waiting = status in ("awaiting_approval", "awaiting_interaction") or status in Execution.TERMINAL
+            waiting = status in Execution.PAUSED or status in Execution.TERMINAL
             key = (status, attempts, token, steps)
             if waiting or self.progress.get(pk) != key:
                 self.progress[pk] = key

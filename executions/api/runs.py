@@ -7,7 +7,7 @@ and renders.
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from agents.selectors import agent_get_for_user, agent_get_with_permissions
 from executions import services, stateless
 from executions.models import Execution, ExecutionEvent, ExecutionStep
-from executions.selectors import execution_get_for_user, executions_for_user
+from executions.selectors import execution_children, execution_get_for_user, executions_for_user
 from rivercore import limits
 from rivercore.contracts import (
     ContinuationRequest,
@@ -38,27 +38,43 @@ class StepSerializer(serializers.ModelSerializer):
 
 class ExecutionSerializer(serializers.ModelSerializer):
     total_tokens = serializers.IntegerField(read_only=True)
+    # The run that delegated this one (docs/delegation.md), or null.
+    parent_execution = serializers.IntegerField(source="parent_execution_id", read_only=True, allow_null=True)
 
     class Meta:
         model = Execution
         fields = ["id", "workspace", "agent", "agent_version", "trigger_type", "trigger_source", "trigger_payload",
                   "requested_by", "input_prompt", "status", "turn_count", "tokens_input", "tokens_output",
                   "total_tokens", "cost_usd", "cost_unknown", "queued_at", "started_at", "finished_at", "attempts",
-                  "result", "usage", "error", "parent_execution_id"]
+                  "result", "usage", "error", "parent_execution", "parent_execution_id"]
+
+
+class ChildExecutionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    agent = serializers.UUIDField(source="agent_id")
+    status = serializers.ChoiceField(choices=Execution.Status.choices)
+    call_id = serializers.CharField(source="parent_call_id")
 
 
 class ExecutionDetailSerializer(ExecutionSerializer):
     steps = StepSerializer(many=True, read_only=True)
     pending = serializers.SerializerMethodField()
+    child_executions = serializers.SerializerMethodField()
 
     class Meta(ExecutionSerializer.Meta):
-        fields = [*ExecutionSerializer.Meta.fields, "steps", "pending"]
+        fields = [*ExecutionSerializer.Meta.fields, "child_executions", "steps", "pending"]
 
     def get_pending(self, obj) -> dict | None:
         snapshot = obj.context_snapshot or {}
-        if obj.status in (Execution.Status.AWAITING_APPROVAL, Execution.Status.AWAITING_INTERACTION):
+        if obj.status in Execution.PAUSED:
             return snapshot.get("pending")
         return None
+
+    @extend_schema_field(ChildExecutionSerializer(many=True))
+    def get_child_executions(self, obj) -> list[dict]:
+        """The runs this one delegated to, oldest first: one query for all of them
+        (``execution_children``), never one per child."""
+        return ChildExecutionSerializer(execution_children(execution=obj), many=True).data
 
 
 class EventSerializer(serializers.ModelSerializer):
@@ -104,6 +120,9 @@ class ExecutionList(ListAPIView):
         qs = executions_for_user(user=self.request.user).order_by("-queued_at", "-id")
         params = self.request.query_params
         if params.get("status"):
+            if params["status"] not in Execution.Status.values:
+                raise InvalidInput("Unknown run status.", details={
+                    "status": [f"must be one of {', '.join(Execution.Status.values)}"]})
             qs = qs.filter(status=params["status"])
         if params.get("agent"):
             qs = qs.filter(agent_id=agent_get_for_user(user=self.request.user, agent_id=params["agent"]).pk)

@@ -7,7 +7,9 @@
 - ``finish``: every way a run ends, each in one place (``run_end``), and the
   post-processing that follows (agent health and memory through ``agents.services``,
   notifications);
-- ``watchdog``: runs no worker will pick up, runs out of attempts, lost post-processing;
+- ``watchdog``: runs no worker will pick up, runs out of attempts, lost post-processing,
+  parents whose delegated run ended without resuming them;
+- ``delegation``: ``delegate_to_agent``'s child runs, the parent's resume, cancel cascade;
 - ``approvals``: the run-control port through which governance's approval
   resolution and expiry resume or end runs;
 - ``queue``: sending task messages after commit, never failing the caller.
@@ -22,6 +24,7 @@ from executions.services.watchdog import (
     execution_fail_exhausted,
     executions_post_process_missed,
     executions_requeue_stale,
+    executions_resume_waiting_parents,
 )
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "execution_start",
     "executions_post_process_missed",
     "executions_requeue_stale",
+    "executions_resume_waiting_parents",
     "memory_write",
     "state_load",
 ]

@@ -72,9 +72,14 @@ def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolu
 
 
 def execution_cancel(*, execution: Execution, user) -> Execution:
+    """Cancel a run, then the delegated runs it started that are still going (each in
+    its own transaction, after this one committed; docs/delegation.md)."""
+    from executions.services.delegation import delegation_children_cancel
+
     with transaction.atomic():
         row = Execution.objects.select_for_update().get(pk=execution.pk)
         if row.is_terminal:
             raise Conflict(f"Execution already ended ({row.status}).", code="invalid_state")
         run_end_cancelled(row, by=user.get_username())
+    delegation_children_cancel(parent_execution_id=row.pk, by=user.get_username())
     return row

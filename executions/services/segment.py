@@ -44,6 +44,7 @@ _STATUS_FROM_RESPONSE = {
     ResponseStatus.TIMEOUT: Execution.Status.TIMEOUT,
     ResponseStatus.AWAITING_APPROVAL: Execution.Status.AWAITING_APPROVAL,
     ResponseStatus.AWAITING_INTERACTION: Execution.Status.AWAITING_INTERACTION,
+    ResponseStatus.AWAITING_CHILD: Execution.Status.AWAITING_CHILD,
 }
 
 
@@ -132,7 +133,8 @@ class _DurableHooks:
         self.execution = execution
 
     def tool_context_extras(self) -> dict:
-        return {"workspace_id": self.execution.workspace_id}
+        # durable_execution: this run has a row to pause on (delegate_to_agent needs one).
+        return {"workspace_id": self.execution.workspace_id, "durable_execution": True}
 
     def approved_call_failed(self, state, *, call_id, tool_name, error) -> None:
         from governance.approvals import approval_action_failed
@@ -320,7 +322,7 @@ def execution_segment_end(
         if row.lease_token != token or row.status != Execution.Status.RUNNING:
             return  # cancelled meanwhile, or another worker took over
         seq = next_seq if next_seq is not None else next_event_seq(row.pk)
-        if status not in (Execution.Status.AWAITING_APPROVAL, Execution.Status.AWAITING_INTERACTION):
+        if status not in Execution.PAUSED:
             run_end(row, status=status, summary=(state.final_answer or "")[:300],
                     error=response.error.model_dump(mode="json") if response.error else None,
                     result=response.result.model_dump(mode="json"), usage=response.usage.model_dump(mode="json"),
@@ -344,6 +346,13 @@ def execution_segment_end(
             )
             event = ExecutionEvent.objects.create(execution=row, seq=seq, event_type=kind, payload=payload)
             event_rows_publish(row, [event])
+        elif status == Execution.Status.AWAITING_CHILD:
+            from executions.services.delegation import delegation_resume_if_ended
+
+            # The child may have ended while this segment was still running: its run-end
+            # handler then found this run not yet waiting and left it to us.
+            delegation_resume_if_ended(parent=row, child_execution_id=state.pending.child_execution_id
+                                       if state.pending else None)
 
 
 def _approval_open(execution: Execution, state: RunState):

@@ -30,7 +30,7 @@ from rivercore.contracts import (
 )
 from rivercore.errors import InvalidInput
 from rivercore.state import RunState
-from rivercore.types.agents import MemoryEntry
+from rivercore.types.agents import ActionLevel, MemoryEntry, action_level_at_most
 from tenancy.selectors import role_annotations, roles_annotated, roles_permissions
 
 logger = logging.getLogger("river.executions")
@@ -116,10 +116,14 @@ def request_build(execution: Execution) -> ExecutionRequest:
     agent.workspace = workspace  # the same row: no second query for it
     if "request" in stored:  # a run queued before requests were built at load time
         return ExecutionRequest.model_validate(stored["request"])
+    agent_config = agent_config_build(agent=agent, version=version, policies=active_policies(
+        org_id=workspace.organization_id, workspace_id=workspace.pk) if execution.has_policies else [])
+    cap = (stored.get("delegation") or {}).get("action_level_cap")
+    if cap:  # a delegated run never runs above its parent's action level
+        agent_config.action_level = action_level_at_most(agent_config.action_level, ActionLevel(cap))
     return ExecutionRequest(
         execution_id=execution.pk,
-        agent_config=agent_config_build(agent=agent, version=version, policies=active_policies(
-            org_id=workspace.organization_id, workspace_id=workspace.pk) if execution.has_policies else []),
+        agent_config=agent_config,
         user_context=user_context_build(execution=execution),
         input_prompt=execution.input_prompt or None,
         trigger_context=TriggerContext(
@@ -164,10 +168,15 @@ def execution_start(
     trigger_source: str = "ui",
     trigger_id=None,
     parent_execution_id: int | None = None,
+    parent_call_id: str = "",
+    delegation: dict | None = None,
 ) -> Execution:
     """Create a queued run and hand it to a worker after commit (spec steps 1-3): one
     INSERT, plus an audit entry in the same transaction when the payload carried text
-    that looks like a prompt injection (stored sanitised for the run to read)."""
+    that looks like a prompt injection (stored sanitised for the run to read).
+
+    A delegated run (``executions.services.delegation``) names its parent run and call,
+    and ``delegation`` holds its depth and the action level it may not exceed."""
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
@@ -182,6 +191,8 @@ def execution_start(
     TriggerContext(trigger_type=trigger_type, trigger_source=trigger_source, trigger_payload=payload,
                    triggered_by=str(user.pk) if user else None, triggered_at=now)
     context: dict = {"triggered_at": now.isoformat()}
+    if delegation:
+        context["delegation"] = delegation
     detections: list[dict] = []
     if payload is None:
         context["trigger_payload"] = None  # the column stores {}; the prompt says there was none
@@ -195,7 +206,8 @@ def execution_start(
             workspace_id=agent.workspace_id, agent=agent, agent_version_id=agent.current_version_id,
             trigger_type=trigger_type, trigger_source=trigger_source,
             trigger_payload=payload if payload is not None else {}, trigger_id=trigger_id,
-            parent_execution_id=parent_execution_id, requested_by=user, input_prompt=input_prompt or "",
+            parent_execution_id=parent_execution_id, parent_call_id=parent_call_id, requested_by=user,
+            input_prompt=input_prompt or "",
             queued_at=now, published_at=now, context=context,
         )
         if detections:

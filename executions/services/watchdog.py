@@ -95,3 +95,24 @@ def executions_post_process_missed(*, grace_seconds: int | None = None, limit: i
         logger.warning("watchdog post-processed %d finished execution(s) whose task was lost: %s",
                        len(done), done[:20])
     return done
+
+
+def executions_resume_waiting_parents(*, grace_seconds: int | None = None, limit: int = 200) -> list[int]:
+    """Resume runs still ``awaiting_child`` whose child ended and was post-processed more
+    than the grace ago: the child's run-end handler failed (it is logged and rolled back
+    to its savepoint, never blocking the child's end). Returns the resumed parents' ids;
+    the compare-and-set in ``delegation_resume`` makes a resume once only."""
+    from executions.services.delegation import delegation_resume
+
+    grace = settings.RIVER_WATCHDOG_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    waiting = Execution.objects.filter(status=Execution.Status.AWAITING_CHILD).values("pk")
+    ended = list(
+        Execution.objects.filter(parent_execution_id__in=waiting, status__in=Execution.TERMINAL,
+                                 post_processed_at__lt=timezone.now() - timedelta(seconds=grace))
+        .exclude(parent_call_id="").values_list("pk", "parent_execution_id")[:limit]
+    )
+    resumed = [parent_id for child_id, parent_id in ended if _watchdog_step(
+        "resume the parent of", lambda execution_id: delegation_resume(child_execution_id=execution_id), child_id)]
+    if resumed:
+        logger.warning("watchdog resumed %d run(s) whose delegated run had ended: %s", len(resumed), resumed[:20])
+    return resumed

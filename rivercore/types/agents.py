@@ -29,6 +29,19 @@ class ActionLevel(StrEnum):
     AUTOMATED = "automated"
 
 
+# The action levels ordered by what they let run under the strict matrix of
+# governance.checker: recommend runs nothing (every call becomes a suggestion),
+# read_only runs reads, act_with_approval adds writes a person approved, automated
+# runs everything. A delegated run never runs above its parent's level (docs/delegation.md).
+ACTION_LEVEL_ORDER = (ActionLevel.RECOMMEND, ActionLevel.READ_ONLY, ActionLevel.ACT_WITH_APPROVAL,
+                      ActionLevel.AUTOMATED)
+
+
+def action_level_at_most(level: ActionLevel, cap: ActionLevel) -> ActionLevel:
+    """``level``, lowered to ``cap`` when it lets more run than ``cap`` does."""
+    return level if ACTION_LEVEL_ORDER.index(level) <= ACTION_LEVEL_ORDER.index(cap) else cap
+
+
 class GovernanceLevel(StrEnum):
     STANDARD = "standard"
     STRICT = "strict"
@@ -121,8 +134,9 @@ class MemoryEntry(BaseModel):
     flagged_items: list[str] = Field(default_factory=list)
 
 
-# The 17 tools of the spec's registry. Agent versions may only name these; a test in
-# tests/executions checks the engine's registry matches this list exactly.
+# The 17 tools of the spec's registry and River's delegate_to_agent (18 in all). Agent
+# versions may only name these; a test in tests/executions checks the engine's
+# registry matches this list exactly.
 REASONING_TOOLS = (
     "classify_intent",
     "check_governance",
@@ -142,6 +156,7 @@ EXECUTION_TOOLS = (
     "write_back",
     "get_workspace_info",
     "get_storage_info",
+    "delegate_to_agent",  # River's addition: a child run of another agent (docs/delegation.md)
 )
 INTERACTION_TOOLS = ("ask_user",)
 TOOL_NAMES = frozenset(REASONING_TOOLS + EXECUTION_TOOLS + INTERACTION_TOOLS)

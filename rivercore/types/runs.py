@@ -11,6 +11,7 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting_approval"
     AWAITING_INTERACTION = "awaiting_interaction"
+    AWAITING_CHILD = "awaiting_child"  # a delegate_to_agent call waits for its child run
     COMPLETED = "completed"
     FAILED = "failed"
     MAX_TURNS_EXCEEDED = "max_turns_exceeded"

@@ -96,11 +96,15 @@ def test_database_url_prepare_threshold_defaults_and_parses():
     ({"DEBUG": "true", "RIVER_PROVIDER_HEALTH_FLUSH_SECONDS": "often"},
      "RIVER_PROVIDER_HEALTH_FLUSH_SECONDS must be a number"),
     ({"DEBUG": "true", "RIVER_WORKER_DB_POOL": "maybe"}, "RIVER_WORKER_DB_POOL must be a boolean"),
+    ({"DEBUG": "true", "RIVER_MAX_DELEGATION_DEPTH": "-1"}, "RIVER_MAX_DELEGATION_DEPTH must be at least 0"),
+    ({"DEBUG": "true", "RIVER_MAX_DELEGATION_DEPTH": "deep"}, "RIVER_MAX_DELEGATION_DEPTH must be an integer"),
+    ({"DEBUG": "true", "RIVER_MAX_DELEGATIONS_PER_RUN": "0"}, "RIVER_MAX_DELEGATIONS_PER_RUN must be at least 1"),
 ], ids=["boolean", "database_url", "prepare_threshold", "journal_write_behind", "pool_max_size", "pool_timeout",
         "pool_min_over_max", "data_source_allowed_hosts", "audit_key_shape", "audit_key_base64",
         "audit_key_length", "audit_anchor_seconds", "approver_password", "watchdog_grace", "max_request_bytes",
         "json_max_depth", "query_param_max_length", "runs_per_process", "run_host_grace", "broker_scheme",
-        "broker_without_redis", "health_flush_nan", "health_flush_text", "worker_pool"])
+        "broker_without_redis", "health_flush_nan", "health_flush_text", "worker_pool",
+        "delegation_depth_negative", "delegation_depth_text", "delegations_per_run"])
 def test_a_bad_value_stops_startup_naming_the_variable(env, message):
     result = _check(env)
     assert result.returncode != 0
