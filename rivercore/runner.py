@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 import pydantic
 
 from rivercore import context as ctxmod
-from rivercore import gate
+from rivercore import gate, observe
 from rivercore.contracts import (
     ApprovalRequestPayload,
     ErrorCode,
@@ -339,6 +339,7 @@ class Engine:
         new = step(state, step_type, **fields)
         state.apply(new)
         self.journal.record(state, new)
+        observe.step_added(state, new)
         return new
 
     def _notice(self, state: RunState, text: str, **extra: Any) -> None:
@@ -441,14 +442,22 @@ class Engine:
         tier = select_tier(state)
         messages = ctxmod.compress(state.messages(), threshold_tokens=self.compress_threshold_tokens,
                                    estimated_tokens=state.estimated_context_tokens)
-        started = time.monotonic()
+        started, started_at, timeout = time.monotonic(), self.clock(), self._llm_timeout(state)
+
+        def observed(**outcome: Any) -> int:
+            duration = int((time.monotonic() - started) * 1000)
+            observe.model_called(state, observe.ModelCall(
+                turn=turn, tier=tier.value, messages=messages, tools=state.tool_schemas, timeout_seconds=timeout,
+                started_at=started_at, duration_ms=duration, **outcome))
+            return duration
+
         try:
             reply = await self._complete(
                 messages=messages, tools=state.tool_schemas, tier=tier,
-                timeout_seconds=self._llm_timeout(state), **view_kwargs(self.llm, lambda: _view(state)),
+                timeout_seconds=timeout, **view_kwargs(self.llm, lambda: _view(state)),
             )
         except LLMError as exc:
-            duration = int((time.monotonic() - started) * 1000)
+            duration = observed(error=exc)
             self._add(state, StepType.ERROR, turn=turn, status=StepStatus.FAILED, duration_ms=duration,
                       model_tier=tier.value, error=exc.message,
                       output={"llm_error": exc.kind.value, "details": exc.details})
@@ -463,7 +472,7 @@ class Engine:
                 return await self._terminate(state, ResponseStatus.FAILED,
                                        ErrorInfo(code=code, message=exc.message, recoverable=True))
             return None
-        duration = int((time.monotonic() - started) * 1000)
+        duration = observed(reply=reply)
         tokens = Tokens(input=reply.input_tokens, output=reply.output_tokens)
         if reply.is_empty:
             self._add(state, StepType.ERROR, turn=turn, status=StepStatus.FAILED, duration_ms=duration,
