@@ -2,30 +2,91 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from common.fields import PydanticJSONField
-from triggers.types import TriggerConfig, TriggerType
+from triggers.types import TriggerConfig, TriggerType, api_type_name
 
 
 class Trigger(models.Model):
+    """A way a run of ``agent`` starts besides a person's click: the prompt it receives
+    (a ``{{ payload.x }}`` template, triggers.prompt), its type's typed ``config`` and the
+    identity its runs act as (``run_as``, a workspace service principal)."""
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="triggers")
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="triggers")
-    name = models.CharField(max_length=200)
-    trigger_type = models.CharField(max_length=20, choices=[(t.value, t.value.capitalize()) for t in TriggerType])
+    name = models.CharField(max_length=80)  # fits a run's trigger_source ("cron:<name>")
+    # The engine contract's names (``scheduled``, not the API's ``schedule``): triggers.types.
+    type = models.CharField(max_length=20, choices=[(t.value, api_type_name(t).capitalize()) for t in TriggerType])
+    prompt = models.TextField(blank=True)
     config = PydanticJSONField(schema=TriggerConfig, default=dict)
     enabled = models.BooleanField(default=True)
-    # Webhook HMAC secret: encrypted (it must be read back to verify signatures).
-    webhook_secret_encrypted = models.TextField(blank=True, default="")
-    # API key: only a prefix and a SHA-256 digest are stored.
-    api_key_prefix = models.CharField(max_length=16, blank=True, db_index=True)
-    api_key_digest = models.CharField(max_length=64, blank=True)
-    last_fired_at = models.DateTimeField(null=True, blank=True)
+    run_as = models.OneToOneField("tenancy.ServicePrincipal", on_delete=models.PROTECT, related_name="trigger")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="uniq_trigger_name_per_workspace")]
+        indexes = [models.Index(fields=["workspace", "type", "enabled"], name="trigger_ws_type_enabled")]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.trigger_type})"
+        return f"{self.name} ({api_type_name(self.type)})"
+
+    @property
+    def api_type(self) -> str:
+        return api_type_name(self.type)
+
+
+class TriggerFiring(models.Model):
+    """One attempt of a trigger to start a run: started (with its run) or skipped (with
+    why). Appended, never rewritten. ``dedupe_key`` (an event id, a cron slot) is unique
+    per trigger, which is what makes a redelivery or a second scheduler start nothing."""
+
+    class Outcome(models.TextChoices):
+        STARTED = "started", "Run started"
+        SKIPPED = "skipped", "Skipped"
+
+    class Reason(models.TextChoices):
+        FILTERED = "filtered", "Condition did not match"
+        RATE_LIMITED = "rate_limited", "Rate limited"
+        COOLDOWN = "cooldown", "In cooldown"
+        AGENT_INACTIVE = "agent_inactive", "Agent not active"
+        DUPLICATE = "duplicate", "Duplicate delivery"
+        SCHEMA_INVALID = "schema_invalid", "Payload failed the input schema"
+        CYCLE = "cycle", "Pipeline cycle"
+        DEPTH = "depth", "Pipeline too deep"
+        DISABLED = "disabled", "Trigger disabled"
+        ERROR = "error", "Error"
+
+    id = models.BigAutoField(primary_key=True)
+    trigger = models.ForeignKey(Trigger, on_delete=models.CASCADE, related_name="firings")
+    fired_at = models.DateTimeField(default=timezone.now)
+    source = models.CharField(max_length=100)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    reason = models.CharField(max_length=20, choices=Reason.choices, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
+    execution = models.ForeignKey("executions.Execution", null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
+    dedupe_key = models.CharField(max_length=200, null=True, blank=True)
+    payload_bytes = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-fired_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["trigger", "dedupe_key"], name="uniq_firing_dedupe_key"),
+            models.CheckConstraint(
+                condition=(models.Q(outcome="started", reason="")
+                           | (models.Q(outcome="skipped") & ~models.Q(reason=""))),
+                name="firing_reason_iff_skipped",
+            ),
+        ]
+        indexes = [models.Index(fields=["trigger", "-fired_at", "-id"], name="firing_trigger_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.trigger_id} {self.outcome} {self.reason} at {self.fired_at:%Y-%m-%d %H:%M:%S}"

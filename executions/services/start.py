@@ -152,10 +152,12 @@ def execution_start(
     trigger_source: str = "ui",
     trigger_id=None,
     parent_execution_id: int | None = None,
+    triggered_at: datetime | None = None,
 ) -> Execution:
     """Create a queued run and hand it to a worker after commit (spec steps 1-3): one
     INSERT, plus an audit entry in the same transaction when the payload carried text
-    that looks like a prompt injection (stored sanitised for the run to read)."""
+    that looks like a prompt injection (stored sanitised for the run to read).
+    ``triggered_at`` is when the signal arrived (a cron slot, an event); now by default."""
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
@@ -165,11 +167,12 @@ def execution_start(
     if agent.current_version_id is None:
         raise InvalidInput("Agent has no deployed version.", code="no_deployed_version")
     now = timezone.now()
+    triggered_at = triggered_at or now
     # The request is built when the run loads; its trigger's fields are checked now, so a
     # bad one is refused here (400 with the field) and nothing is written.
     TriggerContext(trigger_type=trigger_type, trigger_source=trigger_source, trigger_payload=payload,
-                   triggered_by=str(user.pk) if user else None, triggered_at=now)
-    context: dict = {"triggered_at": now.isoformat()}
+                   triggered_by=str(user.pk) if user else None, triggered_at=triggered_at)
+    context: dict = {"triggered_at": triggered_at.isoformat()}
     detections: list[dict] = []
     if payload is None:
         context["trigger_payload"] = None  # the column stores {}; the prompt says there was none
