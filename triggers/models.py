@@ -90,3 +90,56 @@ class TriggerFiring(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trigger_id} {self.outcome} {self.reason} at {self.fired_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ApiKey(models.Model):
+    """A key that invokes API triggers (``X-API-Key``), issued for one workspace or for a
+    whole organization. Shown once; only its prefix (for the lookup) and a SHA-256
+    digest of the whole key are kept."""
+
+    organization = models.ForeignKey("tenancy.Organization", on_delete=models.CASCADE, related_name="api_keys")
+    workspace = models.ForeignKey("tenancy.Workspace", null=True, blank=True, on_delete=models.CASCADE,
+                                  related_name="api_keys", help_text="Empty: the key serves every workspace of "
+                                                                     "the organization.")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    # None: the trigger's workspace setting (api_trigger_rate_limit_per_minute), read per call.
+    rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class WebhookEndpoint(models.Model):
+    """Where a workspace receives events: ``POST /api/v1/hooks/<id>``. The id (random)
+    is the URL; the slug (unique in the workspace) is what event triggers name. Secrets
+    are encrypted, since verifying a signature needs them; during a rotation the previous
+    secret stays valid until ``previous_secret_expires_at``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="webhook_endpoints")
+    slug = models.SlugField(max_length=80)
+    secret_encrypted = models.TextField()
+    previous_secret_encrypted = models.TextField(blank=True)
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    rotated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "slug"], name="uniq_webhook_slug_per_workspace")]
+
+    def __str__(self) -> str:
+        return self.slug

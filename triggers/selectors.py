@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from rivercore.errors import NotFound
-from tenancy.selectors import workspaces_for_user
-from triggers.models import Trigger, TriggerFiring
+from tenancy.selectors import organizations_administered, workspaces_for_user
+from triggers.models import ApiKey, Trigger, TriggerFiring, WebhookEndpoint
 
 
 def triggers_for_user(*, user, workspace_id: int | None = None, agent_id=None) -> QuerySet[Trigger]:
@@ -58,3 +58,39 @@ def trigger_get(*, trigger_id) -> Trigger:
         return Trigger.objects.select_related("agent", "workspace", "run_as__user").get(pk=uuid.UUID(str(trigger_id)))
     except (Trigger.DoesNotExist, ValueError, TypeError):
         raise NotFound("Trigger not found.") from None
+
+
+def api_keys_for_user(*, user) -> QuerySet[ApiKey]:
+    """Keys of the user's workspaces, and organization-wide keys of the organizations
+    they administer; newest first."""
+    return ApiKey.objects.filter(
+        Q(workspace__in=workspaces_for_user(user=user))
+        | Q(workspace__isnull=True, organization__in=organizations_administered(user=user))
+    ).select_related("workspace").order_by("-created_at", "-id")
+
+
+def api_key_get_for_user(*, user, api_key_id) -> ApiKey:
+    try:
+        return api_keys_for_user(user=user).get(pk=int(api_key_id))
+    except (ApiKey.DoesNotExist, TypeError, ValueError, OverflowError):
+        raise NotFound("API key not found.") from None
+
+
+def webhook_endpoints_for_user(*, user) -> QuerySet[WebhookEndpoint]:
+    return WebhookEndpoint.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related(
+        "workspace").order_by("slug", "id")
+
+
+def webhook_endpoint_get_for_user(*, user, endpoint_id) -> WebhookEndpoint:
+    try:
+        return webhook_endpoints_for_user(user=user).get(pk=uuid.UUID(str(endpoint_id)))
+    except (WebhookEndpoint.DoesNotExist, ValueError):
+        raise NotFound("Webhook endpoint not found.") from None
+
+
+def webhook_endpoint_get(*, endpoint_id) -> WebhookEndpoint:
+    """The endpoint a delivery names (no user: the signature authenticates it); 404 otherwise."""
+    try:
+        return WebhookEndpoint.objects.get(pk=uuid.UUID(str(endpoint_id)))
+    except (WebhookEndpoint.DoesNotExist, ValueError):
+        raise NotFound("Webhook endpoint not found.") from None

@@ -30,9 +30,9 @@ from tenancy.services import (
     service_principal_retire,
     service_principal_role_set,
 )
-from triggers.models import Trigger, TriggerFiring
+from triggers.models import Trigger, TriggerFiring, WebhookEndpoint
 from triggers.prompt import PromptTemplateError, prompt_render, prompt_validate
-from triggers.types import WorkflowConfig, trigger_config_parse
+from triggers.types import EventConfig, WorkflowConfig, trigger_config_parse
 
 logger = logging.getLogger("river.triggers")
 
@@ -62,9 +62,14 @@ def _prompt_check(prompt: str) -> str:
 
 
 def _config_check(*, trigger_type: TriggerType, config, workspace: Workspace, agent: Agent):
-    """The typed config, with the checks that need the database (an upstream agent of
-    the same workspace that is not the trigger's own agent)."""
+    """The typed config, with the checks that need the database (the webhook endpoint
+    exists in the workspace; an upstream agent of the same workspace that is not the
+    trigger's own agent)."""
     parsed = trigger_config_parse(trigger_type=trigger_type, config=config)
+    if isinstance(parsed, EventConfig):
+        if not WebhookEndpoint.objects.filter(workspace=workspace, slug=parsed.endpoint).exists():
+            raise InvalidInput("Unknown webhook endpoint.", details={"config.endpoint": [
+                "No webhook endpoint with this slug in the workspace; create it first."]})
     if isinstance(parsed, WorkflowConfig):
         if parsed.upstream_agent == agent.pk:
             raise InvalidInput("A pipeline stage cannot follow itself.",

@@ -30,3 +30,11 @@ def make_trigger(owner, workspace, active_agent):
         return trigger_create(**values)
 
     return make
+
+
+@pytest.fixture
+def zendesk(workspace, owner):
+    """A webhook endpoint 'zendesk' in the workspace: event triggers must name one."""
+    from triggers.webhooks import webhook_endpoint_create
+
+    return webhook_endpoint_create(workspace=workspace, slug="zendesk", created_by=owner).endpoint

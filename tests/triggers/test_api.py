@@ -102,7 +102,7 @@ def test_workflow_upstream_must_be_another_agent_of_the_workspace(api_client_for
     assert ok.json()["config"] == {"upstream_agent": str(upstream.pk), "on_statuses": ["completed"]}
 
 
-def test_all_six_types_are_accepted(api_client_for, owner, workspace, active_agent):
+def test_all_six_types_are_accepted(api_client_for, owner, workspace, active_agent, zendesk):
     upstream = make_agent(workspace=workspace, owner=owner, name="Upstream")
     configs = {
         "manual": {},
@@ -170,7 +170,7 @@ def test_outsider_gets_404_everywhere(api_client_for, outsider, workspace, activ
     assert trigger.enabled
 
 
-def test_patch_disables_and_edits_and_refuses_immutable_fields(api_client_for, owner, make_trigger):
+def test_patch_disables_and_edits_and_refuses_immutable_fields(api_client_for, owner, make_trigger, zendesk):
     trigger = make_trigger(trigger_type="event", config={"endpoint": "zendesk", "event_type": "ticket.created"})
     client = api_client_for(owner)
     response = client.patch(f"/api/v1/triggers/{trigger.pk}/", {

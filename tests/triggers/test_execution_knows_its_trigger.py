@@ -8,7 +8,7 @@ from triggers.services import trigger_fire
 pytestmark = pytest.mark.django_db
 
 
-def test_the_api_and_the_run_page_name_the_trigger(api_client_for, owner, client, make_trigger):
+def test_the_api_and_the_run_page_name_the_trigger(api_client_for, owner, client, make_trigger, zendesk):
     trigger = make_trigger(name="Tickets", trigger_type="event",
                            config={"endpoint": "zendesk", "event_type": "ticket.created"})
     firing = trigger_fire(trigger=trigger, payload={"id": 1}, source="webhook:zendesk")

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 AT = datetime(2026, 11, 25, 7, 0, tzinfo=UTC)
 
 
-def test_a_firing_starts_a_run_as_the_trigger_identity_with_the_normalized_request(make_trigger):
+def test_a_firing_starts_a_run_as_the_trigger_identity_with_the_normalized_request(make_trigger, zendesk):
     trigger = make_trigger(name="Tickets", trigger_type="event", prompt="Triage ticket {{ payload.id }}",
                            config={"endpoint": "zendesk", "event_type": "ticket.created"})
     firing = trigger_fire(trigger=trigger, payload={"id": 42, "priority": "high"}, source="webhook:zendesk",
