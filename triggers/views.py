@@ -5,8 +5,6 @@ A page, not an API: it lives here because it shows triggers and runs together, a
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
@@ -22,6 +20,7 @@ from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
 from triggers.selectors import trigger_firings_recent, triggers_for_user
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
 from triggers.types import TriggerType
+from triggers.webhooks import json_strict_parse
 
 RECENT_RUNS = 20
 RECENT_FIRINGS = 5
@@ -55,11 +54,11 @@ class RunNowForm(forms.Form):
         if len(text.encode()) > PAYLOAD_MAX_BYTES:
             raise forms.ValidationError(f"At most {PAYLOAD_MAX_BYTES} bytes of JSON.")
         try:
-            value = json.loads(text)
-        except RecursionError:
-            raise forms.ValidationError("This JSON is nested too deeply.") from None
-        except ValueError as exc:
-            raise forms.ValidationError(f"This is not valid JSON: {exc}.") from None
+            value = json_strict_parse(text.encode())
+        except InvalidInput as exc:
+            problem = "; ".join(f"{where}: {', '.join(msgs)}" for where, msgs in exc.details.items()
+                                if where != "body") or exc.message
+            raise forms.ValidationError(f"This is not valid JSON ({problem}).") from None
         if not isinstance(value, dict):
             raise forms.ValidationError('The payload must be a JSON object, for example {"ticket_id": 42}.')
         return value

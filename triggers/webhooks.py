@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
+import io
 import logging
 import re
 import secrets
@@ -27,8 +27,10 @@ from datetime import datetime, timedelta
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from rest_framework.exceptions import ParseError
 
 from common.crypto import decrypt_text, encrypt_text
+from common.parsers import JSONParser
 from governance.expressions import ExpressionError, matches
 from rivercore.errors import InvalidInput, RiverError
 from tenancy.models import Workspace
@@ -176,6 +178,15 @@ def webhook_verify(*, endpoint: WebhookEndpoint, signature_header: str | None, b
 # --- delivering an event -----------------------------------------------------------------------
 
 
+def json_strict_parse(raw: bytes) -> object:
+    """JSON as the API's own parser reads it (common.parsers.JSONParser): no NaN or
+    Infinity, no NUL, no nesting past RIVER_JSON_MAX_DEPTH; a 400 naming ``body`` else."""
+    try:
+        return JSONParser().parse(io.BytesIO(raw), parser_context={"encoding": "utf-8"})
+    except ParseError:
+        raise InvalidInput("The body is not JSON.", details={"body": ["A JSON object is required."]}) from None
+
+
 @dataclass(frozen=True)
 class Event:
     event_type: str
@@ -186,10 +197,7 @@ class Event:
 def webhook_event_parse(*, body: bytes, type_header: str | None, id_header: str | None) -> Event:
     """The event in a verified body: a JSON object, its type (header, else ``type``) and
     id (header, else ``id``). Anything else is a 400 naming what is wrong."""
-    try:
-        payload = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise InvalidInput("The body is not JSON.", details={"body": ["A JSON object is required."]}) from None
+    payload = json_strict_parse(body)
     if not isinstance(payload, dict):
         raise InvalidInput("The body must be a JSON object.", details={"body": ["A JSON object is required."]})
     event_type = type_header if type_header else payload.get("type")

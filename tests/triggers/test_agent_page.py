@@ -29,7 +29,8 @@ def test_run_now_starts_a_run_as_the_person_and_goes_to_it(member, active_agent)
 
 @pytest.mark.parametrize(("payload", "message"), [("{not json", "This is not valid JSON"),
                                                   ("[1, 2]", "must be a JSON object"),
-                                                  ("[" * 100_000, "")])
+                                                  ("[" * 100_000, ""), ('{"a": "\\u0000"}', "NUL"),
+                                                  ('{"a": NaN}', "not valid JSON")])
 def test_bad_json_is_shown_next_to_the_field_and_starts_nothing(member, active_agent, payload, message):
     response = signed_in(member).post(f"/agents/{active_agent.pk}/", {"prompt": "x", "payload": payload})
     assert response.status_code == 400

@@ -137,7 +137,12 @@ def test_a_signature_with_another_endpoints_secret_is_refused(owner, workspace, 
 
 
 @pytest.mark.parametrize(("raw", "field"), [(b"[1, 2]", "body"), (b"not json", "body"), (b'{"id": "1"}', "type"),
-                                            (b'{"type": "ticket.created", "id": {"a": 1}}', "id")])
+                                            (b'{"type": "ticket.created", "id": {"a": 1}}', "id"),
+                                            (b'{"type": "ticket.created", "note": "a\\u0000b"}', "note"),
+                                            (b'{"type": "ticket.created", "n": NaN}', "body"),
+                                            (b'{"type": "ticket.created", "d": ' + b"[" * 70 + b"]" * 70 + b"}",
+                                             "d.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0"
+                                             ".0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0")])
 def test_a_verified_but_malformed_body_is_400_and_stores_nothing(owner, workspace, endpoint, active_agent, raw,
                                                                  field):
     ep, secret = endpoint
