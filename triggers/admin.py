@@ -61,6 +61,14 @@ class TriggerAdminForm(forms.ModelForm):
             raise forms.ValidationError(lines or [exc.message]) from None
         if self.instance.type == "workflow" and str(parsed.upstream_agent) == str(self.instance.agent_id):
             raise forms.ValidationError("Upstream agent: a pipeline stage cannot follow itself.")
+        if self.instance.type == "workflow":
+            from triggers.pipelines import pipeline_cycle_check
+
+            try:
+                pipeline_cycle_check(workspace=self.instance.workspace, agent=self.instance.agent, config=parsed)
+            except InvalidInput as exc:
+                raise forms.ValidationError([f"Upstream agent: {m}" for m in exc.details.get(
+                    "config.upstream_agent", [exc.message])]) from None
         return parsed.model_dump(mode="json")
 
 
@@ -107,8 +115,20 @@ class TriggerAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         from django.utils import timezone
 
+        from triggers.schedule import schedule_sync
+
         obj.updated_at = timezone.now()
         super().save_model(request, obj, form, change)
+        schedule_sync(trigger=obj)  # its beat entry follows an edited cron, zone or enabled
+
+    def delete_model(self, request, obj):
+        from triggers.services import trigger_delete
+
+        trigger_delete(trigger=obj)  # with its beat entry and its run-as identity
+
+    def delete_queryset(self, request, queryset):
+        for trigger in queryset:
+            self.delete_model(request, trigger)
 
 
 @admin.register(TriggerFiring)

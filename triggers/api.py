@@ -487,3 +487,7 @@ urlpatterns = [
          name="webhook-endpoint-rotate"),
     path("hooks/<str:endpoint_id>", WebhookReceive.as_view(), name="webhook-receive"),
 ]
+
+from triggers.metrics_api import urlpatterns as metrics_urlpatterns  # noqa: E402 - POST /api/v1/metrics/
+
+urlpatterns += metrics_urlpatterns

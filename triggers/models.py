@@ -63,6 +63,7 @@ class TriggerFiring(models.Model):
         DEPTH = "depth", "Pipeline too deep"
         DISABLED = "disabled", "Trigger disabled"
         ERROR = "error", "Error"
+        MISSED = "missed", "Schedule slot missed"
 
     id = models.BigAutoField(primary_key=True)
     trigger = models.ForeignKey(Trigger, on_delete=models.CASCADE, related_name="firings")
@@ -143,3 +144,54 @@ class WebhookEndpoint(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+class MetricSample(models.Model):
+    """One value of a metric series (``name`` + ``labels``) at ``ts``, sent to
+    ``POST /api/v1/metrics/`` for threshold triggers. Pruned after
+    ``RIVER_METRIC_RETENTION_HOURS`` (triggers.metrics)."""
+
+    id = models.BigAutoField(primary_key=True)
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=100)
+    value = models.FloatField()
+    labels = models.JSONField(default=dict, blank=True)
+    ts = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["workspace", "name", "ts"], name="metric_ws_name_ts"),
+            models.Index(fields=["ts"], name="metric_ts"),  # pruning
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}{self.labels or ''}={self.value} at {self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class PipelineHandoff(models.Model):
+    """The durable hand-off from an upstream run's end to a workflow trigger: written in
+    the upstream run's post-processing transaction, done once ``trigger_fire`` recorded a
+    firing for it (started or skipped). Pending rows are retried (triggers.pipelines)."""
+
+    id = models.BigAutoField(primary_key=True)
+    trigger = models.ForeignKey(Trigger, on_delete=models.CASCADE, related_name="handoffs")
+    upstream_execution = models.ForeignKey("executions.Execution", on_delete=models.CASCADE, related_name="+")
+    payload = models.JSONField(default=dict)
+    depth = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.CharField(max_length=500, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+    firing = models.ForeignKey(TriggerFiring, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["trigger", "upstream_execution"],
+                                               name="uniq_handoff_per_upstream_run")]
+        indexes = [models.Index(fields=["next_attempt_at"], condition=models.Q(done_at__isnull=True),
+                                name="handoff_pending")]
+
+    def __str__(self) -> str:
+        return f"run {self.upstream_execution_id} -> {self.trigger_id} ({'done' if self.done_at else 'pending'})"

@@ -31,7 +31,9 @@ from tenancy.services import (
     service_principal_role_set,
 )
 from triggers.models import Trigger, TriggerFiring, WebhookEndpoint
+from triggers.pipelines import pipeline_cycle_check
 from triggers.prompt import PromptTemplateError, prompt_render, prompt_validate
+from triggers.schedule import schedule_remove, schedule_sync
 from triggers.types import EventConfig, WorkflowConfig, trigger_config_parse
 
 logger = logging.getLogger("river.triggers")
@@ -77,6 +79,7 @@ def _config_check(*, trigger_type: TriggerType, config, workspace: Workspace, ag
         if not Agent.objects.filter(pk=parsed.upstream_agent, workspace=workspace).exists():
             raise InvalidInput("Unknown upstream agent.",
                                details={"config.upstream_agent": ["No agent with this id in the workspace."]})
+        pipeline_cycle_check(workspace=workspace, agent=agent, config=parsed)
     return parsed
 
 
@@ -103,15 +106,19 @@ def trigger_create(
     with transaction.atomic():
         principal = service_principal_create(workspace=workspace, created_by=actor, label=f"Trigger {name}",
                                              role=run_as_role)
+        if isinstance(parsed, WorkflowConfig):  # again, under the workspace lock it takes
+            pipeline_cycle_check(workspace=workspace, agent=agent, config=parsed)
         try:
             with transaction.atomic():
-                return Trigger.objects.create(
+                trigger = Trigger.objects.create(
                     workspace=workspace, agent=agent, name=name, type=trigger_type, prompt=prompt, config=parsed,
                     enabled=enabled, run_as=principal, created_by=actor,
                 )
         except IntegrityError:  # a concurrent create took the name
             raise InvalidInput("Name taken.", details={
                 "name": ["A trigger with this name exists in the workspace."]}) from None
+        schedule_sync(trigger=trigger)  # its beat entry, for a scheduled trigger
+        return trigger
 
 
 def trigger_update(*, actor, trigger: Trigger, **changes: Any) -> Trigger:
@@ -139,6 +146,7 @@ def trigger_update(*, actor, trigger: Trigger, **changes: Any) -> Trigger:
             service_principal_role_set(principal=trigger.run_as, actor=actor, role=changes["run_as_role"])
         trigger.updated_at = timezone.now()
         trigger.save(update_fields=[*fields, "updated_at"])
+        schedule_sync(trigger=trigger)
     return trigger
 
 
@@ -147,6 +155,7 @@ def trigger_delete(*, trigger: Trigger) -> None:
     started still name who started them)."""
     with transaction.atomic():
         principal = trigger.run_as
+        schedule_remove(trigger_id=trigger.pk)
         trigger.delete()
         service_principal_retire(principal=principal)
 
