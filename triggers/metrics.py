@@ -7,7 +7,8 @@ evaluates the workspace's enabled threshold triggers on the series the batch tou
 Window rule (``cpu_percent > 90 for 5m``): the window is the last ``5m`` before the
 evaluation (server time). Its samples are the latest sample at or before the window's
 start (the value in effect when it opened; without one the series does not cover the
-window and nothing holds) and every sample after it up to now. Plain: every one of them
+window and nothing holds) and every sample after it up to now, of which there must be at
+least one (a series that stopped reporting is stale, not breaching). Plain: every one of them
 satisfies the comparison. ``avg``/``min``/``max``: the aggregate of them does. A series
 is a metric name with one exact label set; each series is judged on its own and the
 first that holds fires the trigger (its labels are in the payload).
@@ -148,7 +149,7 @@ def metrics_ingest(*, workspace, samples, now: datetime | None = None) -> Ingest
             series[name].append(labels)
     firings: list[TriggerFiring] = []
     try:
-        firings = thresholds_evaluate(workspace_id=workspace.pk, series=series)
+        firings = thresholds_evaluate(workspace_id=workspace.pk, series=series, now=now)
     except Exception:  # noqa: BLE001 - the samples are stored; the next batch judges again
         logger.exception("threshold evaluation failed for workspace %s", workspace.pk)
     return Ingested(accepted=len(parsed), firings=firings)
@@ -173,6 +174,8 @@ def threshold_window_judge(*, rule: ThresholdRule, workspace_id, metric: str, la
         return Verdict(holds=False)
     inside = series.filter(ts__gt=start, ts__lte=now)
     stats = inside.aggregate(total=Sum("value"), count=Count("id"), low=Min("value"), high=Max("value"))
+    if not stats["count"]:
+        return Verdict(holds=False)  # nothing reported inside the window: stale, not a breach
     count = stats["count"] + 1
     low = min(opening, stats["low"]) if stats["low"] is not None else opening
     high = max(opening, stats["high"]) if stats["high"] is not None else opening
