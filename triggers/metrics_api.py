@@ -22,12 +22,12 @@ from triggers import apikeys, metrics
 
 
 class MetricSampleIn(serializers.Serializer):
-    name = serializers.CharField(help_text="Metric name, e.g. cpu_percent.")
+    name = serializers.CharField(max_length=100, help_text="Metric name, e.g. cpu_percent.")
     value = serializers.FloatField(help_text="A finite number.")
-    labels = serializers.DictField(child=serializers.CharField(), required=False,
+    labels = serializers.DictField(child=serializers.CharField(max_length=metrics.LABEL_VALUE_MAX), required=False,
                                    help_text="Label name -> string; a series is a name with one label set.")
-    timestamp = serializers.CharField(required=False, help_text="ISO 8601 with offset, or Unix seconds; now if "
-                                                                "absent.")
+    timestamp = serializers.CharField(max_length=40, required=False,
+                                      help_text="ISO 8601 with offset, or Unix seconds (a number); now if absent.")
 
 
 class MetricBatchIn(serializers.Serializer):
