@@ -245,6 +245,8 @@ RIVER_JSON_MAX_DEPTH = env_int("RIVER_JSON_MAX_DEPTH", 64, minimum=2)
 RIVER_QUERY_PARAM_MAX_LENGTH = env_int("RIVER_QUERY_PARAM_MAX_LENGTH", 1000, minimum=100)
 SILENCED_SYSTEM_CHECKS = env_list("RIVER_SILENCED_SYSTEM_CHECKS", [])
 
+# A trigger's service identity never signs in, even with a password set on it.
+AUTHENTICATION_BACKENDS = ["tenancy.authentication.PasswordBackend"]
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tenancy.authentication.BearerTokenAuthentication",

@@ -82,8 +82,11 @@ class TriggerSerializer(serializers.ModelSerializer):
     @extend_schema_field(RunAsSerializer)
     def get_run_as(self, trigger: Trigger) -> dict:
         principal = trigger.run_as
-        role = Membership.objects.filter(user_id=principal.user_id, workspace_id=trigger.workspace_id).values_list(
-            "role", flat=True).first()
+        if hasattr(trigger, "run_as_role"):  # annotated by triggers_for_user
+            role = trigger.run_as_role
+        else:
+            role = Membership.objects.filter(user_id=principal.user_id, workspace_id=trigger.workspace_id
+                                             ).values_list("role", flat=True).first()
         return {"user": principal.user_id, "username": principal.user.username, "role": role}
 
 

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from rivercore.errors import NotFound
+from tenancy.models import Membership
 from tenancy.selectors import organizations_administered, workspaces_for_user
 from triggers.models import ApiKey, Trigger, TriggerFiring, WebhookEndpoint
 
 
+def _with_run_as_role(rows: QuerySet[Trigger]) -> QuerySet[Trigger]:
+    """``run_as_role``: the identity's role in the trigger's workspace, in the same query."""
+    return rows.annotate(run_as_role=Subquery(Membership.objects.filter(
+        user_id=OuterRef("run_as__user_id"), workspace_id=OuterRef("workspace_id")).values("role")[:1]))
+
+
 def triggers_for_user(*, user, workspace_id: int | None = None, agent_id=None) -> QuerySet[Trigger]:
-    rows = Trigger.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related(
+    rows = _with_run_as_role(Trigger.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related(
         "agent", "workspace", "run_as__user"
-    )
+    ))
     if workspace_id is not None:
         rows = rows.filter(workspace_id=workspace_id)
     if agent_id is not None:

@@ -125,8 +125,8 @@ def trigger_update(*, actor, trigger: Trigger, **changes: Any) -> Trigger:
     """Change name, prompt, config (replaced whole), enabled or run_as_role."""
     fields: list[str] = []
     with transaction.atomic():
-        trigger = Trigger.objects.select_for_update().select_related("agent", "workspace", "run_as__workspace",
-                                                                    "run_as__user").get(pk=trigger.pk)
+        trigger = Trigger.objects.select_for_update(of=("self",)).select_related(
+            "agent", "workspace", "run_as__workspace", "run_as__user").get(pk=trigger.pk)
         if "name" in changes:
             trigger.name = _name_check(changes["name"])
             _name_free(workspace=trigger.workspace, name=trigger.name, exclude=trigger.pk)
@@ -145,7 +145,12 @@ def trigger_update(*, actor, trigger: Trigger, **changes: Any) -> Trigger:
         if "run_as_role" in changes:
             service_principal_role_set(principal=trigger.run_as, actor=actor, role=changes["run_as_role"])
         trigger.updated_at = timezone.now()
-        trigger.save(update_fields=[*fields, "updated_at"])
+        try:
+            with transaction.atomic():
+                trigger.save(update_fields=[*fields, "updated_at"])
+        except IntegrityError:  # a concurrent create or rename took the name
+            raise InvalidInput("Name taken.", details={
+                "name": ["A trigger with this name exists in the workspace."]}) from None
         schedule_sync(trigger=trigger)
     return trigger
 

@@ -16,6 +16,9 @@ def test_the_identity_cannot_sign_in_or_hold_a_token(workspace, owner):
     user = principal.user
     assert user.is_active and not user.has_usable_password()
     assert not Client().login(username=user.username, password="")
+    user.set_password("given-in-the-admin-by-mistake")
+    user.save()
+    assert not Client().login(username=user.username, password="given-in-the-admin-by-mistake")
     with pytest.raises(InvalidInput):
         token_issue(user=user)
     # Even a token row made behind River's back does not authenticate.
