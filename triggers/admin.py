@@ -12,7 +12,7 @@ from django import forms
 from django.contrib import admin
 
 from rivercore.errors import InvalidInput
-from triggers.models import Trigger, TriggerFiring
+from triggers.models import MetricSample, PipelineHandoff, Trigger, TriggerFiring
 from triggers.prompt import PromptTemplateError, prompt_validate
 from triggers.types import config_public, trigger_config_parse
 
@@ -146,6 +146,41 @@ class TriggerFiringAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(MetricSample)
+class MetricSampleAdmin(_ReadOnlyAdmin):
+    """Samples sent to /api/v1/metrics/ for threshold triggers (pruned after the retention)."""
+
+    list_display = ["ts", "workspace", "name", "value", "labels", "received_at"]
+    list_filter = ["workspace"]
+    search_fields = ["name"]
+    date_hierarchy = "ts"
+    show_full_result_count = False
+
+
+@admin.register(PipelineHandoff)
+class PipelineHandoffAdmin(_ReadOnlyAdmin):
+    """Hand-offs from a run's end to the workflow triggers that follow it; a pending one
+    (not done) is retried by the beat task triggers.pipeline_handoffs_retry."""
+
+    list_display = ["id", "upstream_execution", "trigger", "depth", "attempts", "done_at", "firing", "last_error"]
+    list_filter = [("done_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["trigger", "firing"]
+    readonly_fields = ["trigger", "upstream_execution", "payload", "depth", "created_at", "attempts",
+                       "next_attempt_at", "last_error", "done_at", "firing"]
+    fields = readonly_fields
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
