@@ -79,7 +79,8 @@ def test_the_api_creates_the_beat_entry_and_refuses_a_bad_cron(api_client_for, o
         "workspace": workspace.pk, "agent": str(active_agent.pk), "name": "nightly", "type": "schedule",
         "config": {"cron": "0 2 * * *", "timezone": "Asia/Tokyo"}}, format="json")
     assert response.status_code == 201, response.content
-    assert str(beat_entry(type("T", (), {"pk": response.json()["id"]})).crontab.timezone) == "Asia/Tokyo"
+    entry = PeriodicTask.objects.get(name=periodic_task_name(response.json()["id"]))
+    assert str(entry.crontab.timezone) == "Asia/Tokyo" and entry.enabled
 
     response = client.post("/api/v1/triggers/", {
         "workspace": workspace.pk, "agent": str(active_agent.pk), "name": "broken", "type": "schedule",
@@ -188,3 +189,17 @@ def test_two_beats_sending_the_same_slot_at_once_start_one_run(make_trigger):
     outcomes = sorted(f.reason or f.outcome for f in TriggerFiring.objects.filter(trigger=trigger))
     assert outcomes == ["duplicate", "duplicate", "duplicate", "started"]
     assert Execution.objects.filter(trigger_id=trigger.pk).count() == 1
+
+
+@override_settings(RIVER_SCHEDULE_MISSED_GRACE_SECONDS=60)
+def test_the_agent_page_and_the_firings_api_show_a_missed_slot(scheduled, active_agent, member, api_client_for):
+    from django.test import Client
+
+    schedule_slot_fire(trigger_id=scheduled.pk, now=MONDAY_8AM + timedelta(hours=1))
+    client = Client()
+    client.force_login(member)
+    page = client.get(f"/agents/{active_agent.pk}/").content.decode()
+    assert "Schedule slot missed" in page and "cron:daily-8am" in page
+    body = api_client_for(member).get(f"/api/v1/triggers/{scheduled.pk}/firings/").json()
+    rows = body["results"] if isinstance(body, dict) else body
+    assert [(r["outcome"], r["reason"]) for r in rows] == [("skipped", "missed")]
