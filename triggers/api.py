@@ -1,8 +1,11 @@
 """REST endpoints of this app (mounted under /api/v1/ by riverapp.urls).
 
-Triggers are managed like agents: members of the workspace read them, those who may
-create agents there (``agent:create``: editors, admins, organization admins) create,
-edit, enable, disable and delete them; anyone else gets a 404.
+Triggers, API keys and webhook endpoints are managed like agents: members of the
+workspace read them, those who may create agents there (``agent:create``: editors,
+admins, organization admins) create, edit, rotate, revoke and delete them; anyone else
+gets a 404. Two endpoints take no user: ``triggers/{id}/invoke`` authenticates by
+``X-API-Key`` only (triggers.apikeys) and ``hooks/{endpoint id}`` by its signature
+(triggers.webhooks).
 """
 
 from __future__ import annotations
