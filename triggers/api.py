@@ -330,6 +330,12 @@ class TriggerInvoke(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if response.status_code == status.HTTP_401_UNAUTHORIZED:
+            response["WWW-Authenticate"] = 'ApiKey header="X-API-Key"'
+        return response
+
     def post(self, request, trigger_id):
         key = request.headers.get("X-API-Key")
         if not key:
@@ -471,6 +477,12 @@ class WebhookReceive(APIView):
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if response.status_code == status.HTTP_401_UNAUTHORIZED:
+            response["WWW-Authenticate"] = 'Signature header="X-River-Signature"'
+        return response
 
     def post(self, request, endpoint_id):
         endpoint = selectors.webhook_endpoint_get(endpoint_id=endpoint_id)
