@@ -12,7 +12,7 @@ from django import forms
 from django.contrib import admin
 
 from rivercore.errors import InvalidInput
-from triggers.models import MetricSample, PipelineHandoff, Trigger, TriggerFiring
+from triggers.models import ApiKey, MetricSample, PipelineHandoff, Trigger, TriggerFiring, WebhookEndpoint
 from triggers.prompt import PromptTemplateError, prompt_validate
 from triggers.types import config_public, trigger_config_parse
 
@@ -183,4 +183,46 @@ class PipelineHandoffAdmin(_ReadOnlyAdmin):
     fields = readonly_fields
 
     def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are issued through the API (shown once there); here they are listed and
+    revoked. The digest is never shown."""
+
+    list_display = ["name", "prefix", "organization", "workspace", "rate_limit_per_minute", "created_at",
+                    "last_used_at", "revoked_at"]
+    list_filter = ["organization"]
+    search_fields = ["name", "prefix"]
+    fields = ["name", "prefix", "organization", "workspace", "rate_limit_per_minute", "created_by", "created_at",
+              "last_used_at", "revoked_at"]
+    readonly_fields = ["prefix", "organization", "workspace", "created_by", "created_at", "last_used_at",
+                       "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request, queryset):
+        from triggers.apikeys import api_key_revoke
+
+        for key in queryset:
+            api_key_revoke(key=key)
+        self.message_user(request, f"Revoked {queryset.count()} key(s).")
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    """Endpoints without their secrets: create and rotate through the API, which shows a
+    secret once."""
+
+    list_display = ["slug", "workspace", "id", "created_at", "rotated_at", "previous_secret_expires_at"]
+    list_filter = ["workspace"]
+    search_fields = ["slug"]
+    fields = ["id", "slug", "workspace", "created_by", "created_at", "rotated_at", "previous_secret_expires_at"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request) -> bool:
         return False

@@ -1,8 +1,11 @@
 """REST endpoints of this app (mounted under /api/v1/ by riverapp.urls).
 
-Triggers are managed like agents: members of the workspace read them, those who may
-create agents there (``agent:create``: editors, admins, organization admins) create,
-edit, enable, disable and delete them; anyone else gets a 404.
+Triggers, API keys and webhook endpoints are managed like agents: members of the
+workspace read them, those who may create agents there (``agent:create``: editors,
+admins, organization admins) create, edit, rotate, revoke and delete them; anyone else
+gets a 404. Two endpoints take no user: ``triggers/{id}/invoke`` authenticates by
+``X-API-Key`` only (triggers.apikeys) and ``hooks/{endpoint id}`` by its signature
+(triggers.webhooks).
 """
 
 from __future__ import annotations
@@ -327,6 +330,12 @@ class TriggerInvoke(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if response.status_code == status.HTTP_401_UNAUTHORIZED:
+            response["WWW-Authenticate"] = 'ApiKey header="X-API-Key"'
+        return response
+
     def post(self, request, trigger_id):
         key = request.headers.get("X-API-Key")
         if not key:
@@ -468,6 +477,12 @@ class WebhookReceive(APIView):
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if response.status_code == status.HTTP_401_UNAUTHORIZED:
+            response["WWW-Authenticate"] = 'Signature header="X-River-Signature"'
+        return response
 
     def post(self, request, endpoint_id):
         endpoint = selectors.webhook_endpoint_get(endpoint_id=endpoint_id)

@@ -40,3 +40,18 @@ def test_a_valid_edit_is_saved_as_the_typed_config(admin_client, make_trigger):
     assert trigger.enabled is False
     assert trigger.config == {"trigger_type": "threshold", "expression": "avg(cpu_percent) > 80 for 10m",
                               "cooldown_seconds": 60}
+
+
+def test_keys_and_endpoints_never_show_their_secrets(admin_client, owner, workspace):
+    from triggers.apikeys import api_key_issue
+    from triggers.webhooks import webhook_endpoint_create
+
+    issued = api_key_issue(created_by=owner, workspace=workspace, name="CRM")
+    page = admin_client.get(f"/admin/triggers/apikey/{issued.key.pk}/change/").content.decode()
+    assert "CRM" in page and issued.key.digest not in page and issued.plaintext not in page
+    endpoint = webhook_endpoint_create(workspace=workspace, slug="desk", created_by=owner)
+    page = admin_client.get(f"/admin/triggers/webhookendpoint/{endpoint.endpoint.pk}/change/").content.decode()
+    assert "desk" in page and endpoint.secret not in page and endpoint.endpoint.secret_encrypted not in page
+    admin_client.post("/admin/triggers/apikey/", {"action": "revoke", "_selected_action": [issued.key.pk]})
+    issued.key.refresh_from_db()
+    assert issued.key.revoked_at is not None

@@ -61,6 +61,7 @@ def test_a_missing_or_unknown_key_is_401(api_trigger, bad):
     response = invoke(api_trigger.pk, bad, {"customer": {"id": 7}})
     assert response.status_code == 401
     assert response.json()["error"]["message"] == "Invalid API key."
+    assert response["WWW-Authenticate"] == 'ApiKey header="X-API-Key"'
     assert not Execution.objects.exists()
 
 

@@ -124,6 +124,7 @@ def test_unverified_deliveries_are_401_and_store_nothing(owner, workspace, endpo
     response = deliver(ep, secret, payload, **kwargs)
     assert response.status_code == 401, response.content
     assert response.json()["error"]["code"] == "signature_invalid"
+    assert response["WWW-Authenticate"].startswith("Signature")
     assert nothing_stored()
     assert webhook_refusals(endpoint=ep) == before + 1
 
