@@ -59,6 +59,12 @@ def _workspace_for_key(*, plaintext: str, workspace_id) -> Workspace:
 class MetricIngest(APIView):
     permission_classes = [AllowAny]  # a key or a person, checked in post()
 
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if response.status_code == status.HTTP_401_UNAUTHORIZED:
+            response["WWW-Authenticate"] = 'Bearer, ApiKey header="X-API-Key"'
+        return response
+
     def post(self, request):
         body = request.data
         if not isinstance(body, dict):

@@ -207,7 +207,11 @@ def test_an_outsider_gets_404_for_our_workspace(api_client_for, outsider, worksp
 def test_nobody_unauthenticated_sends_samples(workspace, clock):
     from rest_framework.test import APIClient
 
-    assert post(APIClient(), {"workspace": workspace.pk, "samples": [at(0, 1)]}).status_code == 401
+    response = post(APIClient(), {"workspace": workspace.pk, "samples": [at(0, 1)]})
+    assert response.status_code == 401 and "X-API-Key" in response["WWW-Authenticate"]
+    bad_token = APIClient()
+    bad_token.credentials(HTTP_AUTHORIZATION="Bearer rvr_not_a_token")
+    assert post(bad_token, {"workspace": workspace.pk, "samples": [at(0, 1)]}).status_code == 401
     assert not MetricSample.objects.exists()
 
 
