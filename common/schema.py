@@ -51,6 +51,14 @@ _UPSTREAM = {
 }
 
 
+# Operations with a per-minute limit answer 429 with Retry-After (triggers.apikeys).
+_RATE_LIMITED = {
+    ("/api/v1/triggers/{trigger_id}/invoke", "post"): {
+        "429": "Over the API key's or the trigger's calls per minute; Retry-After says when to try again.",
+    },
+}
+
+
 def error_responses(result, generator, request, public):
     """POSTPROCESSING_HOOKS entry: add the shared Error component and the error responses."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
@@ -63,6 +71,7 @@ def error_responses(result, generator, request, public):
             if method in {"post", "put", "patch", "delete"}:
                 wanted.update(_WITH_BODY)
             wanted.update(_UPSTREAM.get((path, method), {}))
+            wanted.update(_RATE_LIMITED.get((path, method), {}))
             for parameter in operation.get("parameters", []):
                 if parameter.get("in") != "query":
                     continue

@@ -20,7 +20,7 @@ from rivercore.errors import Conflict, NotFound, PermissionDenied
 from rivercore.types.governance import ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
-from tenancy.selectors import roles_permissions, workspace_roles, workspaces_for_user
+from tenancy.selectors import roles_permissions, user_is_service_principal, workspace_roles, workspaces_for_user
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def approval_request_open(
 def _resolver_roles(*, user, workspace) -> set[str]:
     """The user's roles in the workspace if they hold ``approval:resolve`` there, else none."""
     roles = workspace_roles(user=user, workspace=workspace)  # read once: the permission follows from them
-    if APPROVAL_RESOLVE not in roles_permissions(roles):
+    if APPROVAL_RESOLVE not in roles_permissions(roles) or user_is_service_principal(user=user):
         return set()
     return set(roles)
 
@@ -80,6 +80,8 @@ def _resolver_roles(*, user, workspace) -> set[str]:
 def _role_allows(roles: set[str], approval: ApprovalRequest) -> bool:
     return ORG_ADMIN_ROLE in roles or bool(roles & set(approval.approver_roles or []))
 
+
+SERVICE_PRINCIPAL_MESSAGE = "A trigger's service identity can never resolve an approval request."
 
 SELF_APPROVAL_MESSAGE = (
     "You started this run, so someone else must resolve its approvals (segregation of duties). "
@@ -101,6 +103,8 @@ def self_approval_refused(*, user, approval: ApprovalRequest) -> bool:
 def approval_authorize(*, user, approval: ApprovalRequest) -> None:
     """Raise PermissionDenied unless ``user`` may resolve ``approval``: approve,
     reject or edit. Every way in (API, pages, services) comes through here."""
+    if user_is_service_principal(user=user):
+        raise PermissionDenied(SERVICE_PRINCIPAL_MESSAGE, code="service_principal_cannot_approve")
     if not _role_allows(_resolver_roles(user=user, workspace=approval.workspace), approval):
         raise PermissionDenied("Your role may not resolve this approval request.")
     if self_approval_refused(user=user, approval=approval):

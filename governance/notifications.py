@@ -52,8 +52,9 @@ def _absolute(url: str) -> str:
 
 
 def approvers_for(*, workspace: Workspace, roles: list[str]):
-    """Workspace members holding one of ``roles``, plus the organization's admins."""
-    users = get_user_model().objects.filter(is_active=True)
+    """Workspace members holding one of ``roles``, plus the organization's admins; never a
+    trigger's service identity (it cannot approve, so it is not asked)."""
+    users = get_user_model().objects.filter(is_active=True, service_principal__isnull=True)
     member_ids = Membership.objects.filter(workspace=workspace, role__in=roles).values("user_id")
     admin_ids = OrganizationMember.objects.filter(
         organization_id=workspace.organization_id, role=OrganizationMember.OrgRole.ADMIN

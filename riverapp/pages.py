@@ -38,4 +38,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page=LOGIN_URL), name="logout"),
     path("", include("governance.views")),
     path("", include("executions.views")),
+    path("", include("triggers.views")),
 ]

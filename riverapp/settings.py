@@ -245,6 +245,8 @@ RIVER_JSON_MAX_DEPTH = env_int("RIVER_JSON_MAX_DEPTH", 64, minimum=2)
 RIVER_QUERY_PARAM_MAX_LENGTH = env_int("RIVER_QUERY_PARAM_MAX_LENGTH", 1000, minimum=100)
 SILENCED_SYSTEM_CHECKS = env_list("RIVER_SILENCED_SYSTEM_CHECKS", [])
 
+# A trigger's service identity never signs in, even with a password set on it.
+AUTHENTICATION_BACKENDS = ["tenancy.authentication.PasswordBackend"]
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tenancy.authentication.BearerTokenAuthentication",
@@ -358,6 +360,16 @@ RIVER_ADMIN_PASSWORD = env_str("RIVER_ADMIN_PASSWORD") or None
 # The demo's second person, who approves what the admin's runs ask for (segregation of duties).
 RIVER_APPROVER_PASSWORD = env_password("RIVER_APPROVER_PASSWORD", min_length=12)
 RIVER_APPROVAL_REMINDER_MINUTES = env_int("RIVER_APPROVAL_REMINDER_MINUTES", 60, minimum=1)
+# Triggers (docs/triggers.md): a cron slot whose task runs later than this after the slot
+# is recorded as missed rather than run late; metric samples are kept this many hours;
+# a pipeline may be this many stages deep (the first follower of a run is at depth 1).
+RIVER_SCHEDULE_MISSED_GRACE_SECONDS = env_int("RIVER_SCHEDULE_MISSED_GRACE_SECONDS", 900, minimum=0)
+RIVER_METRIC_RETENTION_HOURS = env_int("RIVER_METRIC_RETENTION_HOURS", 24, minimum=1)
+RIVER_MAX_PIPELINE_DEPTH = env_int("RIVER_MAX_PIPELINE_DEPTH", 10, minimum=1)
+CELERY_BEAT_SCHEDULE |= {
+    "triggers-pipeline-handoffs-retry": {"task": "triggers.pipeline_handoffs_retry", "schedule": timedelta(seconds=60)},
+    "triggers-metrics-prune": {"task": "triggers.metrics_prune", "schedule": timedelta(hours=1)},
+}
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "river@localhost")

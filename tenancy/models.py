@@ -62,6 +62,11 @@ class Workspace(models.Model):
     query_timeout_seconds = models.PositiveIntegerField(
         default=30, validators=[MinValueValidator(1), MaxValueValidator(300)]
     )
+    # Calls per minute an API key of this workspace may make to invoke triggers,
+    # unless the key was issued with its own limit.
+    api_trigger_rate_limit_per_minute = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1), MaxValueValidator(100_000)]
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -116,3 +121,25 @@ class AccessToken(models.Model):
     def is_active(self) -> bool:
         now = timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class ServicePrincipal(models.Model):
+    """A workspace identity a trigger's runs act as: a real user row (so roles,
+    permission checks, action levels and approvals apply to it as to a person) that can
+    never sign in (no usable password, no token), never approve, and whose workspace
+    role was chosen by a person who holds at least that role."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="service_principal")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="service_principals")
+    label = models.CharField(max_length=200)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["label"]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.user})"

@@ -62,3 +62,18 @@ ORG_ADMIN_ROLE = "org_admin"
 
 def permissions_for_role(role: str) -> frozenset[str]:
     return ROLE_PERMISSIONS.get(role, frozenset())
+
+
+# Workspace roles from least to most: each grants every permission of the ones below it.
+ROLE_ORDER: tuple[str, ...] = (Role.VIEWER, Role.ANALYST, Role.EDITOR, Role.ADMIN)
+
+
+def role_rank(role: str) -> int:
+    """Position of ``role`` in ROLE_ORDER; an organization admin ranks above every
+    workspace role; an unknown role ranks below them all."""
+    if role == ORG_ADMIN_ROLE:
+        return len(ROLE_ORDER)
+    try:
+        return ROLE_ORDER.index(role)
+    except ValueError:
+        return -1

@@ -6,8 +6,8 @@ from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from rivercore.errors import NotFound, PermissionDenied
-from tenancy.models import AccessToken, Membership, Organization, OrganizationMember, Workspace
-from tenancy.permissions import ALL_PERMISSIONS, ORG_ADMIN_ROLE, permissions_for_role
+from tenancy.models import AccessToken, Membership, Organization, OrganizationMember, ServicePrincipal, Workspace
+from tenancy.permissions import ALL_PERMISSIONS, ORG_ADMIN_ROLE, permissions_for_role, role_rank
 
 
 def user_active_get(*, user_id: int):
@@ -102,3 +102,17 @@ def require_granted(*, granted: frozenset[str], permission: str) -> None:
 def access_tokens_for_user(*, user) -> QuerySet[AccessToken]:
     """The user's own tokens, newest first. Nobody lists another user's tokens."""
     return AccessToken.objects.filter(user=user).order_by("-created_at", "-id")
+
+
+def user_is_service_principal(*, user) -> bool:
+    """True for a trigger's run-as identity (tenancy.ServicePrincipal): it never signs in
+    and never approves."""
+    if user is None or not getattr(user, "pk", None):
+        return False
+    return ServicePrincipal.objects.filter(user_id=user.pk).exists()
+
+
+def role_highest(*, user, workspace: Workspace) -> str | None:
+    """The highest role the user holds in the workspace (``org_admin`` above all), or None."""
+    roles = workspace_roles(user=user, workspace=workspace)
+    return max(roles, key=role_rank) if roles else None

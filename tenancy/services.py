@@ -8,11 +8,14 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from rivercore.errors import NotFound
-from tenancy.models import AccessToken
+from rivercore.errors import InvalidInput, NotFound
+from tenancy.models import AccessToken, Membership, ServicePrincipal, Workspace
+from tenancy.permissions import ROLE_ORDER, role_rank
+from tenancy.selectors import role_highest, user_is_service_principal
 
 TOKEN_PREFIX = "rvr"  # noqa: S105 - a public marker, not a secret
 
@@ -30,6 +33,9 @@ def _digest(secret: str) -> str:
 def token_issue(
     *, user, name: str = "token", kind: str = AccessToken.Kind.PERSONAL, expires_at: datetime | None = None
 ) -> IssuedToken:
+    if user_is_service_principal(user=user):
+        raise InvalidInput("A trigger's service identity cannot hold a token.", code="service_principal",
+                           details={"user": ["This is a trigger's service identity; it never signs in."]})
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     plaintext = f"{TOKEN_PREFIX}_{prefix}_{secret}"
@@ -44,10 +50,12 @@ def token_authenticate(*, plaintext: str) -> AccessToken | None:
     parts = plaintext.split("_", 2)
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
         return None
-    token = AccessToken.objects.select_related("user").filter(prefix=parts[1]).first()
+    token = AccessToken.objects.select_related("user", "user__service_principal").filter(prefix=parts[1]).first()
     if token is None or not hmac.compare_digest(token.digest, _digest(plaintext)):
         return None
     if not token.is_active or not token.user.is_active:
+        return None
+    if hasattr(token.user, "service_principal"):  # never issued one; refused if one appears anyway
         return None
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
@@ -64,3 +72,60 @@ def token_revoke(*, user, token_id: int) -> AccessToken:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at"])
     return token
+
+
+# --- service principals: the identity a trigger's runs act as ------------------------------
+
+RUN_AS_FIELD = "run_as_role"
+
+
+def run_as_role_check(*, actor, workspace: Workspace, role: str, field: str = RUN_AS_FIELD) -> None:
+    """Refuse (400 naming ``field``) a run-as role that is not a workspace role or that
+    is above ``actor``'s own standing in the workspace: nobody hands out more than they hold."""
+    if role not in ROLE_ORDER:
+        raise InvalidInput("Unknown role.", details={field: [f"Choose one of: {', '.join(ROLE_ORDER)}."]})
+    held = role_highest(user=actor, workspace=workspace)
+    if held is None or role_rank(role) > role_rank(held):
+        raise InvalidInput(
+            "The run-as role may not exceed your own role in this workspace.",
+            details={field: [f"You hold {held or 'no role'} here; {role} is higher."]},
+        )
+
+
+def service_principal_create(*, workspace: Workspace, created_by, label: str, role: str) -> ServicePrincipal:
+    """A new identity for one trigger: a user that cannot sign in, a member of
+    ``workspace`` with ``role`` (checked against ``created_by``'s own role)."""
+    run_as_role_check(actor=created_by, workspace=workspace, role=role)
+    with transaction.atomic():
+        user = get_user_model()(username=f"trigger-{secrets.token_hex(6)}", is_active=True, is_staff=False,
+                                is_superuser=False, first_name=label[:150])
+        user.set_unusable_password()
+        user.save()
+        Membership.objects.create(workspace=workspace, user=user, role=role)
+        return ServicePrincipal.objects.create(user=user, workspace=workspace, label=label[:200],
+                                               created_by=created_by)
+
+
+def service_principal_role_set(*, principal: ServicePrincipal, actor, role: str) -> ServicePrincipal:
+    """Change the identity's workspace role; the same ceiling as at creation applies."""
+    run_as_role_check(actor=actor, workspace=principal.workspace, role=role)
+    Membership.objects.update_or_create(workspace=principal.workspace, user=principal.user,
+                                        defaults={"role": role})
+    return principal
+
+
+def service_principal_label_set(*, principal: ServicePrincipal, label: str) -> ServicePrincipal:
+    principal.label = label[:200]
+    principal.save(update_fields=["label"])
+    get_user_model().objects.filter(pk=principal.user_id).update(first_name=label[:150])
+    return principal
+
+
+def service_principal_retire(*, principal: ServicePrincipal) -> None:
+    """The trigger is gone: its identity loses its membership and is deactivated. The
+    rows stay, so the runs it started still name who started them; a run of it still
+    waiting holds no role from now on (roles are read live)."""
+    with transaction.atomic():
+        Membership.objects.filter(user=principal.user).delete()
+        get_user_model().objects.filter(pk=principal.user_id).update(is_active=False)
+        ServicePrincipal.objects.filter(pk=principal.pk).update(retired_at=timezone.now())

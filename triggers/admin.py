@@ -1,19 +1,228 @@
+"""Triggers in the Django admin: read their firings, edit what is safe to edit.
+
+Triggers are created through the API (a trigger needs a run-as identity whose role is
+checked against its creator's); here an operator may rename, enable or disable a
+trigger and edit its prompt and configuration, validated exactly as the API validates
+them, with messages that say what to write. Firings are a log: read-only.
+"""
+
+from __future__ import annotations
+
+from django import forms
 from django.contrib import admin
 
-from triggers.models import Trigger
+from rivercore.errors import InvalidInput
+from triggers.models import ApiKey, MetricSample, PipelineHandoff, Trigger, TriggerFiring, WebhookEndpoint
+from triggers.prompt import PromptTemplateError, prompt_validate
+from triggers.types import config_public, trigger_config_parse
+
+CONFIG_HELP = {
+    "scheduled": 'For example {"cron": "0 8 * * 1-5", "timezone": "Europe/Berlin"}.',
+    "event": 'For example {"endpoint": "zendesk", "event_type": "ticket.created", '
+             '"condition": "payload.priority == \'high\'"}.',
+    "api": 'For example {"input_schema": {"type": "object"}, "rate_limit_per_minute": 60}.',
+    "threshold": 'For example {"expression": "cpu_percent > 90 for 5m", "cooldown_seconds": 900}.',
+    "workflow": 'For example {"upstream_agent": "<agent id>", "on_statuses": ["completed"]}.',
+    "manual": "Manual triggers take no settings: {}.",
+}
+
+
+def _field_label(path: str) -> str:
+    return path.removeprefix("config.").replace("_", " ") or "settings"
+
+
+class TriggerAdminForm(forms.ModelForm):
+    config = forms.JSONField(help_text="The settings of this trigger's type, as JSON.")
+
+    class Meta:
+        model = Trigger
+        fields = ["name", "enabled", "prompt", "config"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance and self.instance.pk:
+            self.initial["config"] = config_public(self.instance.config)
+            self.fields["config"].help_text = CONFIG_HELP.get(self.instance.type, "")
+
+    def clean_prompt(self):
+        prompt = self.cleaned_data.get("prompt", "")
+        try:
+            return prompt_validate(prompt)
+        except PromptTemplateError as exc:
+            raise forms.ValidationError(f"The prompt has a placeholder River cannot fill: {exc}.") from None
+
+    def clean_config(self):
+        raw = self.cleaned_data.get("config")
+        try:
+            parsed = trigger_config_parse(trigger_type=self.instance.type, config=raw)
+        except InvalidInput as exc:
+            lines = [f"{_field_label(path).capitalize()}: {'; '.join(messages)}"
+                     for path, messages in (exc.details or {}).items()]
+            raise forms.ValidationError(lines or [exc.message]) from None
+        if self.instance.type == "workflow" and str(parsed.upstream_agent) == str(self.instance.agent_id):
+            raise forms.ValidationError("Upstream agent: a pipeline stage cannot follow itself.")
+        if self.instance.type == "workflow":
+            from triggers.pipelines import pipeline_cycle_check
+
+            try:
+                pipeline_cycle_check(workspace=self.instance.workspace, agent=self.instance.agent, config=parsed)
+            except InvalidInput as exc:
+                raise forms.ValidationError([f"Upstream agent: {m}" for m in exc.details.get(
+                    "config.upstream_agent", [exc.message])]) from None
+        return parsed.model_dump(mode="json")
+
+
+class FiringInline(admin.TabularInline):
+    model = TriggerFiring
+    extra = 0
+    max_num = 0
+    can_delete = False
+    ordering = ["-fired_at", "-id"]
+    fields = ["fired_at", "source", "outcome", "reason", "detail", "execution", "dedupe_key", "payload_bytes"]
+    readonly_fields = fields
+    show_change_link = True
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("execution")
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(Trigger)
 class TriggerAdmin(admin.ModelAdmin):
-    """Secrets stay out of the admin: the webhook secret and the API key digest are never shown."""
+    form = TriggerAdminForm
+    list_display = ["name", "agent", "workspace", "type", "enabled", "run_as_identity", "created_at"]
+    list_filter = ["type", "enabled", "workspace"]
+    search_fields = ["name", "agent__name"]
+    readonly_fields = ["workspace", "agent", "type", "run_as_identity", "created_by", "created_at", "updated_at"]
+    inlines = [FiringInline]
 
-    list_display = ["name", "agent", "trigger_type", "enabled", "has_webhook_secret", "api_key_prefix", "last_fired_at"]
-    list_filter = ["trigger_type", "enabled", "agent__workspace"]
-    search_fields = ["name", "agent__name", "api_key_prefix"]
-    fields = ["agent", "name", "trigger_type", "config", "enabled", "api_key_prefix", "last_fired_at", "created_at"]
-    readonly_fields = ["api_key_prefix", "last_fired_at", "created_at"]
-    autocomplete_fields = ["agent"]
+    def get_fields(self, request, obj=None):
+        return ["name", "enabled", "workspace", "agent", "type", "prompt", "config", "run_as_identity",
+                "created_by", "created_at", "updated_at"]
 
-    @admin.display(boolean=True, description="Webhook secret set")
-    def has_webhook_secret(self, obj) -> bool:
-        return bool(obj.webhook_secret_encrypted)
+    @admin.display(description="Runs as")
+    def run_as_identity(self, obj) -> str:
+        from tenancy.models import Membership
+
+        role = Membership.objects.filter(user_id=obj.run_as.user_id).values_list("role", flat=True).first()
+        return f"{obj.run_as.user.username} ({role or 'no role'})"
+
+    def has_add_permission(self, request) -> bool:
+        return False  # through the API: the run-as role is checked against its creator
+
+    def save_model(self, request, obj, form, change):
+        from django.utils import timezone
+
+        from triggers.schedule import schedule_sync
+
+        obj.updated_at = timezone.now()
+        super().save_model(request, obj, form, change)
+        schedule_sync(trigger=obj)  # its beat entry follows an edited cron, zone or enabled
+
+    def delete_model(self, request, obj):
+        from triggers.services import trigger_delete
+
+        trigger_delete(trigger=obj)  # with its beat entry and its run-as identity
+
+    def delete_queryset(self, request, queryset):
+        for trigger in queryset:
+            self.delete_model(request, trigger)
+
+
+@admin.register(TriggerFiring)
+class TriggerFiringAdmin(admin.ModelAdmin):
+    list_display = ["fired_at", "trigger", "source", "outcome", "reason", "execution", "payload_bytes"]
+    list_filter = ["outcome", "reason", "trigger__type"]
+    search_fields = ["trigger__name", "dedupe_key", "source"]
+    list_select_related = ["trigger", "execution"]
+    readonly_fields = ["trigger", "fired_at", "source", "outcome", "reason", "detail", "execution", "dedupe_key",
+                       "payload_bytes"]
+    fields = readonly_fields
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(MetricSample)
+class MetricSampleAdmin(_ReadOnlyAdmin):
+    """Samples sent to /api/v1/metrics/ for threshold triggers (pruned after the retention)."""
+
+    list_display = ["ts", "workspace", "name", "value", "labels", "received_at"]
+    list_filter = ["workspace"]
+    search_fields = ["name"]
+    date_hierarchy = "ts"
+    show_full_result_count = False
+
+
+@admin.register(PipelineHandoff)
+class PipelineHandoffAdmin(_ReadOnlyAdmin):
+    """Hand-offs from a run's end to the workflow triggers that follow it; a pending one
+    (not done) is retried by the beat task triggers.pipeline_handoffs_retry."""
+
+    list_display = ["id", "upstream_execution", "trigger", "depth", "attempts", "done_at", "firing", "last_error"]
+    list_filter = [("done_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["trigger", "firing"]
+    readonly_fields = ["trigger", "upstream_execution", "payload", "depth", "created_at", "attempts",
+                       "next_attempt_at", "last_error", "done_at", "firing"]
+    fields = readonly_fields
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are issued through the API (shown once there); here they are listed and
+    revoked. The digest is never shown."""
+
+    list_display = ["name", "prefix", "organization", "workspace", "rate_limit_per_minute", "created_at",
+                    "last_used_at", "revoked_at"]
+    list_filter = ["organization"]
+    search_fields = ["name", "prefix"]
+    fields = ["name", "prefix", "organization", "workspace", "rate_limit_per_minute", "created_by", "created_at",
+              "last_used_at", "revoked_at"]
+    readonly_fields = ["prefix", "organization", "workspace", "created_by", "created_at", "last_used_at",
+                       "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request, queryset):
+        from triggers.apikeys import api_key_revoke
+
+        for key in queryset:
+            api_key_revoke(key=key)
+        self.message_user(request, f"Revoked {queryset.count()} key(s).")
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    """Endpoints without their secrets: create and rotate through the API, which shows a
+    secret once."""
+
+    list_display = ["slug", "workspace", "id", "created_at", "rotated_at", "previous_secret_expires_at"]
+    list_filter = ["workspace"]
+    search_fields = ["slug"]
+    fields = ["id", "slug", "workspace", "created_by", "created_at", "rotated_at", "previous_secret_expires_at"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request) -> bool:
+        return False

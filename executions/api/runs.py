@@ -36,17 +36,30 @@ class StepSerializer(serializers.ModelSerializer):
                   "error", "created_at"]
 
 
+class TriggerRefSerializer(serializers.Serializer):
+    id = serializers.UUIDField(allow_null=True, help_text="The trigger that started the run; null for a person.")
+    type = serializers.CharField(help_text="The engine's trigger type: manual, scheduled, event, api, threshold, "
+                                           "workflow.")
+    source = serializers.CharField()
+
+
 class ExecutionSerializer(serializers.ModelSerializer):
     total_tokens = serializers.IntegerField(read_only=True)
+    trigger = serializers.SerializerMethodField()
     # The run that delegated this one (docs/delegation.md), or null.
     parent_execution = serializers.IntegerField(source="parent_execution_id", read_only=True, allow_null=True)
 
     class Meta:
         model = Execution
-        fields = ["id", "workspace", "agent", "agent_version", "trigger_type", "trigger_source", "trigger_payload",
-                  "requested_by", "input_prompt", "status", "turn_count", "tokens_input", "tokens_output",
-                  "total_tokens", "cost_usd", "cost_unknown", "queued_at", "started_at", "finished_at", "attempts",
-                  "result", "usage", "error", "parent_execution", "parent_execution_id"]
+        fields = ["id", "workspace", "agent", "agent_version", "trigger", "trigger_type", "trigger_source",
+                  "trigger_payload", "requested_by", "input_prompt", "status", "turn_count", "tokens_input",
+                  "tokens_output", "total_tokens", "cost_usd", "cost_unknown", "queued_at", "started_at",
+                  "finished_at", "attempts", "result", "usage", "error", "parent_execution", "parent_execution_id"]
+
+    @extend_schema_field(TriggerRefSerializer)
+    def get_trigger(self, obj) -> dict:
+        return {"id": str(obj.trigger_id) if obj.trigger_id else None, "type": obj.trigger_type,
+                "source": obj.trigger_source}
 
 
 class ChildExecutionSerializer(serializers.Serializer):

@@ -170,13 +170,15 @@ def execution_start(
     parent_execution_id: int | None = None,
     parent_call_id: str = "",
     delegation: dict | None = None,
+    triggered_at: datetime | None = None,
 ) -> Execution:
     """Create a queued run and hand it to a worker after commit (spec steps 1-3): one
     INSERT, plus an audit entry in the same transaction when the payload carried text
     that looks like a prompt injection (stored sanitised for the run to read).
 
     A delegated run (``executions.services.delegation``) names its parent run and call,
-    and ``delegation`` holds its depth and the action level it may not exceed."""
+    and ``delegation`` holds its depth and the action level it may not exceed.
+    ``triggered_at`` is when the signal arrived (a cron slot, an event); now by default."""
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
@@ -186,11 +188,12 @@ def execution_start(
     if agent.current_version_id is None:
         raise InvalidInput("Agent has no deployed version.", code="no_deployed_version")
     now = timezone.now()
+    triggered_at = triggered_at or now
     # The request is built when the run loads; its trigger's fields are checked now, so a
     # bad one is refused here (400 with the field) and nothing is written.
     TriggerContext(trigger_type=trigger_type, trigger_source=trigger_source, trigger_payload=payload,
-                   triggered_by=str(user.pk) if user else None, triggered_at=now)
-    context: dict = {"triggered_at": now.isoformat()}
+                   triggered_by=str(user.pk) if user else None, triggered_at=triggered_at)
+    context: dict = {"triggered_at": triggered_at.isoformat()}
     if delegation:
         context["delegation"] = delegation
     detections: list[dict] = []

@@ -5,10 +5,8 @@ from django.contrib.auth import get_user_model
 
 from agents.models import Agent, AgentVersion
 from agents.services import agent_version_create
-from common.crypto import encrypt_text
 from governance.models import AuditLogEntry
 from tests.agents.conftest import version_body
-from triggers.models import Trigger
 
 
 @pytest.fixture
@@ -103,21 +101,26 @@ def test_admin_action_refuses_illegal_transition(admin_client, agent, owner):
     assert agent.status == Agent.Status.DRAFT
 
 
-def test_trigger_admin_hides_secrets(admin_client, deployed_agent):
-    trigger = Trigger.objects.create(
-        agent=deployed_agent,
-        name="Webhook",
-        trigger_type="api",
-        config={"trigger_type": "api"},
-        webhook_secret_encrypted=encrypt_text("whsec-very-secret"),
-        api_key_prefix="abc123",
-        api_key_digest="d" * 64,
-    )
-    html = admin_client.get(f"/admin/triggers/trigger/{trigger.pk}/change/").content.decode()
-    assert "whsec-very-secret" not in html
-    assert trigger.webhook_secret_encrypted not in html
-    assert "d" * 64 not in html
-    assert "abc123" in html
+def test_trigger_admin_shows_config_and_validates_it_in_plain_words(admin_client, deployed_agent, owner, workspace):
+    from triggers.services import trigger_create
+
+    trigger = trigger_create(actor=owner, workspace=workspace, agent=deployed_agent, name="Mornings",
+                             trigger_type="scheduled", prompt="Daily digest",
+                             config={"cron": "0 8 * * 1-5", "timezone": "Europe/Berlin"})
+    url = f"/admin/triggers/trigger/{trigger.pk}/change/"
+    html = admin_client.get(url).content.decode()
+    assert "0 8 * * 1-5" in html and "Europe/Berlin" in html
+    response = admin_client.post(url, {
+        "name": "Mornings", "enabled": "on", "prompt": "Daily digest",
+        "config": '{"cron": "every morning", "timezone": "Mars/Olympus"}',
+        "firings-TOTAL_FORMS": "0", "firings-INITIAL_FORMS": "0",
+    })
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Cron: a cron expression has five fields" in page
+    assert "Timezone: &#x27;Mars/Olympus&#x27; is not an IANA time zone" in page
+    trigger.refresh_from_db()
+    assert trigger.config["cron"] == "0 8 * * 1-5"
 
 
 def test_token_admin_never_shows_the_digest(admin_client, owner):

@@ -65,7 +65,7 @@ def test_the_runs_stored_statuses_are_the_cores_run_statuses():
 
 def test_configuration_names_run_statuses_through_the_enum():
     assert NotificationConfig().notify_on == [RunStatus.FAILED]
-    assert WorkflowConfig(upstream_agent_id="a").on_statuses == [RunStatus.COMPLETED]
+    assert WorkflowConfig(upstream_agent="00000000-0000-0000-0000-000000000001").on_statuses == [RunStatus.COMPLETED]
     with pytest.raises(pydantic.ValidationError) as raised:
         NotificationConfig(notify_on=["failed", "exploded"])
     assert raised.value.errors()[0]["loc"] == ("notify_on", 1)

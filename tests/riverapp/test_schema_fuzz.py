@@ -179,6 +179,21 @@ def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider
         max_retries=0, timeout_seconds=2, enabled=False,
     )
 
+    from triggers.apikeys import api_key_issue
+    from triggers.services import trigger_create, trigger_fire
+    from triggers.webhooks import webhook_endpoint_create
+
+    endpoints = [webhook_endpoint_create(workspace=workspace, slug="desk", created_by=owner).endpoint,
+                 webhook_endpoint_create(workspace=other_workspace, slug="desk", created_by=outsider).endpoint]
+    keys = [api_key_issue(created_by=owner, workspace=workspace, name="ours").key,
+            api_key_issue(created_by=outsider, workspace=other_workspace, name="theirs").key]
+    triggers = [
+        trigger_create(actor=owner, workspace=workspace, agent=ours, name="Tickets", trigger_type="event",
+                       prompt="Triage {{ payload.id }}", config={"endpoint": "desk", "event_type": "ticket.created"}),
+        trigger_create(actor=outsider, workspace=other_workspace, agent=theirs, name="Theirs", trigger_type="api"),
+    ]
+    trigger_fire(trigger=triggers[0], payload={"id": 1}, source="webhook:desk", dedupe_key="evt-1")
+
     approvals = [str(pk) for pk in ApprovalRequest.objects.values_list("pk", flat=True)]
     token = token_issue(user=owner)
     their_token = token_issue(user=outsider)
@@ -192,6 +207,9 @@ def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider
         "workspace_id": [workspace.pk, other_workspace.pk],
         "token_id": [token.token.pk, their_token.token.pk],
         "provider_id": [provider.pk],
+        "trigger_id": [str(trigger.pk) for trigger in triggers],
+        "endpoint_id": [str(endpoint.pk) for endpoint in endpoints],
+        "api_key_id": [key.pk for key in keys],
     }
     return {"token": token.plaintext, "ids": ids}
 

@@ -1,0 +1,103 @@
+"""Reads for triggers, always scoped to the caller's workspaces."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db.models import OuterRef, Q, QuerySet, Subquery
+
+from rivercore.errors import NotFound
+from tenancy.models import Membership
+from tenancy.selectors import organizations_administered, workspaces_for_user
+from triggers.models import ApiKey, Trigger, TriggerFiring, WebhookEndpoint
+
+
+def _with_run_as_role(rows: QuerySet[Trigger]) -> QuerySet[Trigger]:
+    """``run_as_role``: the identity's role in the trigger's workspace, in the same query."""
+    return rows.annotate(run_as_role=Subquery(Membership.objects.filter(
+        user_id=OuterRef("run_as__user_id"), workspace_id=OuterRef("workspace_id")).values("role")[:1]))
+
+
+def triggers_for_user(*, user, workspace_id: int | None = None, agent_id=None) -> QuerySet[Trigger]:
+    rows = _with_run_as_role(Trigger.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related(
+        "agent", "workspace", "run_as__user"
+    ))
+    if workspace_id is not None:
+        rows = rows.filter(workspace_id=workspace_id)
+    if agent_id is not None:
+        rows = rows.filter(agent_id=agent_id)
+    return rows
+
+
+def trigger_get_for_user(*, user, trigger_id) -> Trigger:
+    """The trigger if it lives in one of the user's workspaces; otherwise 404."""
+    try:
+        return triggers_for_user(user=user).get(pk=uuid.UUID(str(trigger_id)))
+    except (Trigger.DoesNotExist, ValueError):
+        raise NotFound("Trigger not found.") from None
+
+
+def trigger_firings(*, trigger: Trigger) -> QuerySet[TriggerFiring]:
+    """The trigger's firings, newest first (index firing_trigger_latest)."""
+    return TriggerFiring.objects.filter(trigger=trigger).order_by("-fired_at", "-id")
+
+
+def trigger_firings_recent(*, trigger_ids, limit: int = 10) -> dict:
+    """The ``limit`` latest firings of each trigger, keyed by trigger id."""
+    recent: dict = {}
+    for trigger_id in trigger_ids:
+        recent[trigger_id] = list(TriggerFiring.objects.filter(trigger_id=trigger_id).order_by("-fired_at", "-id")
+                                  [:limit])
+    return recent
+
+
+def triggers_enabled_of_type(*, workspace_id: int, trigger_type: str) -> QuerySet[Trigger]:
+    """Enabled triggers of one type in one workspace (index trigger_ws_type_enabled)."""
+    return Trigger.objects.filter(workspace_id=workspace_id, type=trigger_type, enabled=True).select_related(
+        "agent", "run_as__user"
+    ).order_by("created_at", "id")
+
+
+def trigger_get(*, trigger_id) -> Trigger:
+    """A trigger by id, for code that authenticated its caller another way (an API key,
+    a webhook signature, a scheduler); 404 when there is none."""
+    try:
+        return Trigger.objects.select_related("agent", "workspace", "run_as__user").get(pk=uuid.UUID(str(trigger_id)))
+    except (Trigger.DoesNotExist, ValueError, TypeError):
+        raise NotFound("Trigger not found.") from None
+
+
+def api_keys_for_user(*, user) -> QuerySet[ApiKey]:
+    """Keys of the user's workspaces, and organization-wide keys of the organizations
+    they administer; newest first."""
+    return ApiKey.objects.filter(
+        Q(workspace__in=workspaces_for_user(user=user))
+        | Q(workspace__isnull=True, organization__in=organizations_administered(user=user))
+    ).select_related("workspace").order_by("-created_at", "-id")
+
+
+def api_key_get_for_user(*, user, api_key_id) -> ApiKey:
+    try:
+        return api_keys_for_user(user=user).get(pk=int(api_key_id))
+    except (ApiKey.DoesNotExist, TypeError, ValueError, OverflowError):
+        raise NotFound("API key not found.") from None
+
+
+def webhook_endpoints_for_user(*, user) -> QuerySet[WebhookEndpoint]:
+    return WebhookEndpoint.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related(
+        "workspace").order_by("slug", "id")
+
+
+def webhook_endpoint_get_for_user(*, user, endpoint_id) -> WebhookEndpoint:
+    try:
+        return webhook_endpoints_for_user(user=user).get(pk=uuid.UUID(str(endpoint_id)))
+    except (WebhookEndpoint.DoesNotExist, ValueError):
+        raise NotFound("Webhook endpoint not found.") from None
+
+
+def webhook_endpoint_get(*, endpoint_id) -> WebhookEndpoint:
+    """The endpoint a delivery names (no user: the signature authenticates it); 404 otherwise."""
+    try:
+        return WebhookEndpoint.objects.get(pk=uuid.UUID(str(endpoint_id)))
+    except (WebhookEndpoint.DoesNotExist, ValueError):
+        raise NotFound("Webhook endpoint not found.") from None

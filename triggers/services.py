@@ -1,0 +1,262 @@
+"""Writes for triggers: managing them, and ``trigger_fire``, the one way any of them
+starts a run.
+
+Everything type-specific (verifying a webhook, checking an API key and a JSON Schema,
+matching a cron slot, a threshold or an upstream run) happens before ``trigger_fire``
+and decides the payload, the source and the dedupe key. From ``trigger_fire`` on every
+type is the same: the same checks, the same rendered prompt, the same
+``execution_start`` and so the same ExecutionRequest, and one firing row per attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+import pydantic
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.models import Agent
+from executions.services import execution_start
+from rivercore.contracts import TriggerType
+from rivercore.errors import InvalidInput, pydantic_details
+from tenancy.models import Workspace
+from tenancy.services import (
+    service_principal_create,
+    service_principal_label_set,
+    service_principal_retire,
+    service_principal_role_set,
+)
+from triggers.models import Trigger, TriggerFiring, WebhookEndpoint
+from triggers.pipelines import pipeline_cycle_check
+from triggers.prompt import PromptTemplateError, prompt_render, prompt_validate
+from triggers.schedule import schedule_remove, schedule_sync
+from triggers.types import EventConfig, WorkflowConfig, trigger_config_parse
+
+logger = logging.getLogger("river.triggers")
+
+NAME_MAX = 80
+PAYLOAD_MAX_BYTES = 262_144  # a firing's payload, as compact JSON
+DETAIL_MAX = 500
+DEFAULT_RUN_AS_ROLE = "analyst"  # may run agents and query; may not create, approve or administer
+
+Reason = TriggerFiring.Reason
+
+
+# --- managing triggers -------------------------------------------------------------------------
+
+
+def _name_check(name: str) -> str:
+    name = (name or "").strip()
+    if not name or len(name) > NAME_MAX or any(ord(ch) < 32 for ch in name):
+        raise InvalidInput("Invalid name.", details={"name": [f"1 to {NAME_MAX} printable characters."]})
+    return name
+
+
+def _prompt_check(prompt: str) -> str:
+    try:
+        return prompt_validate(prompt or "")
+    except PromptTemplateError as exc:
+        raise InvalidInput("The prompt template is invalid.", details={"prompt": [str(exc)]}) from None
+
+
+def _config_check(*, trigger_type: TriggerType, config, workspace: Workspace, agent: Agent):
+    """The typed config, with the checks that need the database (the webhook endpoint
+    exists in the workspace; an upstream agent of the same workspace that is not the
+    trigger's own agent)."""
+    parsed = trigger_config_parse(trigger_type=trigger_type, config=config)
+    if isinstance(parsed, EventConfig):
+        if not WebhookEndpoint.objects.filter(workspace=workspace, slug=parsed.endpoint).exists():
+            raise InvalidInput("Unknown webhook endpoint.", details={"config.endpoint": [
+                "No webhook endpoint with this slug in the workspace; create it first."]})
+    if isinstance(parsed, WorkflowConfig):
+        if parsed.upstream_agent == agent.pk:
+            raise InvalidInput("A pipeline stage cannot follow itself.",
+                               details={"config.upstream_agent": ["Choose another agent than the trigger's own."]})
+        if not Agent.objects.filter(pk=parsed.upstream_agent, workspace=workspace).exists():
+            raise InvalidInput("Unknown upstream agent.",
+                               details={"config.upstream_agent": ["No agent with this id in the workspace."]})
+        pipeline_cycle_check(workspace=workspace, agent=agent, config=parsed)
+    return parsed
+
+
+def _name_free(*, workspace: Workspace, name: str, exclude=None) -> None:
+    rows = Trigger.objects.filter(workspace=workspace, name=name)
+    if exclude is not None:
+        rows = rows.exclude(pk=exclude)
+    if rows.exists():
+        raise InvalidInput("Name taken.", details={"name": ["A trigger with this name exists in the workspace."]})
+
+
+def trigger_create(
+    *, actor, workspace: Workspace, agent: Agent, name: str, trigger_type: TriggerType, prompt: str = "",
+    config: dict | None = None, enabled: bool = True, run_as_role: str = DEFAULT_RUN_AS_ROLE,
+) -> Trigger:
+    """A trigger with its own run-as identity (a service principal whose role may not
+    exceed ``actor``'s). The caller checked that ``actor`` may manage agents here."""
+    if agent.workspace_id != workspace.pk:
+        raise InvalidInput("The agent is not in this workspace.", details={"agent": ["Not an agent of the workspace."]})
+    name = _name_check(name)
+    prompt = _prompt_check(prompt)
+    parsed = _config_check(trigger_type=trigger_type, config=config, workspace=workspace, agent=agent)
+    _name_free(workspace=workspace, name=name)
+    with transaction.atomic():
+        principal = service_principal_create(workspace=workspace, created_by=actor, label=f"Trigger {name}",
+                                             role=run_as_role)
+        if isinstance(parsed, WorkflowConfig):  # again, under the workspace lock it takes
+            pipeline_cycle_check(workspace=workspace, agent=agent, config=parsed)
+        try:
+            with transaction.atomic():
+                trigger = Trigger.objects.create(
+                    workspace=workspace, agent=agent, name=name, type=trigger_type, prompt=prompt, config=parsed,
+                    enabled=enabled, run_as=principal, created_by=actor,
+                )
+        except IntegrityError:  # a concurrent create took the name
+            raise InvalidInput("Name taken.", details={
+                "name": ["A trigger with this name exists in the workspace."]}) from None
+        schedule_sync(trigger=trigger)  # its beat entry, for a scheduled trigger
+        return trigger
+
+
+def trigger_update(*, actor, trigger: Trigger, **changes: Any) -> Trigger:
+    """Change name, prompt, config (replaced whole), enabled or run_as_role."""
+    fields: list[str] = []
+    with transaction.atomic():
+        trigger = Trigger.objects.select_for_update(of=("self",)).select_related(
+            "agent", "workspace", "run_as__workspace", "run_as__user").get(pk=trigger.pk)
+        if "name" in changes:
+            trigger.name = _name_check(changes["name"])
+            _name_free(workspace=trigger.workspace, name=trigger.name, exclude=trigger.pk)
+            service_principal_label_set(principal=trigger.run_as, label=f"Trigger {trigger.name}")
+            fields.append("name")
+        if "prompt" in changes:
+            trigger.prompt = _prompt_check(changes["prompt"])
+            fields.append("prompt")
+        if "config" in changes:
+            trigger.config = _config_check(trigger_type=TriggerType(trigger.type), config=changes["config"],
+                                           workspace=trigger.workspace, agent=trigger.agent)
+            fields.append("config")
+        if "enabled" in changes:
+            trigger.enabled = bool(changes["enabled"])
+            fields.append("enabled")
+        if "run_as_role" in changes:
+            service_principal_role_set(principal=trigger.run_as, actor=actor, role=changes["run_as_role"])
+        trigger.updated_at = timezone.now()
+        try:
+            with transaction.atomic():
+                trigger.save(update_fields=[*fields, "updated_at"])
+        except IntegrityError:  # a concurrent create or rename took the name
+            raise InvalidInput("Name taken.", details={
+                "name": ["A trigger with this name exists in the workspace."]}) from None
+        schedule_sync(trigger=trigger)
+    return trigger
+
+
+def trigger_delete(*, trigger: Trigger) -> None:
+    """The trigger and its firings go; its identity is retired (kept, so the runs it
+    started still name who started them)."""
+    with transaction.atomic():
+        principal = trigger.run_as
+        schedule_remove(trigger_id=trigger.pk)
+        trigger.delete()
+        service_principal_retire(principal=principal)
+
+
+# --- firing ------------------------------------------------------------------------------------
+
+
+def _payload_bytes(payload) -> int:
+    if payload is None:
+        return 0
+    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+
+
+def _detail(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= DETAIL_MAX else text[: DETAIL_MAX - 1] + "…"
+
+
+def trigger_firing_skip(
+    *, trigger: Trigger, source: str, reason: str, detail: str = "", payload=None, dedupe_key: str | None = None,
+    fired_at: datetime | None = None,
+) -> TriggerFiring:
+    """Record an attempt that starts nothing (filtered, rate limited, schema invalid...):
+    the type-specific code upstream of ``trigger_fire`` decided so."""
+    firing = TriggerFiring(trigger=trigger, source=source[:100], outcome=TriggerFiring.Outcome.SKIPPED, reason=reason,
+                           detail=_detail(detail), payload_bytes=_payload_bytes(payload),
+                           fired_at=fired_at or timezone.now(), dedupe_key=dedupe_key)
+    if dedupe_key is None:
+        firing.save()
+        return firing
+    try:
+        with transaction.atomic():
+            firing.save()
+    except IntegrityError:
+        firing = TriggerFiring.objects.create(
+            trigger=trigger, source=source[:100], outcome=TriggerFiring.Outcome.SKIPPED, reason=Reason.DUPLICATE,
+            detail=_detail(f"{dedupe_key} was already handled"), payload_bytes=firing.payload_bytes,
+            fired_at=firing.fired_at)
+    return firing
+
+
+def trigger_fire(
+    *, trigger: Trigger, payload=None, source: str, dedupe_key: str | None = None,
+    triggered_at: datetime | None = None, user=None,
+) -> TriggerFiring:
+    """Start ``trigger``'s agent once for this signal, or record why not.
+
+    Checks, in order: the trigger is enabled, the agent is active, the payload is not
+    too large, ``dedupe_key`` is new for this trigger (the unique constraint decides,
+    so two schedulers or two deliveries racing start one run). The run acts as the
+    trigger's service principal, or as ``user`` when a person fired it. The firing row
+    and the run's row are written in one transaction: both or neither."""
+    now = timezone.now()
+    triggered_at = triggered_at or now
+    size = _payload_bytes(payload)
+    # Read fresh: a trigger disabled or an agent paused a moment ago is seen.
+    trigger = Trigger.objects.select_related("agent", "run_as__user").get(pk=trigger.pk)
+    agent = trigger.agent
+    skip: tuple[str, str] | None = None
+    if not trigger.enabled:
+        skip = (Reason.DISABLED, "the trigger is disabled")
+    elif agent.status != Agent.Status.ACTIVE or agent.current_version_id is None:
+        skip = (Reason.AGENT_INACTIVE, f"agent {agent.name} is {agent.status}"
+                + ("" if agent.current_version_id else " with no deployed version"))
+        logger.warning("trigger %s refused: agent %s is %s", trigger.pk, agent.pk, agent.status)
+    elif size > PAYLOAD_MAX_BYTES:
+        skip = (Reason.ERROR, f"payload of {size} bytes is larger than {PAYLOAD_MAX_BYTES}")
+    if skip is not None:
+        return trigger_firing_skip(trigger=trigger, source=source, reason=skip[0], detail=skip[1], payload=payload,
+                                   dedupe_key=dedupe_key, fired_at=now)
+    run_as = user if user is not None else trigger.run_as.user
+    firing = TriggerFiring(trigger=trigger, source=source[:100], outcome=TriggerFiring.Outcome.STARTED,
+                           payload_bytes=size, fired_at=now, dedupe_key=dedupe_key)
+    try:
+        with transaction.atomic():
+            firing.save()  # the dedupe key is taken here, or IntegrityError
+            execution = execution_start(
+                agent=agent, user=run_as, input_prompt=prompt_render(trigger.prompt, payload), payload=payload,
+                trigger_type=trigger.type, trigger_source=source, trigger_id=trigger.pk, triggered_at=triggered_at,
+            )
+            firing.execution = execution
+            firing.save(update_fields=["execution"])
+            return firing
+    except IntegrityError:
+        if dedupe_key is None or not TriggerFiring.objects.filter(trigger=trigger, dedupe_key=dedupe_key).exists():
+            raise
+        return trigger_firing_skip(trigger=trigger, source=source, reason=Reason.DUPLICATE,
+                                   detail=f"{dedupe_key} was already handled", payload=payload, fired_at=now)
+    except InvalidInput as exc:  # the agent changed under us
+        reason = Reason.AGENT_INACTIVE if exc.code in ("agent_not_active", "no_deployed_version") else Reason.ERROR
+        logger.warning("trigger %s did not start a run: %s", trigger.pk, exc.message)
+        return trigger_firing_skip(trigger=trigger, source=source, reason=reason, detail=exc.message,
+                                   payload=payload, fired_at=now)
+    except pydantic.ValidationError as exc:  # the run's trigger fields were refused
+        problems = "; ".join(f"{path}: {', '.join(msgs)}" for path, msgs in pydantic_details(exc).items())
+        logger.warning("trigger %s did not start a run: %s", trigger.pk, problems)
+        return trigger_firing_skip(trigger=trigger, source=source, reason=Reason.ERROR, detail=problems,
+                                   payload=payload, fired_at=now)
+
