@@ -189,12 +189,18 @@ def pipeline_cycle_check(*, workspace, agent, config: WorkflowConfig) -> None:
     if str(config.upstream_agent) == str(agent.pk):
         raise InvalidInput("A pipeline stage cannot follow itself.",
                            details={"config.upstream_agent": ["Choose another agent than the trigger's own."]})
-    list(Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk", flat=True))
     edges: dict[str, set[str]] = {}
-    for row in Trigger.objects.filter(workspace=workspace, type=TriggerType.WORKFLOW).values("agent_id", "config"):
-        upstream = (row["config"] or {}).get("upstream_agent")
-        if upstream:
-            edges.setdefault(str(upstream), set()).add(str(row["agent_id"]))
+    # Outside the caller's transaction (an early check) the lock ends with this block;
+    # inside it, it is held until the caller commits.
+    with transaction.atomic():
+        # NO KEY UPDATE: serializes cycle checks of the workspace without waiting on the
+        # key-share locks that inserting rows referencing the workspace takes.
+        list(Workspace.objects.select_for_update(no_key=True).filter(pk=workspace.pk).values_list("pk", flat=True))
+        for row in Trigger.objects.filter(workspace=workspace, type=TriggerType.WORKFLOW).values("agent_id",
+                                                                                                 "config"):
+            upstream = (row["config"] or {}).get("upstream_agent")
+            if upstream:
+                edges.setdefault(str(upstream), set()).add(str(row["agent_id"]))
     target, start = str(config.upstream_agent), str(agent.pk)
     previous: dict[str, str | None] = {start: None}
     queue = [start]

@@ -270,3 +270,38 @@ def test_firings_of_a_workflow_trigger_are_listed(agents, owner, make_trigger, a
     rows = body["results"] if isinstance(body, dict) else body
     assert [(r["outcome"], r["source"]) for r in rows] == [("started", f"workflow:{trigger.name}")]
     assert api_client_for(outsider).get(url).status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_saves_closing_a_loop_at_once_let_one_through(agents, owner, workspace, api_client_for):
+    """Outside a test transaction, as in production: A follows B and B follows A, sent
+    at the same moment; the workspace lock lets one in and refuses the other."""
+    import threading
+
+    from django.db import connection
+
+    collect, analyse, _ = agents
+    barrier = threading.Barrier(2)
+    statuses: list[int] = []
+
+    def create(agent, upstream, name):
+        try:
+            client = api_client_for(owner)
+            barrier.wait()
+            statuses.append(client.post("/api/v1/triggers/", {
+                "workspace": workspace.pk, "agent": str(agent.pk), "name": name, "type": "workflow",
+                "config": {"upstream_agent": str(upstream.pk)}}, format="json").status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(analyse, collect, "a-after-c")),
+               threading.Thread(target=create, args=(collect, analyse, "c-after-a"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(statuses) == [201, 400]
+    assert TriggerFiring.objects.count() == 0
+    from triggers.models import Trigger
+
+    assert Trigger.objects.filter(type="workflow").count() == 1
