@@ -69,6 +69,7 @@ def test_a_failing_layer_is_logged_and_the_publisher_keeps_going(monkeypatch, ca
 
     monkeypatch.setattr(events, "get_channel_layer", lambda: FlakyLayer())
     events.event_publish(workspace_id=1, execution_id=None, event={"type": "first"})
+    assert events.events_flush()  # sent (and failed) on its own, not merged with the next
     events.event_publish(workspace_id=1, execution_id=None, event={"type": "second"})
     assert events.events_flush()
     assert "could not publish first" in caplog.text
