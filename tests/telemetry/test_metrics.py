@@ -178,3 +178,22 @@ def test_a_bad_allowed_ips_value_stops_startup_naming_the_variable():
     result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "RIVER_METRICS_ALLOWED_IPS" in result.stderr
+
+
+def test_the_grafana_dashboard_queries_only_metrics_river_exports():
+    import json
+    import re
+
+    from telemetry import metrics
+
+    exported = {m._name for m in vars(metrics).values() if hasattr(m, "_name") and hasattr(m, "_type")}
+    exported |= {"river_approvals_pending"}
+    dashboard = json.loads((ROOT / "docs" / "grafana" / "river.json").read_text())
+    names = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            names |= set(re.findall(r"\b(river_[a-z_]+)", target["expr"]))
+    suffixes = ("_total", "_bucket", "_count", "_sum")
+    bases = {next((n[: -len(s)] for s in suffixes if n.endswith(s) and n[: -len(s)] in exported), n) for n in names}
+    assert bases <= exported, bases - exported
+    assert len(bases) >= 14
