@@ -177,6 +177,7 @@ def approval_decide(
     approval.resolution = {"status": status, "modified_args": modified_args, "resolved_by": str(user.pk),
                            "resolution_comment": comment or None}
     approval.save(update_fields=["status", "resolved_by", "resolved_at", "resolution_comment", "resolution"])
+    _decision_timed(approval)
     details = {"tool_name": approval.tool_name, "resolution": status, "comment": comment or ""}
     if status == ResolutionStatus.EDITED_APPROVED:
         details["diff"] = args_diff(approval.proposed_payload, modified_args or {})
@@ -186,6 +187,17 @@ def approval_decide(
         agent_id=approval.agent_id, approval_id=approval.pk, details=details,
     )
     return approval
+
+
+def _decision_timed(approval: ApprovalRequest) -> None:
+    """Time to decision (request → resolution or expiry), counted once the resolution commits."""
+    from django.db import transaction
+
+    from telemetry.metrics import approval_decided_record
+
+    seconds = (approval.resolved_at - approval.created_at).total_seconds()
+    outcome = str(approval.status)
+    transaction.on_commit(lambda: approval_decided_record(outcome=outcome, seconds=seconds))
 
 
 def args_diff(before: dict, after: dict) -> dict:
@@ -206,6 +218,7 @@ def approvals_close_for_execution(*, execution_id: int, reason: str) -> int:
         approval.resolution_comment = reason
         approval.resolved_at = timezone.now()
         approval.save(update_fields=["status", "resolution_comment", "resolved_at"])
+        _decision_timed(approval)
         audit_record(
             organization_id=approval.workspace.organization_id, workspace_id=approval.workspace_id,
             event_type="approval_expired", execution_id=execution_id, agent_id=approval.agent_id,
@@ -226,6 +239,7 @@ def approval_expire(*, approval_id) -> ApprovalRequest | None:
     approval.status = ApprovalRequest.Status.EXPIRED
     approval.resolved_at = timezone.now()
     approval.save(update_fields=["status", "resolved_at"])
+    _decision_timed(approval)
     audit_record(
         organization_id=approval.workspace.organization_id, workspace_id=approval.workspace_id,
         event_type="approval_expired", execution_id=approval.execution_id, agent_id=approval.agent_id,

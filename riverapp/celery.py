@@ -1,7 +1,7 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "riverapp.settings")
 
@@ -51,3 +51,19 @@ def _hand_back_hosted_runs(**kwargs) -> None:
     from executions.runhost import run_host_shutdown
 
     run_host_shutdown()
+
+
+@worker_init.connect
+def _metrics_dir_fresh(**kwargs) -> None:
+    """The worker's main process starts before its children record: it empties the metrics
+    directory so a previous life's files are not summed again (docs/observability.md)."""
+    from telemetry.metrics import metrics_dir_reset
+
+    metrics_dir_reset()
+
+
+@worker_process_shutdown.connect
+def _metrics_process_dead(pid=None, **kwargs) -> None:
+    from telemetry.metrics import metrics_process_dead
+
+    metrics_process_dead(pid)

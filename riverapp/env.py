@@ -214,3 +214,17 @@ def env_hmac_keys(name: str, *, min_bytes: int = 32) -> dict[str, bytes] | None:
             )
         keys[key_id] = secret
     return keys
+
+
+def env_ip_networks(name: str) -> list:
+    """A comma-separated list of client addresses or CIDR networks (IPv4 or IPv6); a value
+    that is neither stops startup naming the variable."""
+    import ipaddress
+
+    networks = []
+    for item in env_list(name, []):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not an IP address or CIDR network") from None
+    return networks

@@ -18,6 +18,7 @@ from riverapp.env import (
     env_float,
     env_hmac_keys,
     env_int,
+    env_ip_networks,
     env_list,
     env_network_allow_list,
     env_password,
@@ -370,6 +371,20 @@ CELERY_BEAT_SCHEDULE |= {
     "triggers-pipeline-handoffs-retry": {"task": "triggers.pipeline_handoffs_retry", "schedule": timedelta(seconds=60)},
     "triggers-metrics-prune": {"task": "triggers.metrics_prune", "schedule": timedelta(hours=1)},
 }
+
+# Metrics (docs/observability.md): every process (web, each Celery worker process) writes
+# its samples to files in RIVER_METRICS_DIR and /metrics sums them. prometheus_client reads
+# PROMETHEUS_MULTIPROC_DIR when it is first imported, so it is set here, before any import
+# of it; an operator-set PROMETHEUS_MULTIPROC_DIR wins. /metrics opens only to the bearer
+# token or to a listed client address (CIDRs allowed); with neither configured it is a 404.
+RIVER_METRICS_DIR = Path(
+    os.environ.get("PROMETHEUS_MULTIPROC_DIR") or env_str("RIVER_METRICS_DIR") or VAR_DIR / "metrics")
+RIVER_METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(RIVER_METRICS_DIR)
+RIVER_METRICS_TOKEN = env_str("RIVER_METRICS_TOKEN") or None
+if RIVER_METRICS_TOKEN is not None and len(RIVER_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("RIVER_METRICS_TOKEN must be at least 16 characters")
+RIVER_METRICS_ALLOWED_IPS = env_ip_networks("RIVER_METRICS_ALLOWED_IPS")
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "river@localhost")

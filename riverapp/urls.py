@@ -5,7 +5,7 @@ from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from common import edge
-from riverapp import health
+from riverapp import health, metrics
 
 
 class FaviconRedirect(RedirectView):
@@ -31,6 +31,7 @@ urlpatterns = [
     path("health", health.health, name="health"),
     path("favicon.ico", FaviconRedirect.as_view()),
     path("health/ready", health.ready, name="health-ready"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

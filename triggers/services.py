@@ -23,6 +23,7 @@ from agents.models import Agent
 from executions.services import execution_start
 from rivercore.contracts import TriggerType
 from rivercore.errors import InvalidInput, pydantic_details
+from telemetry.metrics import trigger_firing_record
 from tenancy.models import Workspace
 from tenancy.services import (
     service_principal_create,
@@ -179,6 +180,12 @@ def _detail(text: str) -> str:
     return text if len(text) <= DETAIL_MAX else text[: DETAIL_MAX - 1] + "…"
 
 
+def _firing_counted(firing: TriggerFiring) -> None:
+    """Firings by outcome and reason (enum values), counted once the firing row commits."""
+    values = {"trigger_type": str(firing.trigger.type), "outcome": str(firing.outcome), "reason": str(firing.reason)}
+    transaction.on_commit(lambda: trigger_firing_record(**values))
+
+
 def trigger_firing_skip(
     *, trigger: Trigger, source: str, reason: str, detail: str = "", payload=None, dedupe_key: str | None = None,
     fired_at: datetime | None = None,
@@ -190,6 +197,7 @@ def trigger_firing_skip(
                            fired_at=fired_at or timezone.now(), dedupe_key=dedupe_key)
     if dedupe_key is None:
         firing.save()
+        _firing_counted(firing)
         return firing
     try:
         with transaction.atomic():
@@ -199,6 +207,7 @@ def trigger_firing_skip(
             trigger=trigger, source=source[:100], outcome=TriggerFiring.Outcome.SKIPPED, reason=Reason.DUPLICATE,
             detail=_detail(f"{dedupe_key} was already handled"), payload_bytes=firing.payload_bytes,
             fired_at=firing.fired_at)
+    _firing_counted(firing)
     return firing
 
 
@@ -243,6 +252,7 @@ def trigger_fire(
             )
             firing.execution = execution
             firing.save(update_fields=["execution"])
+            _firing_counted(firing)
             return firing
     except IntegrityError:
         if dedupe_key is None or not TriggerFiring.objects.filter(trigger=trigger, dedupe_key=dedupe_key).exists():

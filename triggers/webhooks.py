@@ -33,6 +33,7 @@ from common.crypto import decrypt_text, encrypt_text
 from common.parsers import JSONParser
 from governance.expressions import ExpressionError, matches
 from rivercore.errors import InvalidInput, RiverError
+from telemetry.metrics import webhook_refusal_record
 from tenancy.models import Workspace
 from triggers.models import TriggerFiring, WebhookEndpoint
 from triggers.selectors import triggers_enabled_of_type
@@ -128,6 +129,15 @@ def _active_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
     return active
 
 
+# The metric's reason label for each refusal reason (a fixed set, never the text itself).
+_REFUSAL_LABELS = (("no X-River-Signature", "missing"), ("malformed", "malformed"), ("X-River-Signature", "malformed"),
+                   ("timestamp", "stale_timestamp"), ("no signature", "bad_signature"))
+
+
+def _refusal_label(reason: str) -> str:
+    return next((label for prefix, label in _REFUSAL_LABELS if reason.startswith(prefix)), "other")
+
+
 def _refuse(endpoint: WebhookEndpoint, reason: str) -> SignatureRefused:
     """Count and log a refused delivery (never the secret or the signature)."""
     counter = f"river:webhook-refused:{endpoint.pk}"
@@ -137,6 +147,7 @@ def _refuse(endpoint: WebhookEndpoint, reason: str) -> SignatureRefused:
     except Exception:  # noqa: BLE001 - a counter never decides a delivery
         logger.debug("webhook refusal counter unavailable", exc_info=True)
     logger.warning("webhook delivery to endpoint %s refused: %s", endpoint.pk, reason)
+    webhook_refusal_record(reason=_refusal_label(reason))
     return SignatureRefused(f"Webhook signature refused: {reason}.")
 
 

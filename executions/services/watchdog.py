@@ -14,6 +14,7 @@ from django.utils import timezone
 from executions.models import Execution
 from executions.services.finish import execution_post_process, gave_up_message, run_end_failed
 from executions.services.queue import task_send
+from telemetry.metrics import watchdog_recovery_record
 
 logger = logging.getLogger("river.executions")
 
@@ -48,6 +49,7 @@ def executions_requeue_stale(*, grace_seconds: int | None = None) -> list[int]:
     from executions.tasks import run_segment
 
     sent = [execution_id for execution_id in stale if task_send(run_segment, execution_id)]
+    watchdog_recovery_record(action="requeued", count=len(sent))
     logger.warning("watchdog re-sent %d of %d stale execution(s): %s", len(sent), len(stale), stale[:20])
     return stale
 
@@ -76,6 +78,7 @@ def execution_fail_exhausted(*, execution_id: int) -> bool:
             return False
         run_end_failed(row, code="INFRASTRUCTURE_ERROR", message=gave_up_message(row.attempts, row.infra_error))
     logger.warning("watchdog failed execution %s: out of segment attempts", execution_id)
+    watchdog_recovery_record(action="failed_exhausted")
     return True
 
 

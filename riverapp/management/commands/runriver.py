@@ -40,6 +40,9 @@ class Command(BaseCommand):
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1.")
         self.check(display_num_errors=False)
+        from telemetry.metrics import metrics_dir_reset
+
+        metrics_dir_reset()  # this process is the parent of everything that records metrics
         shown_host = f"[{host}]" if ":" in host else host
         url = f"http://{shown_host}:{port}/"
         broker = "in-memory broker and channel layer" if settings.EMBEDDED else "Redis broker and channel layer"

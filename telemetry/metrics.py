@@ -1,0 +1,179 @@
+"""River's Prometheus metrics (docs/observability.md, "Metrics").
+
+Every process that records (the web process, each Celery worker process) writes its
+samples to files in ``PROMETHEUS_MULTIPROC_DIR`` (riverapp.settings sets it to
+``RIVER_METRICS_DIR`` before prometheus_client is first imported); ``metrics_render``
+sums them with the library's MultiProcessCollector. Label values are bounded: agent ids,
+tool names offered to the model (anything else is "unknown"), enum values; never text a
+user or a model wrote."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+
+from rivercore.contracts import Step, StepType
+from rivercore.tools import ToolCategory
+from rivercore.types.agents import Tier
+from rivercore.types.governance import PolicyType
+
+UNKNOWN = "unknown"
+_MS_BUCKETS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000)
+_SECONDS_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600)
+_TIERS = {tier.value for tier in Tier}
+_STEP_STATUSES = {"completed", "failed", "blocked", "pending"}
+_DECISIONS = {"PROCEED", "APPROVAL_REQUIRED", "SUGGEST_ONLY", "BLOCKED"}
+_CATEGORIES = {category.value for category in ToolCategory}
+_POLICY_TYPES = {policy_type.value for policy_type in PolicyType}
+
+executions_total = Counter("river_agent_executions", "Runs ended, by final status.",
+                           ["status", "action_level", "agent_id"])
+turns_total = Counter("river_agent_turns", "Model turns, by outcome.", ["status", "model_tier", "agent_id"])
+tool_calls_total = Counter("river_agent_tool_calls", "Tool calls observed.", ["tool_name", "category", "status"])
+tool_latency_ms = Histogram("river_agent_tool_latency_ms", "Tool call latency (ms).", ["tool_name", "category"],
+                            buckets=_MS_BUCKETS)
+llm_latency_ms = Histogram("river_agent_llm_latency_ms", "Model call latency (ms).", ["tier", "provider"],
+                           buckets=_MS_BUCKETS)
+tokens_consumed_total = Counter("river_agent_tokens_consumed", "Tokens in and out.", ["tier", "agent_id", "provider"])
+governance_decisions_total = Counter("river_agent_governance_decisions", "Governance verdicts.",
+                                     ["decision", "agent_id", "policy_type"])
+cost_estimate_usd_total = Counter("river_agent_cost_estimate_usd", "Estimated model cost (USD).",
+                                  ["agent_id", "provider"])
+runs_total = Counter("river_runs", "Runs ended, by final status and trigger type.", ["status", "trigger_type"])
+approval_decision_seconds = Histogram("river_approval_time_to_decision_seconds",
+                                      "Approval request to resolution.", ["outcome"], buckets=_SECONDS_BUCKETS)
+queue_wait_seconds = Histogram("river_run_queue_wait_seconds", "Run queued to its first turn.",
+                               buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900))
+watchdog_recoveries_total = Counter("river_watchdog_recoveries", "Runs the watchdog re-sent or ended.", ["action"])
+trigger_firings_total = Counter("river_trigger_firings", "Trigger firings, started or skipped with why.",
+                                ["trigger_type", "outcome", "reason"])
+webhook_verification_failures_total = Counter("river_webhook_verification_failures",
+                                              "Webhook deliveries refused at signature check.", ["reason"])
+
+
+def _bounded(value: Any, allowed: set[str]) -> str:
+    return value if isinstance(value, str) and value in allowed else UNKNOWN
+
+
+def _offered_tools(state) -> set[str]:
+    names = set()
+    for schema in getattr(state, "tool_schemas", None) or ():
+        function = schema.get("function") if isinstance(schema.get("function"), dict) else schema
+        if isinstance(function.get("name"), str):
+            names.add(function["name"])
+    return names
+
+
+def _provider(value: Any) -> str:
+    # Providers are litellm's short identifiers; anything odd is folded.
+    if isinstance(value, str) and 0 < len(value) <= 40 and value.replace("_", "").replace("-", "").isalnum():
+        return value.lower()
+    return UNKNOWN
+
+
+class MetricsObserver:
+    """The engine's observer (rivercore.observe): counts steps and model calls in memory
+    (prometheus_client writes an mmap'd file; no network, no database)."""
+
+    def step_added(self, state, step: Step) -> None:
+        agent_id = str(state.request.agent_config.agent_id)
+        status = _bounded(str(step.status), _STEP_STATUSES)
+        if step.step_type == StepType.REASONING:
+            tier = _bounded(step.model_tier, _TIERS)
+            provider = _provider(step.provider)
+            turns_total.labels(status, tier, agent_id).inc()
+            if step.tokens is not None:
+                total = int(getattr(step.tokens, "input", 0) or 0) + int(getattr(step.tokens, "output", 0) or 0)
+                if total:
+                    tokens_consumed_total.labels(tier, agent_id, provider).inc(total)
+            cost = (step.output or {}).get("cost_usd") if isinstance(step.output, dict) else None
+            if isinstance(cost, int | float) and cost > 0:
+                cost_estimate_usd_total.labels(agent_id, provider).inc(cost)
+        elif step.step_type == StepType.OBSERVATION:
+            name = step.tool_name if step.tool_name in _offered_tools(state) else UNKNOWN
+            category = _bounded(step.tool_category, _CATEGORIES)
+            tool_calls_total.labels(name, category, status).inc()
+            tool_latency_ms.labels(name, category).observe(max(step.duration_ms, 0))
+        elif step.step_type == StepType.GOVERNANCE_CHECK and step.governance_decision is not None:
+            policy_type = step.output.get("policy_type") if isinstance(step.output, dict) else None
+            policy_type = policy_type or "none"
+            governance_decisions_total.labels(
+                _bounded(str(step.governance_decision), _DECISIONS), agent_id,
+                policy_type if policy_type == "none" else _bounded(policy_type, _POLICY_TYPES)).inc()
+
+    def model_called(self, state, call) -> None:
+        provider = _provider(call.reply.provider if call.reply is not None else None)
+        llm_latency_ms.labels(_bounded(call.tier, _TIERS), provider).observe(max(call.duration_ms, 0))
+
+
+def run_ended_record(*, status: str, action_level: str, agent_id: Any, trigger_type: str,
+                     queue_wait_seconds_value: float | None = None) -> None:
+    executions_total.labels(status, action_level or UNKNOWN, str(agent_id)).inc()
+    runs_total.labels(status, trigger_type or UNKNOWN).inc()
+    if queue_wait_seconds_value is not None and queue_wait_seconds_value >= 0:
+        queue_wait_seconds.observe(queue_wait_seconds_value)
+
+
+def approval_decided_record(*, outcome: str, seconds: float) -> None:
+    approval_decision_seconds.labels(outcome).observe(max(seconds, 0.0))
+
+
+def watchdog_recovery_record(*, action: str, count: int = 1) -> None:
+    if count:
+        watchdog_recoveries_total.labels(action).inc(count)
+
+
+def trigger_firing_record(*, trigger_type: str, outcome: str, reason: str) -> None:
+    trigger_firings_total.labels(trigger_type, outcome, reason or "none").inc()
+
+
+def webhook_refusal_record(*, reason: str) -> None:
+    webhook_verification_failures_total.labels(reason).inc()
+
+
+# --- the multiprocess directory --------------------------------------------------------
+
+def metrics_dir() -> Path:
+    return Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+
+
+def metrics_dir_reset() -> None:
+    """Empty the directory: called by a parent process (runriver, the Celery worker's main
+    process) as it starts, before any child records, so counts of a previous life of the
+    deployment are not summed again."""
+    directory = metrics_dir()
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, exist_ok=True)
+
+
+def metrics_process_dead(pid: int | None = None) -> None:
+    """A worker process that exits: its live-gauge files go (counters are kept, so totals
+    never go down)."""
+    multiprocess.mark_process_dead(pid or os.getpid(), str(metrics_dir()))
+
+
+def metrics_render(*extra_collectors) -> bytes:
+    """The text exposition of every process's samples, plus ``extra_collectors`` (gauges
+    computed at scrape time)."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(metrics_dir()))
+    for collector in extra_collectors:
+        registry.register(collector)
+    return generate_latest(registry)
+
+
+class GaugeAtScrape:
+    """A gauge whose value is read when /metrics is scraped (e.g. approvals pending)."""
+
+    def __init__(self, name: str, documentation: str, read) -> None:
+        self.name, self.documentation, self.read = name, documentation, read
+
+    def collect(self):
+        family = GaugeMetricFamily(self.name, self.documentation)
+        family.add_metric([], float(self.read()))
+        yield family
