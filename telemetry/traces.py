@@ -109,8 +109,7 @@ def _instrument() -> None:
 
 # -- segments ---------------------------------------------------------------------------
 
-def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, traceparent: str,
-                        segment: int | None = None) -> str | None:
+def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, traceparent: str) -> str | None:
     """Open this segment's ``river_agent.execution`` span. ``traceparent`` is the run's
     root as stored on the execution ('' for its first traced segment). Returns the
     traceparent the caller must store when the run had none (this span is the root),
@@ -122,9 +121,12 @@ def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, 
     if parent is not None and not trace.get_current_span(parent).get_span_context().is_valid:
         parent = None  # a stored value that does not parse: start a new trace
     attributes = {"execution_id": execution_id, "agent_id": str(agent_id), "action_level": str(action_level)}
-    if segment is not None:
-        attributes["segment"] = segment
-    span = tracer.start_span("river_agent.execution", context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
+    # The task (or request) this segment runs in has a span of its own in another trace
+    # when Celery or Django is instrumented: linked, so either leads to the other.
+    ambient = trace.get_current_span().get_span_context()
+    links = [trace.Link(ambient)] if ambient.is_valid else None
+    span = tracer.start_span("river_agent.execution", context=parent, kind=SpanKind.INTERNAL, attributes=attributes,
+                             links=links)
     context = trace.set_span_in_context(span)
     with _lock:
         _segments[execution_id] = _Segment(span=span, context=context)

@@ -166,3 +166,48 @@ def test_setup_without_an_endpoint_installs_nothing():
     assert traces.traces_setup(endpoint="", service_name="river") is False
     assert not traces.tracing_enabled()
     assert not isinstance(trace.get_tracer_provider(), TracerProvider)
+
+
+SETUP_PROBE = """
+import json, django
+django.setup()
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.instrumentation.celery import CeleryInstrumentor
+from opentelemetry.instrumentation.django import DjangoInstrumentor
+from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+from telemetry import traces
+provider = trace.get_tracer_provider()
+processor = provider._active_span_processor._span_processors[0]
+print(json.dumps({
+    "sdk": isinstance(provider, TracerProvider),
+    "service": provider.resource.attributes.get("service.name"),
+    "endpoint": processor._batch_processor._exporter._endpoint,
+    "enabled": traces.tracing_enabled(),
+    "django": DjangoInstrumentor().is_instrumented_by_opentelemetry,
+    "celery": CeleryInstrumentor().is_instrumented_by_opentelemetry,
+    "psycopg": PsycopgInstrumentor().is_instrumented_by_opentelemetry,
+}))
+provider.shutdown()
+"""
+
+
+def test_an_otlp_endpoint_installs_the_exporting_provider_and_the_standard_instrumentation():
+    """In a process of its own (a tracer provider is global and set once). The endpoint
+    is a closed local port and nothing is traced, so nothing is sent anywhere."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(DJANGO_SETTINGS_MODULE="riverapp.settings", OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+               OTEL_SERVICE_NAME="river-probe")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", SETUP_PROBE], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    assert probe == {"sdk": True, "service": "river-probe", "endpoint": "http://127.0.0.1:9/v1/traces",
+                     "enabled": True, "django": True, "celery": True, "psycopg": True}
