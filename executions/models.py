@@ -74,6 +74,9 @@ class Execution(models.Model):
     published_at = models.DateTimeField(null=True, blank=True)
     # Class of the last infrastructure error that interrupted a segment (no message).
     infra_error = models.CharField(max_length=200, blank=True)
+    # W3C traceparent of the run's root span (its first traced segment): every later
+    # segment's spans join that trace. Empty while tracing is off.
+    traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
     # Built once per execution by the context builder: system prompt, tools, request.
     context = models.JSONField(default=dict, blank=True)
     # Written once when the run pauses for approval or interaction.

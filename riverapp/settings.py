@@ -403,3 +403,9 @@ LOGGING = {
         "django.channels.server": {"level": "WARNING"},
     },
 }
+
+# Traces (docs/observability.md): OpenTelemetry spans exported over OTLP/HTTP when the
+# standard OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads the other standard
+# OTEL_EXPORTER_OTLP_* variables itself); without it no SDK provider is installed at all.
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or ""
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "river") or "river"

@@ -733,7 +733,9 @@ class Engine:
         attempts = 0
         error: ToolError | None = None
         output = None
+        retries: list[dict[str, Any]] = []  # the attempts that failed and were tried again (for traces)
         while True:
+            attempt_started = time.monotonic()
             try:
                 output = await self._run_tool(tool, ctx, parsed, timeout)
                 error = None
@@ -746,6 +748,9 @@ class Engine:
             retry_ok = error.kind in RETRYABLE and (tool.idempotent or error.kind == ToolErrorKind.TRANSIENT)
             if not retry_ok or attempts >= len(RETRY_DELAYS):
                 break
+            retries.append({"attempt": attempts + 1, "error_code": _KIND_CODES[error.kind],
+                            "started_ms": int((attempt_started - started) * 1000),
+                            "failed_ms": int((time.monotonic() - started) * 1000)})
             await self._sleep(RETRY_DELAYS[attempts])
             attempts += 1
         duration = int((time.monotonic() - started) * 1000)
@@ -771,7 +776,8 @@ class Engine:
                     "status": "timeout" if error.kind == ToolErrorKind.TIMEOUT else "error", "attempts": attempts + 1}
             self._add(state, StepType.OBSERVATION, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args, status=status, duration_ms=duration, error=error.message,
-                      output={**body, "_dispatched": True, "summary": error.message, "llm_usage": sub_usage},
+                      output={**body, "_dispatched": True, "summary": error.message, "llm_usage": sub_usage,
+                              **({"retries": retries} if retries else {})},
                       messages=[tool_message(call.id, call.name, body, ok=False)])
         else:
             result = output.model_dump(mode="json") if isinstance(output, pydantic.BaseModel) else output
@@ -784,6 +790,8 @@ class Engine:
             )
             observed = {"result": shown, "_dispatched": True, "summary": _summarise(shown, 300),
                         "llm_usage": sub_usage}
+            if retries:
+                observed["retries"] = retries
             if call.name == "execute_query" and not withheld:
                 observed["artifact"] = {"type": "query_result", "tool_name": call.name, "call_id": call.id,
                                         "columns": result.get("columns"), "total_rows": result.get("total_rows")}

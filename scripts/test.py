@@ -44,6 +44,9 @@ def main() -> int:
     if any(p.startswith("PostgreSQL") for p in problems):
         database_url = f"sqlite:///{ROOT / 'var' / 'test.sqlite3'}"
     env["DATABASE_URL"] = database_url
+    # Tests never export spans anywhere (they use the SDK's in-memory exporter).
+    for name in [n for n in env if n.startswith("OTEL_EXPORTER_OTLP")]:
+        env.pop(name)
     if any(p.startswith("Redis") for p in problems):
         env.pop("REDIS_URL", None)
         env["RIVER_TEST_REDIS_URL"] = ""

@@ -32,6 +32,7 @@ from rivercore.events import (
 from rivercore.ports import blocking_call, drive
 from rivercore.runner import Engine, Outcome, RunInterrupted, response_build
 from rivercore.state import RunState
+from telemetry import traces
 from telemetry.faults import infra_fault_record
 
 logger = logging.getLogger("river.executions")
@@ -259,6 +260,31 @@ def _segment_fail(execution_id: int, token: str, message: str, *, code: str = "A
 async def _segment_run(execution: Execution, token: str, llm, *, hosted: bool) -> str | None:
     execution_id = execution.pk
     state = await _io(hosted, state_load, execution)
+    if traces.tracing_enabled():
+        await _io(hosted, _segment_trace_begin, execution, state)
+    try:
+        status = await _segment_loop(execution, token, llm, state, hosted=hosted)
+    except BaseException as exc:
+        traces.segment_trace_end(execution_id=execution_id, status=None, error=exc)
+        raise
+    traces.segment_trace_end(execution_id=execution_id, status=status)
+    return status
+
+
+def _segment_trace_begin(execution: Execution, state: RunState) -> None:
+    """Open the segment's execution span under the run's trace; the run's first traced
+    segment stores its root (caller holds the lease, so nobody else writes it)."""
+    root = traces.segment_trace_begin(
+        execution_id=execution.pk, agent_id=execution.agent_id,
+        action_level=state.request.agent_config.action_level.value, traceparent=execution.traceparent,
+    )
+    if root:
+        Execution.objects.filter(pk=execution.pk, traceparent="").update(traceparent=root)
+        execution.traceparent = root
+
+
+async def _segment_loop(execution: Execution, token: str, llm, state: RunState, *, hosted: bool) -> str | None:
+    execution_id = execution.pk
     # A hosted run writes each turn on the host's shared connection; a run driven by its
     # caller may keep a write-behind connection of its own for the segment.
     journal = await _io(hosted, DbJournal, execution, token, write_behind=False if hosted else None,

@@ -1,0 +1,246 @@
+"""OpenTelemetry traces of runs: seed 001's ``river_agent.*`` spans, built from the
+engine's observer port, plus the standard Django, Celery and psycopg instrumentation.
+
+Off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set: then no SDK provider is installed,
+no observer is installed and the segment hooks return at their first line, so the
+per-turn path costs nothing.
+
+One trace per run. A run is made of segments (Celery tasks, possibly hours apart across
+an approval). The first traced segment's ``river_agent.execution`` span is the trace's
+root; its W3C ``traceparent`` is stored on the execution, and every later segment opens
+its own ``river_agent.execution`` span as a child of that root. Turns are children of
+their segment's execution span; reasoning, governance checks and tool dispatches are
+children of their turn; a retried tool's failed attempts (``river_agent.tool_retry``)
+are children of the dispatch.
+
+Observers run on the thread driving the run (for hosted runs an event loop shared by
+many runs), so spans are parented explicitly (never through the ambient context) and
+exported by a batch processor on its own thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from rivercore.contracts import StepType
+
+logger = logging.getLogger("river.telemetry")
+
+TRACER_NAME = "river.agent"
+_OBSERVER_NAME = "traces"
+_propagator = TraceContextTextMapPropagator()
+
+_tracer: trace.Tracer | None = None  # set only while tracing is on
+_segments: dict[int, _Segment] = {}
+_lock = threading.Lock()
+
+
+@dataclass
+class _Segment:
+    span: Span
+    context: Any
+    turn: int = 0
+    turn_span: Span | None = None
+    turn_context: Any = None
+    turn_last_ns: int = 0
+    dispatches: dict[str, Any] = field(default_factory=dict)
+
+
+def tracing_enabled() -> bool:
+    return _tracer is not None
+
+
+def traces_enable(provider: trace.TracerProvider) -> None:
+    """Start tracing runs on ``provider`` (the exporting one at startup, an in-memory one
+    in tests)."""
+    global _tracer
+    from rivercore import observe
+
+    _tracer = provider.get_tracer(TRACER_NAME)
+    observe.observer_install(_OBSERVER_NAME, _RunObserver())
+
+
+def traces_disable() -> None:
+    global _tracer
+    from rivercore import observe
+
+    observe.observer_remove(_OBSERVER_NAME)
+    _tracer = None
+    with _lock:
+        _segments.clear()
+
+
+def traces_setup(*, endpoint: str | None, service_name: str) -> bool:
+    """At startup: with an OTLP endpoint, install the SDK provider exporting over
+    OTLP/HTTP (the exporter reads the standard ``OTEL_EXPORTER_OTLP_*`` variables) and
+    the standard instrumentation. Without one, nothing at all. Returns whether tracing
+    is on."""
+    if not endpoint:
+        return False
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    traces_enable(provider)
+    _instrument()
+    return True
+
+
+def _instrument() -> None:
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+
+    DjangoInstrumentor().instrument()
+    PsycopgInstrumentor().instrument(enable_commenter=False)
+    CeleryInstrumentor().instrument()
+
+
+# -- segments ---------------------------------------------------------------------------
+
+def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, traceparent: str) -> str | None:
+    """Open this segment's ``river_agent.execution`` span. ``traceparent`` is the run's
+    root as stored on the execution ('' for its first traced segment). Returns the
+    traceparent the caller must store when the run had none (this span is the root),
+    else None. Nothing when tracing is off."""
+    tracer = _tracer
+    if tracer is None:
+        return None
+    parent = _propagator.extract({"traceparent": traceparent}) if traceparent else None
+    if parent is not None and not trace.get_current_span(parent).get_span_context().is_valid:
+        parent = None  # a stored value that does not parse: start a new trace
+    attributes = {"execution_id": execution_id, "agent_id": str(agent_id), "action_level": str(action_level)}
+    # The task (or request) this segment runs in has a span of its own in another trace
+    # when Celery or Django is instrumented: linked, so either leads to the other.
+    ambient = trace.get_current_span().get_span_context()
+    links = [trace.Link(ambient)] if ambient.is_valid else None
+    span = tracer.start_span("river_agent.execution", context=parent, kind=SpanKind.INTERNAL, attributes=attributes,
+                             links=links)
+    context = trace.set_span_in_context(span)
+    with _lock:
+        _segments[execution_id] = _Segment(span=span, context=context)
+    if parent is not None:
+        return None
+    carrier: dict[str, str] = {}
+    _propagator.inject(carrier, context=context)
+    return carrier.get("traceparent")
+
+
+def segment_trace_end(*, execution_id: int, status: str | None, error: BaseException | None = None) -> None:
+    """Close the segment's open turn and execution spans (``status``: how the segment
+    ended, e.g. ``awaiting_approval``; None when it was interrupted)."""
+    if _tracer is None:
+        return
+    with _lock:
+        seg = _segments.pop(execution_id, None)
+    if seg is None:
+        return
+    _turn_end(seg)
+    seg.span.set_attribute("status", status or "interrupted")
+    if error is not None:
+        seg.span.set_status(Status(StatusCode.ERROR, error.__class__.__name__))
+    seg.span.end()
+
+
+def _turn_end(seg: _Segment) -> None:
+    if seg.turn_span is not None:
+        seg.turn_span.end(end_time=seg.turn_last_ns or time.time_ns())
+        seg.turn_span = None
+        seg.turn_context = None
+        seg.dispatches.clear()
+
+
+def _turn_open(seg: _Segment, execution_id: int, turn: int, start_ns: int) -> None:
+    if seg.turn_span is not None and seg.turn == turn:
+        return
+    _turn_end(seg)
+    seg.turn = turn
+    seg.turn_span = _tracer.start_span(
+        "river_agent.turn", context=seg.context, start_time=start_ns,
+        attributes={"execution_id": execution_id, "turn_number": turn},
+    )
+    seg.turn_context = trace.set_span_in_context(seg.turn_span)
+    seg.turn_last_ns = start_ns
+
+
+# -- the observer -----------------------------------------------------------------------
+
+class _RunObserver:
+    """Turns the engine's steps and model calls into spans. Quick and non-blocking: it
+    only creates spans; the batch processor exports them on its own thread."""
+
+    def model_called(self, state, call) -> None:
+        tracer = _tracer
+        seg = _segments.get(state.request.execution_id)
+        if tracer is None or seg is None:
+            return
+        start_ns = int(call.started_at * 1e9)
+        end_ns = start_ns + call.duration_ms * 1_000_000
+        _turn_open(seg, state.request.execution_id, call.turn, start_ns)
+        reply = call.reply
+        seg.turn_span.set_attribute("model_tier", str(call.tier))
+        attributes: dict[str, Any] = {"latency_ms": call.duration_ms}
+        if reply is not None:
+            seg.turn_span.set_attribute("model_used", reply.model)
+            attributes.update(provider=reply.provider, tokens_in=reply.input_tokens, tokens_out=reply.output_tokens)
+        span = tracer.start_span("river_agent.reasoning", context=seg.turn_context, start_time=start_ns,
+                                 attributes=attributes)
+        if call.error is not None:
+            span.set_attribute("error_code", str(call.error.kind))
+            span.set_status(Status(StatusCode.ERROR, str(call.error.kind)))
+        span.end(end_time=end_ns)
+        seg.turn_last_ns = max(seg.turn_last_ns, end_ns)
+
+    def step_added(self, state, step) -> None:
+        tracer = _tracer
+        seg = _segments.get(state.request.execution_id)
+        if tracer is None or seg is None:
+            return
+        kind = step.step_type
+        if kind not in (StepType.GOVERNANCE_CHECK, StepType.OBSERVATION):
+            return
+        now = time.time_ns()
+        if seg.turn_span is None or seg.turn != step.turn:
+            # A step before any model call of this segment's turn (e.g. the approved
+            # call dispatched as a resumed segment begins): its turn opens here.
+            _turn_open(seg, state.request.execution_id, step.turn, now - step.duration_ms * 1_000_000)
+        if kind == StepType.GOVERNANCE_CHECK:
+            policy = step.output if isinstance(step.output, dict) else {}
+            tracer.start_span("river_agent.governance_check", context=seg.turn_context, start_time=now, attributes={
+                "tool_name": step.tool_name or "",
+                "decision": str(step.governance_decision or ""),
+                "policy_matched": str(policy.get("policy_matched") or ""),
+            }).end(end_time=now)
+        elif isinstance(step.output, dict) and step.output.get("_dispatched"):  # not a note or a refusal
+            start_ns = now - step.duration_ms * 1_000_000
+            span = tracer.start_span("river_agent.tool_dispatch", context=seg.turn_context, start_time=start_ns,
+                                     attributes={
+                                         "tool_name": step.tool_name or "",
+                                         "category": step.tool_category or "",
+                                         "status": str(step.status),
+                                         "latency_ms": step.duration_ms,
+                                     })
+            dispatch_context = trace.set_span_in_context(span)
+            for retry in step.output.get("retries") or ():
+                at_ns = start_ns + int(retry.get("started_ms", 0)) * 1_000_000
+                ended_ns = start_ns + int(retry.get("failed_ms", 0)) * 1_000_000
+                tracer.start_span("river_agent.tool_retry", context=dispatch_context, start_time=at_ns, attributes={
+                    "tool_name": step.tool_name or "",
+                    "attempt": int(retry.get("attempt", 0)),
+                    "error_code": str(retry.get("error_code", "")),
+                }).end(end_time=ended_ns)
+            if step.error:
+                span.set_status(Status(StatusCode.ERROR, str(step.status)))
+            span.end(end_time=now)
+        seg.turn_last_ns = max(seg.turn_last_ns, now)
