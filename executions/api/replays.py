@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -37,10 +37,14 @@ class ReplaySerializer(serializers.ModelSerializer):
         fields = ["id", "kind", "execution", "agent", "agent_version", "summary", "result", "created_at"]
 
 
-_RESULT = inline_serializer("ReplayResult", {"id": serializers.IntegerField(), "result": serializers.JSONField()})
-
-
 class ExecutionReplayView(APIView):
+    @extend_schema(responses={200: ReplaySerializer(many=True)})
+    def get(self, request, execution_id):
+        """The run's replays, newest first (replays never appear in the run lists)."""
+        execution = execution_get_for_user(user=request.user, execution_id=execution_id)
+        rows = execution.replays.order_by("-created_at", "-id")[:50]
+        return Response(ReplaySerializer(rows, many=True).data)
+
     @extend_schema(request=ReplayInput, responses={200: ReplaySerializer})
     def post(self, request, execution_id):
         execution = execution_get_for_user(user=request.user, execution_id=execution_id)

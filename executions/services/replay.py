@@ -33,6 +33,7 @@ from governance import checker
 from governance.selectors import active_policies, policy_get_for_user, policy_spec
 from governance.services import policy_validate
 from rivercore import context as ctxmod
+from rivercore import observe
 from rivercore.contracts import Step, StepType
 from rivercore.errors import Conflict, InvalidInput
 from rivercore.llm import LLMError, LLMReply, LLMToolCall
@@ -248,22 +249,40 @@ def _recorded_resume(recorded: list[Step], state: RunState) -> Step | None:
     return None
 
 
+class DryRunChecker:
+    """Governance's checker with rate limits evaluated but never consumed: a replay's
+    calls must not use up the agent's production rate-limit counters."""
+
+    def check_tool_call(self, facts):
+        return checker.check_tool_call(facts, count=False)
+
+    def check_llm_call(self, **kwargs):
+        return checker.check_llm_call(**kwargs)
+
+    def check_query_result(self, **kwargs):
+        return checker.check_query_result(**kwargs)
+
+    def auto_approve_matches(self, **kwargs):
+        return checker.auto_approve_matches(**kwargs)
+
+
 def _engine_run(state: RunState, *, recorded: list[Step], llm, tools: RecordedTools) -> tuple[Outcome | None, str]:
-    engine = Engine(llm=llm, journal=MemoryJournal(), policy=checker, tool_runner=tools, sleep=lambda _s: None,
+    engine = Engine(llm=llm, journal=MemoryJournal(), policy=DryRunChecker(), tool_runner=tools, sleep=lambda _s: None,
                     execution_timeout_seconds=3600.0)
-    try:
-        for _ in range(MAX_RESUMES):
-            outcome = engine.run(state)
-            resume = _recorded_resume(recorded, state)
-            if resume is None:
-                paused = state.pending.kind if state.pending else None
-                reason = f"the run would wait for {'an approval' if paused == 'approval' else paused}" \
-                    if paused else ""
-                return outcome, reason
-            state.apply(resume)
-        return None, "too many pauses to replay"
-    except ReplayStop as stop:
-        return None, stop.reason
+    with observe.unobserved():  # a replay is not a run: metrics, logs and traces never see it
+        try:
+            for _ in range(MAX_RESUMES):
+                outcome = engine.run(state)
+                resume = _recorded_resume(recorded, state)
+                if resume is None:
+                    paused = state.pending.kind if state.pending else None
+                    reason = f"the run would wait for {'an approval' if paused == 'approval' else paused}" \
+                        if paused else ""
+                    return outcome, reason
+                state.apply(resume)
+            return None, "too many pauses to replay"
+        except ReplayStop as stop:
+            return None, stop.reason
 
 
 def _fresh_state(base: RunState, *, agent_config=None) -> RunState:

@@ -93,6 +93,9 @@ def test_replay_of_a_finished_run_is_identical_without_model_call_or_write(works
     assert durable_support.CALLS == []  # the write's handler never ran
     assert ExecutionStep.objects.filter(execution=execution).count() == steps_before
     assert Execution.objects.count() == 1  # a replay is not a run
+    listed = api_client_for(owner).get(f"/api/v1/executions/{execution.pk}/replay").json()
+    assert [r["id"] for r in listed] == [body["id"]]
+    assert api_client_for(owner).get("/api/v1/executions/").json()["count"] == 1
 
 
 def test_replay_reports_non_determinism_where_governance_now_differs(workspace, owner):
@@ -203,6 +206,7 @@ def test_unknown_version_is_404_and_unfinished_run_is_409(workspace, owner, api_
 def test_outsider_gets_404_for_run_and_agent_replay(workspace, owner, outsider, api_client_for):
     execution = finished_write_run(workspace, owner)
     client = api_client_for(outsider)
+    assert client.get(f"/api/v1/executions/{execution.pk}/replay").status_code == 404
     assert client.post(f"/api/v1/executions/{execution.pk}/replay", {}, format="json").status_code == 404
     assert client.post(f"/api/v1/agents/{execution.agent_id}/replay", {"agent_version": 1},
                        format="json").status_code == 404
@@ -248,3 +252,26 @@ def test_batch_last_n_over_the_cap_is_a_400(workspace, owner, api_client_for):
     response = api_client_for(owner).post(f"/api/v1/agents/{agent.pk}/replay", {"agent_version": 1, "last_n": 51},
                                           format="json")
     assert response.status_code == 400 and "last_n" in response.json()["error"]["details"]
+
+
+def test_a_replay_reaches_no_observer(workspace, owner):
+    from rivercore import observe
+
+    execution = finished_write_run(workspace, owner)
+    seen: list[str] = []
+
+    class Recorder:
+        def step_added(self, state, step):
+            seen.append("step")
+
+        def model_called(self, state, call):
+            seen.append("model")
+
+    observe.observer_install("replay-test", Recorder())
+    try:
+        services.replay.execution_replay(execution=execution, user=owner)
+        services.replay.execution_replay(execution=execution, user=owner, agent_version=1,
+                                         llm=InstructionLLM())
+    finally:
+        observe.observer_remove("replay-test")
+    assert seen == []
