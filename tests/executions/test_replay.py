@@ -275,3 +275,24 @@ def test_a_replay_reaches_no_observer(workspace, owner):
     finally:
         observe.observer_remove("replay-test")
     assert seen == []
+
+
+@pytest.mark.parametrize("policies, field", [
+    ([{"name": "x", "conditions": {"expression": "tool.name =="}, "enforcement": "block"}], "policies[0]"),
+    ([["not", "a", "policy"]], "policies[0]"),
+    ([{"conditions": {"tool": WRITE}, "enforcement": "block"}], "policies[0].name"),
+])
+def test_bad_policy_items_are_400s_naming_the_item(workspace, owner, api_client_for, policies, field):
+    execution = finished_write_run(workspace, owner)
+    response = api_client_for(owner).post(f"/api/v1/executions/{execution.pk}/replay", {"policies": policies},
+                                          format="json")
+    assert response.status_code == 400, response.content
+    assert field in response.json()["error"]["details"]
+
+
+def test_unknown_policy_id_is_404(workspace, owner, api_client_for):
+    execution = finished_write_run(workspace, owner)
+    for policy_id in ["not-a-uuid", "00000000-0000-0000-0000-000000000000", 12345]:
+        response = api_client_for(owner).post(f"/api/v1/executions/{execution.pk}/replay",
+                                              {"policies": [policy_id]}, format="json")
+        assert response.status_code == 404, (policy_id, response.content)
