@@ -40,7 +40,7 @@ from rivercore.llm import LLMError, LLMReply, LLMToolCall
 from rivercore.runner import Engine, MemoryJournal, Outcome
 from rivercore.state import RUNNER_MODEL, RunState
 from rivercore.tools import Tool, ToolContext, ToolError, ToolErrorKind
-from rivercore.types.agents import Tier
+from rivercore.types.agents import ActionLevel, Tier, action_level_at_most
 from rivercore.types.governance import Decision, Enforcement, GovernancePolicySpec
 
 MAX_RECORDED_STEPS = 400  # a longer run is refused: replays run inside the request
@@ -293,14 +293,15 @@ def _fresh_state(base: RunState, *, agent_config=None) -> RunState:
                     tool_schemas=ctxmod.tool_schemas(request))
 
 
-def _replayable(execution: Execution) -> list[Step]:
+def _recorded(execution: Execution) -> RunState:
+    """The finished run's state: its request and prompt, and its recorded steps."""
     if execution.status not in REPLAYABLE:
         raise Conflict(f"Only a finished run can be replayed; this one is {execution.status}.",
                        code="run_not_finished")
     if execution.steps.count() > MAX_RECORDED_STEPS:
         raise Conflict(f"This run has more than {MAX_RECORDED_STEPS} steps; replays are limited to that.",
                        code="run_too_long")
-    return state_load(execution).steps
+    return state_load(execution)
 
 
 def _step_rows(steps: list[Step]) -> list[dict[str, Any]]:
@@ -341,8 +342,8 @@ def policies_resolve(*, user, policies: object) -> list[GovernancePolicySpec]:
 
 def _replay_result(execution: Execution, *, version: AgentVersion | None, policies: list[GovernancePolicySpec] | None,
                    llm=None) -> dict[str, Any]:
-    recorded = _replayable(execution)
-    base = state_load(execution)
+    base = _recorded(execution)
+    recorded = base.steps
     what_if = version is not None or policies is not None
     if what_if:
         use = version or execution.agent_version
@@ -351,6 +352,9 @@ def _replay_result(execution: Execution, *, version: AgentVersion | None, polici
         config = agent_config_build(agent=agent, version=use, policies=policies if policies is not None else
                                     active_policies(org_id=execution.workspace.organization_id,
                                                     workspace_id=execution.workspace_id))
+        cap = (execution.context.get("delegation") or {}).get("action_level_cap")
+        if cap:  # a delegated run is replayed under its parent's cap, as it ran
+            config.action_level = action_level_at_most(config.action_level, ActionLevel(cap))
         state = _fresh_state(base, agent_config=config)
         model = llm if llm is not None else llm_for_execution(execution)
     else:
