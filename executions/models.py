@@ -230,3 +230,30 @@ class ContinuationUse(models.Model):
 
     def __str__(self) -> str:
         return f"continuation of {self.execution_id} used at {self.used_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ExecutionReplay(models.Model):
+    """A replay of finished runs: its own kind of run, never an ``Execution`` row, so no
+    production count (health, memory, notifications, run-end handlers, metrics, run lists)
+    can ever include it. ``execution`` is the replayed run (null for a batch)."""
+
+    class Kind(models.TextChoices):
+        REPLAY = "replay", "Replay"
+        WHAT_IF = "what_if", "What-if replay"
+        BATCH = "batch", "Batch what-if replay"
+
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="replays")
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="replays")
+    replay_of = models.ForeignKey(Execution, null=True, blank=True, on_delete=models.CASCADE, related_name="replays")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    agent_version = models.PositiveIntegerField(null=True, blank=True)  # the version number replayed against
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    summary = models.CharField(max_length=300, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["agent", "kind", "-created_at"], name="replay_agent_kind_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk}"

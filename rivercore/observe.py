@@ -12,6 +12,9 @@ the run or the other observers."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +48,19 @@ class Observer(Protocol):
 
 
 _observers: dict[str, Observer] = {}
+# True while a replay drives the engine: a replay is not a run, so no observer (metrics,
+# logs, traces, recorded model calls) may count its steps or model calls.
+_unobserved: ContextVar[bool] = ContextVar("river_unobserved", default=False)
+
+
+@contextmanager
+def unobserved() -> Iterator[None]:
+    """Steps and model calls made inside this block reach no observer (replays)."""
+    token = _unobserved.set(True)
+    try:
+        yield
+    finally:
+        _unobserved.reset(token)
 
 
 def observer_install(name: str, observer: Observer) -> None:
@@ -56,6 +72,8 @@ def observer_remove(name: str) -> None:
 
 
 def step_added(state: RunState, step: Step) -> None:
+    if _unobserved.get():
+        return
     for name, observer in list(_observers.items()):
         try:
             observer.step_added(state, step)
@@ -64,6 +82,8 @@ def step_added(state: RunState, step: Step) -> None:
 
 
 def model_called(state: RunState, call: ModelCall) -> None:
+    if _unobserved.get():
+        return
     for name, observer in list(_observers.items()):
         try:
             observer.model_called(state, call)

@@ -319,7 +319,7 @@ class Engine:
         return await self._io(self.llm.complete, **request)
 
     async def _run_tool(self, tool: Tool, ctx: ToolContext, parsed: pydantic.BaseModel, timeout: float) -> object:
-        if self.blocking:
+        if self.blocking and self.tool_runner is run_tool:  # an injected runner (a replay) is used as given
             return run_tool_in_thread(tool, ctx, parsed, timeout, self.tool_thread_exit)
         return await self.tool_runner(tool, ctx, parsed, timeout, self.tool_thread_exit)
 

@@ -14,6 +14,7 @@ from django.urls import path, reverse_lazy
 from agents.selectors import agent_get_with_permissions
 from executions.models import Execution
 from executions.services import execution_start
+from executions.services.replay import replay_batch_latest
 from rivercore import limits
 from rivercore.errors import InvalidInput, NotFound
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
@@ -108,6 +109,7 @@ def _context(request, agent, form, granted) -> dict:
         "may_run": AGENT_EXECUTE in granted,
         "may_manage": AGENT_CREATE in granted,
         "triggers": [{"trigger": t, "firings": recent.get(t.pk, [])} for t in triggers],
+        "replay_batch": replay_batch_latest(agent_id=agent.pk),
         "runs": Execution.objects.filter(agent=agent).select_related("requested_by").order_by("-queued_at",
                                                                                              "-id")[:RECENT_RUNS],
     }

@@ -5,4 +5,5 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("executions.api.providers")),
     path("", include("executions.api.runs")),
+    path("", include("executions.api.replays")),
 ]
