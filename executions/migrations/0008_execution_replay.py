@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('agents', '0001_initial'),
-        ('executions', '0006_delegation'),
+        ('executions', '0007_execution_traceparent'),
         ('tenancy', '0003_service_principal_api_rate_limit'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
