@@ -239,11 +239,12 @@ def _span_ids() -> tuple[str | None, str | None]:
 
 
 class _Turn:
-    __slots__ = ("fields", "calls")
+    __slots__ = ("fields", "calls", "first_call")
 
     def __init__(self, fields: dict[str, Any], calls: list[str]) -> None:
-        self.fields = fields
+        self.fields = fields  # the line; its tool fields describe the turn's first call
         self.calls = calls  # call ids still to settle
+        self.first_call = calls[0] if calls else None
 
 
 class TurnLogObserver:
@@ -287,21 +288,19 @@ class TurnLogObserver:
         if current is None or step.call_id not in current.calls:
             return ready
         fields = current.fields
-        first = step.call_id == current.calls[0] if current.calls else False
+        first = step.call_id == current.first_call
+        if first and step.tool_category and fields["tool_category"] is None:
+            fields["tool_category"] = step.tool_category
         if step.step_type == StepType.GOVERNANCE_CHECK:
-            if first or fields["governance_decision"] is None:
+            if first:
                 fields["governance_decision"] = step.governance_decision.value if step.governance_decision else None
             if step.status in (StepStatus.PENDING, StepStatus.BLOCKED):
                 if fields["tool_status"] is None:
                     fields["tool_status"] = "awaiting_approval" if step.status == StepStatus.PENDING else "blocked"
                 current.calls.remove(step.call_id)
-        elif step.step_type == StepType.TOOL_CALL:
-            fields["tool_category"] = fields["tool_category"] or step.tool_category
         elif step.step_type in (StepType.OBSERVATION, StepType.INTERACTION, StepType.ERROR):
-            if fields["tool_called"] == step.tool_name:
-                fields["tool_category"] = fields["tool_category"] or step.tool_category
-                if fields["tool_status"] is None:
-                    fields["tool_status"] = _tool_status(step)
+            if first and fields["tool_status"] is None:
+                fields["tool_status"] = _tool_status(step)
             fields["latency_ms"] += step.duration_ms or 0
             current.calls.remove(step.call_id)
         if not current.calls:
