@@ -58,8 +58,34 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
 _MIN_SECRET_LENGTH = 8
 
 
+_secrets_cache: list[str] | None = None
+
+
+def secrets_forget(**kwargs: Any) -> None:
+    """Drop the cached secret values (connected to Django's ``setting_changed``)."""
+    global _secrets_cache
+    _secrets_cache = None
+
+
 def _configured_secrets() -> list[str]:
-    """Exact values of River's own secrets (and their common encodings), longest first."""
+    """Exact values of River's own secrets (and their common encodings), longest first;
+    computed once per process (every log line reads them)."""
+    global _secrets_cache
+    if _secrets_cache is None:
+        computed = _secrets_compute()
+        try:
+            from django.conf import settings
+
+            ready = settings.configured
+        except Exception:  # noqa: BLE001 - logging before Django is set up
+            ready = False
+        if not ready:
+            return computed
+        _secrets_cache = computed
+    return _secrets_cache
+
+
+def _secrets_compute() -> list[str]:
     try:
         from django.conf import settings
 

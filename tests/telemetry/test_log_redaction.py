@@ -12,7 +12,6 @@ import logging.config
 
 import pytest
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 
 from executions import services, tasks
 from telemetry.logs import REDACTED, TURN_LOGGER, logging_config, redact
@@ -67,14 +66,33 @@ def test_redact_removes_configured_secret_values(settings):
     assert settings.SECRET_KEY not in redact(f"oops {settings.SECRET_KEY!r}")
 
 
-def test_a_bad_log_format_stops_startup_naming_the_variable(monkeypatch):
-    from riverapp.env import env_choice
+def test_a_bad_log_format_stops_startup_naming_the_variable():
+    from tests.riverapp.test_settings import _check
 
-    monkeypatch.setenv("RIVER_LOG_FORMAT", "xml")
-    with pytest.raises(ImproperlyConfigured, match="RIVER_LOG_FORMAT"):
-        env_choice("RIVER_LOG_FORMAT", "text", choices=("text", "json"))
-    monkeypatch.setenv("RIVER_LOG_FORMAT", "JSON")
-    assert env_choice("RIVER_LOG_FORMAT", "text", choices=("text", "json")) == "json"
+    result = _check({"DEBUG": "true", "RIVER_LOG_FORMAT": "xml"})
+    assert result.returncode != 0
+    assert "RIVER_LOG_FORMAT must be one of text, json, got 'xml'" in result.stderr
+
+
+def test_json_format_makes_every_logger_a_json_line_with_the_exception_as_a_field():
+    from tests.riverapp.test_settings import _check
+
+    result = _check({"DEBUG": "true", "RIVER_LOG_FORMAT": "json"})
+    assert result.returncode == 0, result.stderr
+    buffer = _capture("json")
+    try:
+        logging.getLogger("django.request").warning("Not Found: %s", "/x")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("celery.worker").exception("task failed")
+    finally:
+        logging.config.dictConfig(settings.LOGGING)
+    first, second = (json.loads(line) for line in buffer.getvalue().splitlines())
+    assert first["logger"] == "django.request" and first["message"] == "Not Found: /x"
+    assert first["level"] == "WARNING" and "exception" not in first
+    assert second["logger"] == "celery.worker" and second["level"] == "ERROR"
+    assert "ValueError: boom" in second["exception"] and "Traceback" in second["exception"]
 
 
 # --- every logger, both formats, real code paths ------------------------------------
