@@ -1,13 +1,24 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from celery.signals import setup_logging, worker_init, worker_process_init, worker_process_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "riverapp.settings")
 
 app = Celery("riverapp")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@setup_logging.connect
+def _river_logging(**kwargs) -> None:
+    """Workers keep River's LOGGING (format switch and secret redaction) instead of
+    Celery replacing the root handlers with its own."""
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
 
 
 @worker_process_init.connect

@@ -78,6 +78,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_choice(name: str, default: str, *, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (case-insensitive); unset or empty means the default."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
 def env_timezone(name: str, default: str) -> str:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 

@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from riverapp.env import (
     database_from_url,
     env_bool,
+    env_choice,
     env_float,
     env_hmac_keys,
     env_int,
@@ -27,6 +28,7 @@ from riverapp.env import (
     validate_broker_url,
     validate_redis_url,
 )
+from telemetry.logs import LOG_FORMATS, logging_config
 
 # litellm must use its bundled price map: River has no network at run time.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -389,20 +391,10 @@ RIVER_METRICS_ALLOWED_IPS = env_ip_networks("RIVER_METRICS_ALLOWED_IPS")
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "river@localhost")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {
-        "LiteLLM": {"level": "WARNING"},
-        "sqlglot": {"level": "ERROR"},
-        "httpx": {"level": "WARNING"},
-        "daphne": {"level": "WARNING"},
-        "django.channels.server": {"level": "WARNING"},
-    },
-}
+# Logging (docs/observability.md "Logs"): text or one JSON object per line, secrets
+# redacted on every handler, and one JSON line per run turn on the "river.turns" logger.
+RIVER_LOG_FORMAT = env_choice("RIVER_LOG_FORMAT", "text", choices=LOG_FORMATS)
+LOGGING = logging_config(log_format=RIVER_LOG_FORMAT, level=env_str("LOG_LEVEL", "INFO"))
 
 # Traces (docs/observability.md): OpenTelemetry spans exported over OTLP/HTTP when the
 # standard OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads the other standard
