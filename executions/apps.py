@@ -15,3 +15,7 @@ class ExecutionsConfig(AppConfig):
         from executions.services.delegation import delegation_child_ended
 
         run_end_handler_register("delegation", delegation_child_ended)  # a child's end resumes its parent
+        from executions.modelcalls import ModelCallRecorder
+        from rivercore.observe import observer_install
+
+        observer_install("model_calls", ModelCallRecorder())  # every model call recorded with its turn

@@ -163,6 +163,17 @@ class ExecutionEvents(APIView):
         return Response(EventSerializer(events, many=True).data)
 
 
+class StepWhy(APIView):
+    """The answer to "why did the agent do this?" for one step (docs/observability.md)."""
+
+    @extend_schema(responses=inline_serializer("StepWhy", {"step": serializers.DictField()}))
+    def get(self, request, execution_id, step_number):
+        from executions.why import step_why
+
+        execution = execution_get_for_user(user=request.user, execution_id=execution_id)
+        return Response(step_why(execution=execution, step_number=step_number))
+
+
 class ExecutionCancel(APIView):
     @extend_schema(request=None, responses=ExecutionSerializer)
     def post(self, request, execution_id):
@@ -226,6 +237,7 @@ urlpatterns = [
     path("executions/", ExecutionList.as_view(), name="execution-list"),
     path("executions/<int:execution_id>/", ExecutionDetail.as_view(), name="execution-detail"),
     path("executions/<int:execution_id>/events/", ExecutionEvents.as_view(), name="execution-events"),
+    path("executions/<int:execution_id>/steps/<int:step_number>/why", StepWhy.as_view(), name="execution-step-why"),
     path("executions/<int:execution_id>/cancel", ExecutionCancel.as_view(), name="execution-cancel"),
     path("executions/<int:execution_id>/respond", ExecutionRespond.as_view(), name="execution-respond"),
     path("execute", Execute.as_view(), name="execute"),
