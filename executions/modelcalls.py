@@ -66,12 +66,14 @@ def body_unpack(body: bytes | memoryview) -> Any:
 class _RunBuffer:
     """What one run's calls left for its journal, and what it already sent."""
 
-    __slots__ = ("blobs", "calls", "sent", "last_digests")
+    __slots__ = ("blobs", "calls", "known", "last_digests")
 
     def __init__(self) -> None:
         self.blobs: list[dict] = []
         self.calls: list[dict] = []
-        self.sent: set[str] = set()
+        # digest of a message's raw JSON -> digest of its redacted JSON: a message seen
+        # before is only serialised and hashed again, never redacted or compressed again.
+        self.known: dict[bytes, str] = {}
         self.last_digests: list[str] = []
 
 
@@ -121,13 +123,15 @@ class ModelCallRecorder:
             return
         digests = []
         blobs = []
+        known = buffer.known
         for message in [*call.messages, {"__tools__": call.tools}]:
-            body = _redacted_json(message)
-            digest = _digest(body)
-            digests.append(digest)
-            if digest not in buffer.sent:
-                buffer.sent.add(digest)
+            raw = hashlib.sha256(orjson.dumps(message, default=str, option=orjson.OPT_NON_STR_KEYS)).digest()
+            digest = known.get(raw)
+            if digest is None:
+                body = _redacted_json(message)
+                digest = known[raw] = _digest(body)
                 blobs.append({"digest": digest, "body": _pack(body)})
+            digests.append(digest)
         tools_digest = digests.pop()
         previous = buffer.last_digests
         shared = 0
