@@ -18,3 +18,8 @@ class ExecutionsConfig(AppConfig):
         from executions.metrics import run_ended_metrics
 
         run_end_handler_register("metrics", run_ended_metrics)  # runs by status, trigger type, queue wait
+
+        from executions.modelcalls import ModelCallRecorder
+        from rivercore.observe import observer_install
+
+        observer_install("model_calls", ModelCallRecorder())  # every model call recorded with its turn

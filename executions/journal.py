@@ -14,7 +14,8 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connections, transaction
 
-from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions import modelcalls
+from executions.models import Execution, ExecutionEvent, ExecutionStep, ModelCallBlob, ModelCallRecord
 from executions.write_behind import (
     JournalConnection,
     Pending,
@@ -152,6 +153,9 @@ class DbJournal:
         self.seq = next_event_seq(execution.pk) if seq is None else seq  # the next event's number
         self._connection: JournalConnection | None = None
         self._pending: Pending | None = None
+        self.model_blobs: list[dict] = []
+        self.model_calls: list[dict] = []
+        modelcalls.run_open(execution.pk)  # the run's model calls are written with its turns
 
     def record(self, state: RunState, new_step: Step) -> None:
         self.steps.append(new_step)
@@ -163,6 +167,9 @@ class DbJournal:
         if not self.steps and not self.events:
             return
         self.settle()
+        blobs, calls = modelcalls.calls_take(self.execution.pk)
+        self.model_blobs += blobs
+        self.model_calls += calls
         events = [(self.seq + i, event_type, payload) for i, (event_type, payload) in enumerate(self.events)]
         cost = sum((m.estimated_cost or 0.0) for m in state.models_used.values())
         # The lease is renewed by the segment's heartbeat, not here: a per-turn write
@@ -204,6 +211,7 @@ class DbJournal:
         self.seq += len(events)
         self.steps.clear()
         self.events.clear()
+        self.model_blobs, self.model_calls = [], []
 
     def settle(self) -> None:
         """Wait until the last flush has committed; raise ``RunInterrupted`` if it
@@ -230,6 +238,7 @@ class DbJournal:
         except (RunInterrupted, DatabaseError):
             logger.info("execution %s: the last journal write did not commit", self.execution.pk)
         finally:
+            modelcalls.run_close(self.execution.pk)
             if self._connection is not None:
                 journal_connection_release(self._connection)
                 self._connection = None
@@ -258,6 +267,8 @@ class DbJournal:
             "status": Execution.Status.RUNNING.value,
             "steps": _json([step_columns(s) for s in self.steps]),
             "events": _json([{"seq": seq, "event_type": kind, "payload": payload} for seq, kind, payload in events]),
+            "model_blobs": _json(self.model_blobs),
+            "model_calls": _json(self.model_calls),
         }
 
     def _event_dicts(self, events: list[tuple[int, str, dict]]) -> list[dict]:
@@ -284,6 +295,7 @@ class DbJournal:
                 ExecutionEvent(execution_id=self.execution.pk, seq=seq, event_type=kind, payload=payload)
                 for seq, kind, payload in events
             ])
+            modelcalls._rows_write_orm(self.execution.pk, self.model_blobs, self.model_calls)
         return updated
 
 
@@ -360,6 +372,19 @@ WITH lease AS (
     INSERT INTO {ExecutionEvent._meta.db_table} (execution_id, created_at, seq, event_type, payload)
     SELECT lease.id, now(), e.seq, e.event_type, e.payload
     FROM lease, jsonb_to_recordset(%(events)s::jsonb) AS e(seq integer, event_type text, payload jsonb)
+), new_model_blobs AS (
+    INSERT INTO {ModelCallBlob._meta.db_table} (execution_id, digest, body)
+    SELECT lease.id, b.digest, decode(b.body, 'base64')
+    FROM lease, jsonb_to_recordset(%(model_blobs)s::jsonb) AS b(digest text, body text)
+    ON CONFLICT (execution_id, digest) DO NOTHING
+), new_model_calls AS (
+    INSERT INTO {ModelCallRecord._meta.db_table} (execution_id, created_at, turn, tier, model, provider,
+        timeout_seconds, shared_prefix, digests, tools_digest, output, error, duration_ms)
+    SELECT lease.id, now(), c.turn, c.tier, c.model, c.provider, c.timeout_seconds, c.shared_prefix, c.digests,
+        c.tools_digest, decode(c.output, 'base64'), c.error, c.duration_ms
+    FROM lease, jsonb_to_recordset(%(model_calls)s::jsonb) AS c(turn integer, tier text, model text,
+        provider text, timeout_seconds double precision, shared_prefix integer, digests jsonb, tools_digest text,
+        output text, error text, duration_ms integer)
 )
 SELECT id FROM lease
 """

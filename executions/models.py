@@ -257,3 +257,48 @@ class ExecutionReplay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} #{self.pk}"
+
+
+class ModelCallBlob(models.Model):
+    """One message (or one tool list) a run's model calls sent, stored once per run:
+    content-addressed by the SHA-256 of its redacted JSON, the body zlib-compressed.
+    Consecutive calls share most of their history, so a run stores each message once
+    and its calls grow by the new messages only (docs/observability.md)."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="+", db_index=False)
+    digest = models.CharField(max_length=64)
+    body = models.BinaryField()
+
+    class Meta:
+        db_table = "executions_model_call_blob"
+        constraints = [models.UniqueConstraint(fields=["execution", "digest"], name="model_call_blob_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id}:{self.digest[:12]}"
+
+
+class ModelCallRecord(models.Model):
+    """One model call: its input as references (the leading ``shared_prefix`` messages of
+    the previous call of the run, then ``digests``) and its output, zlib-compressed."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="+", db_index=False)
+    turn = models.PositiveIntegerField()
+    tier = models.CharField(max_length=20, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    provider = models.CharField(max_length=100, blank=True)
+    timeout_seconds = models.FloatField(default=0)
+    shared_prefix = models.PositiveIntegerField(default=0)
+    digests = models.JSONField(default=list)
+    tools_digest = models.CharField(max_length=64, blank=True)
+    output = models.BinaryField()
+    error = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "executions_model_call"
+        indexes = [models.Index(fields=["execution", "turn"], name="model_call_run_turn"),
+                   models.Index(fields=["created_at"], name="model_call_created")]
+
+    def __str__(self) -> str:
+        return f"model call of execution {self.execution_id}, turn {self.turn}"

@@ -45,3 +45,13 @@ def post_process(execution_id: int) -> bool:
     return execution_post_process(execution_id=execution_id)
 
 
+
+
+@shared_task(name="executions.model_calls_prune")
+def model_calls_prune() -> int:
+    """Periodic: forget the recorded model calls of runs older than the retention."""
+    from django.conf import settings
+
+    from executions.modelcalls import model_calls_prune as prune
+
+    return prune(days=settings.RIVER_MODEL_CALL_RETENTION_DAYS)

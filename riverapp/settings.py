@@ -373,6 +373,12 @@ CELERY_BEAT_SCHEDULE |= {
     "triggers-pipeline-handoffs-retry": {"task": "triggers.pipeline_handoffs_retry", "schedule": timedelta(seconds=60)},
     "triggers-metrics-prune": {"task": "triggers.metrics_prune", "schedule": timedelta(hours=1)},
 }
+# Recorded model calls (docs/observability.md) of runs that ended this many days ago are
+# pruned by the beat task executions.model_calls_prune.
+RIVER_MODEL_CALL_RETENTION_DAYS = env_int("RIVER_MODEL_CALL_RETENTION_DAYS", 30, minimum=1)
+CELERY_BEAT_SCHEDULE |= {
+    "executions-model-calls-prune": {"task": "executions.model_calls_prune", "schedule": timedelta(hours=6)},
+}
 
 # Metrics (docs/observability.md): every process (web, each Celery worker process) writes
 # its samples to files in RIVER_METRICS_DIR and /metrics sums them. prometheus_client reads

@@ -25,6 +25,7 @@ class RunEventType(StrEnum):
     APPROVAL_RESOLVED = "approval_resolved"
     RUN_COMPLETED = "run_completed"
     INTERACTION_REQUIRED = "interaction_required"
+    INTERACTION_RESOLVED = "interaction_resolved"
 
 
 class RunEvent(NamedTuple):
@@ -87,6 +88,14 @@ def run_completed_event(*, status: str, duration_ms: int, turns_used: int, final
 
 def interaction_required_event(*, turn: int, request: dict[str, Any]) -> RunEvent:
     return RunEvent(RunEventType.INTERACTION_REQUIRED, {"turn": int(turn), **request})
+
+
+def interaction_resolved_event(*, turn: int, call_id: str, resolution: str, answered_by: Any) -> RunEvent:
+    """The other half of ``interaction_required``: the question was answered (or the
+    run was cancelled while it waited)."""
+    return RunEvent(RunEventType.INTERACTION_RESOLVED, {
+        "turn": int(turn), "call_id": call_id, "resolution": str(resolution), "answered_by": answered_by,
+    })
 
 
 def event_message(*, event_type: str, seq: int, execution_id: int, payload: dict[str, Any]) -> dict[str, Any]:

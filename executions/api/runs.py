@@ -48,13 +48,18 @@ class ExecutionSerializer(serializers.ModelSerializer):
     trigger = serializers.SerializerMethodField()
     # The run that delegated this one (docs/delegation.md), or null.
     parent_execution = serializers.IntegerField(source="parent_execution_id", read_only=True, allow_null=True)
+    # The agent version by its number (what the agents API and pages call it); the
+    # internal row id stays available as ``agent_version_id``.
+    agent_version = serializers.IntegerField(source="agent_version.version", read_only=True)
+    agent_version_id = serializers.IntegerField(read_only=True)
 
     class Meta:
         model = Execution
-        fields = ["id", "workspace", "agent", "agent_version", "trigger", "trigger_type", "trigger_source",
-                  "trigger_payload", "requested_by", "input_prompt", "status", "turn_count", "tokens_input",
-                  "tokens_output", "total_tokens", "cost_usd", "cost_unknown", "queued_at", "started_at",
-                  "finished_at", "attempts", "result", "usage", "error", "parent_execution", "parent_execution_id"]
+        fields = ["id", "workspace", "agent", "agent_version", "agent_version_id", "trigger", "trigger_type",
+                  "trigger_source", "trigger_payload", "requested_by", "input_prompt", "status", "turn_count",
+                  "tokens_input", "tokens_output", "total_tokens", "cost_usd", "cost_unknown", "queued_at",
+                  "started_at", "finished_at", "attempts", "result", "usage", "error", "parent_execution",
+                  "parent_execution_id"]
 
     @extend_schema_field(TriggerRefSerializer)
     def get_trigger(self, obj) -> dict:
@@ -73,9 +78,17 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     steps = StepSerializer(many=True, read_only=True)
     pending = serializers.SerializerMethodField()
     child_executions = serializers.SerializerMethodField()
+    # The progressive status block (docs/observability.md); ``status`` stays the run's
+    # status string, which clients rely on.
+    status_detail = serializers.SerializerMethodField()
 
     class Meta(ExecutionSerializer.Meta):
-        fields = [*ExecutionSerializer.Meta.fields, "child_executions", "steps", "pending"]
+        fields = [*ExecutionSerializer.Meta.fields, "status_detail", "child_executions", "steps", "pending"]
+
+    def get_status_detail(self, obj) -> dict:
+        from executions.progress import execution_status_block
+
+        return execution_status_block(execution=obj)
 
     def get_pending(self, obj) -> dict | None:
         snapshot = obj.context_snapshot or {}
@@ -130,7 +143,7 @@ class ExecutionList(ListAPIView):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self):
-        qs = executions_for_user(user=self.request.user).order_by("-queued_at", "-id")
+        qs = executions_for_user(user=self.request.user).select_related("agent_version").order_by("-queued_at", "-id")
         params = self.request.query_params
         if params.get("status"):
             if params["status"] not in Execution.Status.values:
@@ -161,6 +174,17 @@ class ExecutionEvents(APIView):
             raise InvalidInput("after must be an integer.", details={"after": ["not an integer"]}) from None
         events = execution.events.filter(seq__gt=after).order_by("seq")[:1000]
         return Response(EventSerializer(events, many=True).data)
+
+
+class StepWhy(APIView):
+    """The answer to "why did the agent do this?" for one step (docs/observability.md)."""
+
+    @extend_schema(responses=inline_serializer("StepWhy", {"step": serializers.DictField()}))
+    def get(self, request, execution_id, step_number):
+        from executions.why import step_why
+
+        execution = execution_get_for_user(user=request.user, execution_id=execution_id)
+        return Response(step_why(execution=execution, step_number=step_number))
 
 
 class ExecutionCancel(APIView):
@@ -226,6 +250,7 @@ urlpatterns = [
     path("executions/", ExecutionList.as_view(), name="execution-list"),
     path("executions/<int:execution_id>/", ExecutionDetail.as_view(), name="execution-detail"),
     path("executions/<int:execution_id>/events/", ExecutionEvents.as_view(), name="execution-events"),
+    path("executions/<int:execution_id>/steps/<int:step_number>/why", StepWhy.as_view(), name="execution-step-why"),
     path("executions/<int:execution_id>/cancel", ExecutionCancel.as_view(), name="execution-cancel"),
     path("executions/<int:execution_id>/respond", ExecutionRespond.as_view(), name="execution-respond"),
     path("execute", Execute.as_view(), name="execute"),

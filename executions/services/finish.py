@@ -20,7 +20,7 @@ from executions.models import Execution, ExecutionEvent
 from executions.runend import RunEnded, run_end_handlers_call
 from executions.services.queue import post_process_queue_on_commit
 from rivercore.contracts import StepStatus, StepType
-from rivercore.events import run_completed_event
+from rivercore.events import approval_resolved_event, run_completed_event
 from rivercore.text import json_storable
 from rivercore.types.runs import RunStatus
 
@@ -119,10 +119,28 @@ def run_end_failed(row: Execution, *, code: str, message: str) -> None:
     run_end(row, status=Execution.Status.FAILED, summary=message, error=run_error(code, message))
 
 
+def _approvals_resolved_emit(row: Execution, approval_ids: list, resolution: str) -> None:
+    """``approval_resolved`` for requests that end without an approver's decision
+    (expired, or closed by a cancel): ``resolved_by`` is null, ``resolution`` says why.
+    Emitted before the run's ``run_completed``, in the caller's transaction."""
+    if not approval_ids:
+        return
+    seq = next_event_seq(row.pk)
+    events = []
+    for offset, approval_id in enumerate(approval_ids):
+        kind, payload = approval_resolved_event(approval_id=approval_id, resolution=resolution, resolved_by=None)
+        events.append(ExecutionEvent(execution=row, seq=seq + offset, event_type=kind, payload=payload))
+    event_rows_publish(row, ExecutionEvent.objects.bulk_create(events))
+
+
 def run_end_cancelled(row: Execution, *, by: str) -> None:
     """End a run that a person cancelled; its open approval requests close with it."""
     from governance.approvals import approvals_close_for_execution
+    from governance.models import ApprovalRequest
 
+    pending = list(ApprovalRequest.objects.filter(execution_id=row.pk, status=ApprovalRequest.Status.PENDING)
+                   .order_by("created_at").values_list("pk", flat=True))
+    _approvals_resolved_emit(row, pending, "cancelled")
     run_end(row, status=Execution.Status.CANCELLED, summary="cancelled",
             error=run_error("CANCELLED", f"Cancelled by {by}"))
     approvals_close_for_execution(execution_id=row.pk, reason="run cancelled")
@@ -139,6 +157,11 @@ def execution_end_expired(*, execution_id: int) -> None:
     row = Execution.objects.select_for_update().get(pk=execution_id)
     if row.status != Execution.Status.AWAITING_APPROVAL:
         return
+    from governance.models import ApprovalRequest
+
+    expired = (ApprovalRequest.objects.filter(execution_id=execution_id, status=ApprovalRequest.Status.EXPIRED)
+               .order_by("-resolved_at").values_list("pk", flat=True).first())
+    _approvals_resolved_emit(row, [expired] if expired else [], "expired")
     run_end(row, status=Execution.Status.APPROVAL_EXPIRED, summary="approval expired",
             error=run_error("APPROVAL_EXPIRED", "The approval request expired."))
 

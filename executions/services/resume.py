@@ -19,6 +19,7 @@ from rivercore.contracts import (
 from rivercore.errors import Conflict
 from rivercore.events import (
     approval_resolved_event,
+    interaction_resolved_event,
 )
 from rivercore.steps import answer_check, answer_step, resolution_step
 
@@ -49,6 +50,11 @@ def execution_respond(*, execution: Execution, user, user_response) -> Execution
         answer = answer_step(step_number=state.next_step_number, turn=state.turn, call_id=pending.call_id,
                              arguments=pending.arguments, answer=user_response, answered_by=user.pk)
         _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_INTERACTION, new_steps=[answer])
+        kind, payload = interaction_resolved_event(turn=state.turn, call_id=pending.call_id, resolution="answered",
+                                                   answered_by=user.pk)
+        event = ExecutionEvent.objects.create(execution=row, seq=next_event_seq(row.pk), event_type=kind,
+                                              payload=payload)
+        event_rows_publish(row, [event])
     return row
 
 

@@ -1,0 +1,110 @@
+"""Every model call of a durable run is recorded with its turn: exact input and output,
+redacted, each message stored once per run, so storage grows linearly with the run."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from executions import services, tasks
+from executions.modelcalls import model_calls_for_run, secrets_redact
+from executions.models import Execution, ModelCallBlob, ModelCallRecord
+from tests.executions import engine_support  # noqa: F401 - registers the test tools
+from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    for task in (tasks.run_segment, tasks.post_process):
+        monkeypatch.setattr(task, "delay", lambda *args: None)
+
+
+def _run(workspace, owner, turns: int, prompt: str = "echo") -> tuple[Execution, ScriptedLLM]:
+    agent = make_agent(workspace=workspace, owner=owner, name=f"echo {turns}", tools=["test_echo"],
+                       model_config={"max_turns": turns + 1, "token_budget": 10_000_000})
+    execution = services.execution_start(agent=agent, user=owner, input_prompt=prompt)
+    replies = [tool_reply("test_echo", {"text": f"line {n} " + "x" * 200}, call_id=f"call_{n}") for n in range(turns)]
+    llm = ScriptedLLM([*replies, text_reply("done")])
+    assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
+    return execution, llm
+
+
+def _stored_bytes(execution_id: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(pg_column_size(b.*)), 0) FROM executions_model_call_blob b WHERE execution_id = %s",
+            [execution_id])
+        blobs = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM executions_model_call c WHERE execution_id = %s",
+            [execution_id])
+        return blobs + cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+def test_each_model_call_is_stored_with_its_exact_input_and_output(workspace, owner, sent):
+    execution, llm = _run(workspace, owner, 3)
+
+    calls = model_calls_for_run(execution_id=execution.pk)
+
+    assert [c["turn"] for c in calls] == [1, 2, 3, 4]
+    for call, request in zip(calls, llm.requests, strict=True):
+        assert call["messages"] == request["messages"]
+        assert call["tools"] == request["tools"]
+        assert call["parameters"]["tier"] == request["tier"].value
+    assert calls[0]["output"]["reply"]["tool_calls"][0]["arguments"]["text"].startswith("line 0")
+    assert calls[-1]["output"]["reply"]["content"] == "done" and calls[-1]["model"] == "scripted"
+
+
+@pytest.mark.django_db
+def test_a_message_shared_by_consecutive_calls_is_stored_once(workspace, owner, sent):
+    execution, llm = _run(workspace, owner, 5)
+    distinct = {str(m) for request in llm.requests for m in request["messages"]}
+    # One blob per distinct message, plus the tool list.
+    assert ModelCallBlob.objects.filter(execution=execution).count() == len(distinct) + 1
+    later = ModelCallRecord.objects.filter(execution=execution).order_by("turn")[2]
+    assert later.shared_prefix > 0 and len(later.digests) < len(llm.requests[2]["messages"])
+
+
+@pytest.mark.django_db
+def test_storage_grows_linearly_with_turns(workspace, owner, sent):
+    short, _ = _run(workspace, owner, 15)
+    long, _ = _run(workspace, owner, 60)
+    per_turn_short = _stored_bytes(short.pk) / 15
+    per_turn_long = _stored_bytes(long.pk) / 60
+    # Quadratic storage would make the 60-turn run's bytes per turn about 4x the 15's.
+    assert per_turn_long < per_turn_short * 1.5, (per_turn_short, per_turn_long)
+
+
+def test_secrets_are_redacted():
+    text = ("key sk-proj-abcdefghijklmnop1234 and Authorization: Bearer abc.def.ghi123 "
+            "url postgres://river:hunter2pw@db.example/x token rvr_ABCDEFGH12345678 "
+            "webhook whsec_abcdefgh12345678 apikey rtk_abcdefgh1234567 password=s3cr3tpass")
+    redacted = secrets_redact(text)
+    for secret in ("sk-proj-abcdefghijklmnop1234", "abc.def.ghi123", "hunter2pw", "rvr_ABCDEFGH12345678",
+                   "whsec_abcdefgh12345678", "rtk_abcdefgh1234567", "s3cr3tpass"):
+        assert secret not in redacted
+    assert "postgres://river:[REDACTED]@db.example/x" in redacted
+
+
+@pytest.mark.django_db
+def test_a_secret_in_a_prompt_is_not_stored(workspace, owner, sent):
+    execution, _ = _run(workspace, owner, 1, prompt="connect with postgres://app:topsecret99@db/x please")
+    calls = model_calls_for_run(execution_id=execution.pk)
+    assert "topsecret99" not in str(calls) and "[REDACTED]" in str(calls[0]["messages"])
+    raw = b"".join(bytes(b.body) for b in ModelCallBlob.objects.filter(execution=execution))
+    assert b"topsecret99" not in raw
+
+
+@pytest.mark.django_db
+def test_prune_forgets_the_calls_of_runs_past_retention(workspace, owner, sent, settings):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    execution, _ = _run(workspace, owner, 1)
+    settings.RIVER_MODEL_CALL_RETENTION_DAYS = 7
+    assert tasks.model_calls_prune() == 0
+    Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now() - dt.timedelta(days=8))
+    assert tasks.model_calls_prune() == 2
+    assert not ModelCallBlob.objects.filter(execution=execution).exists()
