@@ -30,6 +30,10 @@ LOG_FORMATS = ("text", "json")
 
 turn_logger = logging.getLogger(TURN_LOGGER)
 
+# Spec 001's per-turn log field; it shares its name with the tool_called event, which
+# rivercore.events alone builds.
+TOOL_CALLED_FIELD = "tool_called"
+
 
 # --- redaction -------------------------------------------------------------------------
 
@@ -347,7 +351,7 @@ class TurnLogObserver:
             "model_used": step.model_used,
             "model_tier": step.model_tier,
             "provider": step.provider,
-            "tool_called": first.get("name"),
+            TOOL_CALLED_FIELD: first.get("name"),
             "tool_category": None,
             "tool_status": None,
             "governance_decision": None,
