@@ -285,6 +285,10 @@ SPECTACULAR_SETTINGS = {
         "AgentStatusEnum": "agents.models.Agent.Status",
         "WorkspaceStatusEnum": "tenancy.models.Workspace.Status",
         "ExecutionStatusEnum": "executions.models.Execution.Status",
+        "AccessTokenKindEnum": "tenancy.models.AccessToken.Kind",
+        "ReplayKindEnum": "executions.models.ExecutionReplay.Kind",
+        "DataSourceTypeEnum": "datasources.models.DataSource.Type",
+        "TriggerTypeEnum": "triggers.types.API_TRIGGER_TYPES",
     },
 }
 

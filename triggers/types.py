@@ -44,6 +44,7 @@ TERMINAL_STATUSES = frozenset({
 # The API's name for each type (the contract's name where they are the same).
 API_TYPE_NAMES: dict[TriggerType, str] = {t: t.value for t in TriggerType} | {TriggerType.SCHEDULED: "schedule"}
 _FROM_API = {name: t for t, name in API_TYPE_NAMES.items()}
+API_TRIGGER_TYPES = tuple(API_TYPE_NAMES.values())  # the API's names, in the schema as TriggerTypeEnum
 
 
 def api_type_name(trigger_type: str) -> str:
