@@ -9,11 +9,20 @@ from collections import defaultdict
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
-from django.urls import include, path, reverse_lazy
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import include, path, reverse, reverse_lazy
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
 
 from agents.selectors import agents_for_user
+from governance.models import Notification
+from riverapp.context import SESSION_KEY
 from tenancy.selectors import workspaces_for_user
+
+NOTIFICATIONS_PER_PAGE = 25
 
 LOGIN_URL = reverse_lazy("login")
 
@@ -28,7 +37,52 @@ def home(request):
     return render(request, "home.html", {"workspaces": items})
 
 
+def _safe_next(request, fallback: str) -> str:
+    target = request.POST.get("next") or ""
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return target
+    return fallback
+
+
+@require_POST
+@login_required(login_url=LOGIN_URL)
+def workspace_switch(request):
+    """Remember the workspace the pages show; only one of the user's own."""
+    try:
+        workspace_id = int(request.POST.get("workspace", ""))
+    except ValueError:
+        raise Http404("No such workspace.") from None
+    if not workspaces_for_user(user=request.user).filter(pk=workspace_id).exists():
+        raise Http404("No such workspace.")
+    request.session[SESSION_KEY] = workspace_id
+    return redirect(_safe_next(request, reverse("home")))
+
+
+@login_required(login_url=LOGIN_URL)
+def notifications(request):
+    mine = Notification.objects.filter(user=request.user).select_related("workspace").order_by("-created_at", "-pk")
+    page = Paginator(mine, NOTIFICATIONS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "notifications.html", {"page": page})
+
+
+@require_POST
+@login_required(login_url=LOGIN_URL)
+def notifications_mark_read(request):
+    """Mark one notification (``id``) or all of the user's (no ``id``) as read."""
+    mine = Notification.objects.filter(user=request.user, read_at__isnull=True)
+    raw = request.POST.get("id")
+    if raw:
+        if not raw.isdigit():
+            raise Http404("No such notification.")
+        mine = mine.filter(pk=int(raw))
+    mine.update(read_at=timezone.now())
+    return redirect(_safe_next(request, reverse("notifications")))
+
+
 urlpatterns = [
+    path("workspace/", workspace_switch, name="workspace-switch"),
+    path("notifications/", notifications, name="notifications"),
+    path("notifications/read", notifications_mark_read, name="notifications-read"),
     path("", home, name="home"),
     path(
         "accounts/login/",

@@ -1,0 +1,68 @@
+"""What every page's frame shows: the workspaces the user may switch between, the current
+one, the pending approvals and unread notifications counts, and which section of the
+navigation the page belongs to.
+
+Computed lazily, once per request: a page that does not render the frame (Django admin,
+an htmx fragment) runs none of these queries.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from governance.approvals import approvals_for_user
+from governance.models import ApprovalRequest, Notification
+from tenancy.selectors import workspaces_for_user
+
+SESSION_KEY = "river_workspace_id"
+# The first path segment of a page names its section of the main navigation.
+SECTIONS = {
+    "": "overview", "agents": "agents", "runs": "runs", "sessions": "sessions", "approvals": "approvals",
+    "triggers": "triggers", "data-sources": "data", "audit": "audit", "notifications": "notifications",
+}
+
+
+class Nav:
+    def __init__(self, request):
+        self.request = request
+
+    @cached_property
+    def workspaces(self) -> list:
+        mine = workspaces_for_user(user=self.request.user).select_related("organization")
+        return list(mine.order_by("organization__name", "name"))
+
+    @cached_property
+    def workspace(self):
+        """The workspace the user chose (kept in the session), else their first one."""
+        chosen = self.request.session.get(SESSION_KEY)
+        for workspace in self.workspaces:
+            if workspace.pk == chosen:
+                return workspace
+        return self.workspaces[0] if self.workspaces else None
+
+    @cached_property
+    def pending_approvals(self) -> int:
+        if self.workspace is None:
+            return 0
+        return approvals_for_user(user=self.request.user, status=ApprovalRequest.Status.PENDING).filter(
+            workspace=self.workspace).count()
+
+    @cached_property
+    def unread_notifications(self) -> int:
+        return Notification.objects.filter(user=self.request.user, read_at__isnull=True).count()
+
+    @cached_property
+    def section(self) -> str:
+        first = self.request.path.strip("/").split("/", 1)[0]
+        return SECTIONS.get(first, "")
+
+
+def current_workspace(request):
+    """The page's workspace (None for a user with none)."""
+    return Nav(request).workspace
+
+
+def river_nav(request) -> dict:
+    if not getattr(request, "user", None) or not request.user.is_authenticated:
+        return {}
+    return {"nav": Nav(request)}
