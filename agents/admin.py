@@ -5,9 +5,10 @@ from agents.models import Agent, AgentMemory, AgentVersion
 from agents.services import agent_transition, agent_version_create, agent_version_spec
 from common.formfields import BoundedJSONField
 from rivercore.errors import RiverError
+from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin
 
 
-class AgentVersionInline(admin.TabularInline):
+class AgentVersionInline(ScopedInlineMixin, admin.TabularInline):
     model = AgentVersion
     fields = ["version", "action_level", "governance_level", "created_by", "created_at"]
     readonly_fields = fields
@@ -20,9 +21,10 @@ class AgentVersionInline(admin.TabularInline):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(TenantScopedAdmin):
     """Status changes go through the lifecycle actions, which check and audit them."""
 
+    tenant_path = "workspace__organization"
     list_display = ["name", "workspace", "business_function", "status", "health", "current_version", "owner"]
     list_filter = ["status", "health", "business_function", "workspace__organization", "workspace"]
     search_fields = ["name", "domain", "description", "owner__username"]
@@ -129,9 +131,10 @@ class AgentVersionForm(forms.ModelForm):
 
 
 @admin.register(AgentVersion)
-class AgentVersionAdmin(admin.ModelAdmin):
+class AgentVersionAdmin(TenantScopedAdmin):
     """Versions are immutable: they can be added and viewed, never edited."""
 
+    tenant_path = "agent__workspace__organization"
     form = AgentVersionForm
     list_display = ["agent", "version", "action_level", "governance_level", "created_by", "created_at"]
     list_filter = ["action_level", "governance_level", "agent__workspace"]
@@ -163,7 +166,8 @@ class AgentVersionAdmin(admin.ModelAdmin):
 
 
 @admin.register(AgentMemory)
-class AgentMemoryAdmin(admin.ModelAdmin):
+class AgentMemoryAdmin(TenantScopedAdmin):
+    tenant_path = "agent__workspace__organization"
     list_display = ["agent", "execution_id", "created_at"]
     list_filter = ["agent__workspace"]
     search_fields = ["agent__name", "summary", "execution_id"]

@@ -10,6 +10,7 @@ from django.utils.html import format_html, format_html_join
 from datasources import services
 from datasources.models import DataSource
 from rivercore.errors import RiverError
+from tenancy.admin_scoping import TenantScopedAdmin
 
 
 class DataSourceForm(forms.ModelForm):
@@ -76,10 +77,11 @@ class DataSourceForm(forms.ModelForm):
 
 
 @admin.register(DataSource)
-class DataSourceAdmin(admin.ModelAdmin):
+class DataSourceAdmin(TenantScopedAdmin):
     """Writes go through the services: credentials are encrypted, connection changes
     drop the cached schema. "Refresh schema" rediscovers it from the database."""
 
+    tenant_path = "workspace__organization"
     form = DataSourceForm
     list_display = ["name", "workspace", "type", "access_level", "status", "has_credentials", "schema_discovered_at"]
     list_filter = ["type", "access_level", "status", "workspace__organization", "workspace"]
@@ -194,7 +196,7 @@ class DataSourceAdmin(admin.ModelAdmin):
         return custom + super().get_urls()
 
     def refresh_schema_view(self, request, object_id):
-        source = get_object_or_404(DataSource, pk=object_id)
+        source = get_object_or_404(self.get_queryset(request), pk=object_id)
         if request.method != "POST" or not self.has_change_permission(request, source):
             return HttpResponseRedirect(reverse("admin:datasources_datasource_change", args=[object_id]))
         self._refresh(request, source)

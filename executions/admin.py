@@ -5,9 +5,10 @@ from common.crypto import encrypt_text
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
 from executions.providers import provider_models_parse
 from rivercore.errors import InvalidInput
+from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+class _ReadOnlyAdmin(TenantScopedAdmin):
     """Run records are written by the engine only; the admin views them."""
 
     def has_add_permission(self, request, obj=None):
@@ -17,7 +18,7 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class ExecutionStepInline(admin.TabularInline):
+class ExecutionStepInline(ScopedInlineMixin, admin.TabularInline):
     model = ExecutionStep
     fields = ["step_number", "turn", "step_type", "tool_name", "status", "governance_decision", "duration_ms"]
     readonly_fields = fields
@@ -34,6 +35,7 @@ class ExecutionStepInline(admin.TabularInline):
 
 @admin.register(Execution)
 class ExecutionAdmin(_ReadOnlyAdmin):
+    tenant_path = "workspace__organization"
     list_display = ["id", "agent", "workspace", "status", "trigger_type", "parent_execution_id", "turn_count",
                     "cost_usd", "queued_at"]
     list_filter = ["status", "trigger_type", "workspace"]
@@ -44,6 +46,7 @@ class ExecutionAdmin(_ReadOnlyAdmin):
 
 @admin.register(ExecutionStep)
 class ExecutionStepAdmin(_ReadOnlyAdmin):
+    tenant_path = "execution__workspace__organization"
     list_display = ["execution", "step_number", "turn", "step_type", "tool_name", "status", "created_at"]
     list_filter = ["step_type", "status", "governance_decision"]
     search_fields = ["execution__id", "tool_name", "call_id"]
@@ -52,6 +55,7 @@ class ExecutionStepAdmin(_ReadOnlyAdmin):
 
 @admin.register(ExecutionEvent)
 class ExecutionEventAdmin(_ReadOnlyAdmin):
+    tenant_path = "execution__workspace__organization"
     list_display = ["execution", "seq", "event_type", "created_at"]
     list_filter = ["event_type"]
     search_fields = ["execution__id", "event_type"]
@@ -104,7 +108,8 @@ class LLMProviderForm(forms.ModelForm):
 
 
 @admin.register(LLMProvider)
-class LLMProviderAdmin(admin.ModelAdmin):
+class LLMProviderAdmin(TenantScopedAdmin):
+    tenant_path = "organization"
     form = LLMProviderForm
     list_display = ["provider_name", "organization", "priority", "enabled", "has_api_key", "created_at"]
     list_filter = ["enabled", "provider_name", "organization"]

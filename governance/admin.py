@@ -15,6 +15,7 @@ from governance.models import (
 from governance.services import policy_admin_delete, policy_admin_saved, policy_validate
 from rivercore.errors import InvalidInput
 from rivercore.types.governance import PolicyScope
+from tenancy.admin_scoping import TenantScopedAdmin, admin_organization_ids
 
 
 class PolicyAdminForm(forms.ModelForm):
@@ -58,7 +59,8 @@ class PolicyAdminForm(forms.ModelForm):
 
 
 @admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
+class PolicyAdmin(TenantScopedAdmin):
+    tenant_path = "organization"
     form = PolicyAdminForm
     list_display = ["name", "scope", "organization", "workspace", "policy_type", "enforcement", "enabled"]
     list_filter = ["scope", "policy_type", "enforcement", "enabled"]
@@ -89,7 +91,7 @@ class PolicyAdmin(admin.ModelAdmin):
             policy_admin_delete(policy=policy, actor=request.user)
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+class _ReadOnlyAdmin(TenantScopedAdmin):
     def has_add_permission(self, request):
         return False
 
@@ -104,6 +106,7 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
 class ApprovalRequestAdmin(_ReadOnlyAdmin):
     """Approvals are resolved through the approvals API and pages, never edited here."""
 
+    tenant_path = "workspace__organization"
     list_display = ["tool_name", "workspace", "execution_id", "status", "expires_at", "created_at"]
     list_filter = ["status"]
     search_fields = ["tool_name"]
@@ -113,8 +116,9 @@ class ApprovalRequestAdmin(_ReadOnlyAdmin):
 class AuditLogEntryAdmin(_ReadOnlyAdmin):
     """Append-only: no add, change or delete, even for superusers. The changelist
     shows each organization's verification verdict (entries of deleted
-    organizations included, by id)."""
+    organizations included, by id: superusers only)."""
 
+    tenant_path = "organization"
     list_display = ["organization_id", "seq", "event_type", "actor_label", "execution_id", "key_id", "created_at"]
     list_filter = ["event_type"]
     search_fields = ["event_type", "actor_label"]
@@ -122,7 +126,8 @@ class AuditLogEntryAdmin(_ReadOnlyAdmin):
     def changelist_view(self, request, extra_context=None):
         from governance.audit import audit_verify
 
-        for report in audit_verify().organizations:
+        scope = None if request.user.is_superuser else sorted(admin_organization_ids(request))
+        for report in audit_verify(organization_ids=scope).organizations:
             text = f"Audit trail of organization {report.organization_id}: {report.verdict} " \
                    f"({report.entries_checked} entries, {report.anchors_checked} anchors)"
             if report.ok:
@@ -136,24 +141,30 @@ class AuditLogEntryAdmin(_ReadOnlyAdmin):
 class AuditAnchorAdmin(_ReadOnlyAdmin):
     """Checkpoints of each organization's audit chain (docs/audit.md); view only."""
 
+    tenant_path = "organization_id"
     list_display = ["organization_id", "number", "entry_count", "key_id", "created_at"]
 
 
 @admin.register(PolicyCounter)
 class PolicyCounterAdmin(_ReadOnlyAdmin):
+    """Rate and budget windows, keyed by policy: superusers only."""
+
+    tenant_path = None
     list_display = ["key", "window_start", "value"]
     search_fields = ["key"]
 
 
 @admin.register(WorkspaceSettings)
-class WorkspaceSettingsAdmin(admin.ModelAdmin):
+class WorkspaceSettingsAdmin(TenantScopedAdmin):
+    tenant_path = "workspace__organization"
     # approval_notification_config is validated by its pydantic schema on clean.
     list_display = ["workspace", "updated_at"]
     formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(TenantScopedAdmin):
+    tenant_path = "workspace__organization"
     list_display = ["title", "user", "workspace", "kind", "read_at", "created_at"]
     list_filter = ["kind"]
     search_fields = ["title", "user__username"]

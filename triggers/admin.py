@@ -12,6 +12,7 @@ from django import forms
 from django.contrib import admin
 
 from rivercore.errors import InvalidInput
+from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin, TenantScopedAdminMixin
 from triggers.models import ApiKey, MetricSample, PipelineHandoff, Trigger, TriggerFiring, WebhookEndpoint
 from triggers.prompt import PromptTemplateError, prompt_validate
 from triggers.types import config_public, trigger_config_parse
@@ -72,7 +73,7 @@ class TriggerAdminForm(forms.ModelForm):
         return parsed.model_dump(mode="json")
 
 
-class FiringInline(admin.TabularInline):
+class FiringInline(ScopedInlineMixin, admin.TabularInline):
     model = TriggerFiring
     extra = 0
     max_num = 0
@@ -90,7 +91,8 @@ class FiringInline(admin.TabularInline):
 
 
 @admin.register(Trigger)
-class TriggerAdmin(admin.ModelAdmin):
+class TriggerAdmin(TenantScopedAdmin):
+    tenant_path = "workspace__organization"
     form = TriggerAdminForm
     list_display = ["name", "agent", "workspace", "type", "enabled", "run_as_identity", "created_at"]
     list_filter = ["type", "enabled", "workspace"]
@@ -132,7 +134,8 @@ class TriggerAdmin(admin.ModelAdmin):
 
 
 @admin.register(TriggerFiring)
-class TriggerFiringAdmin(admin.ModelAdmin):
+class TriggerFiringAdmin(TenantScopedAdmin):
+    tenant_path = "trigger__workspace__organization"
     list_display = ["fired_at", "trigger", "source", "outcome", "reason", "execution", "payload_bytes"]
     list_filter = ["outcome", "reason", "trigger__type"]
     search_fields = ["trigger__name", "dedupe_key", "source"]
@@ -151,7 +154,7 @@ class TriggerFiringAdmin(admin.ModelAdmin):
         return False
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+class _ReadOnlyAdmin(TenantScopedAdmin):
     def has_add_permission(self, request) -> bool:
         return False
 
@@ -163,6 +166,7 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
 class MetricSampleAdmin(_ReadOnlyAdmin):
     """Samples sent to /api/v1/metrics/ for threshold triggers (pruned after the retention)."""
 
+    tenant_path = "workspace__organization"
     list_display = ["ts", "workspace", "name", "value", "labels", "received_at"]
     list_filter = ["workspace"]
     search_fields = ["name"]
@@ -175,6 +179,7 @@ class PipelineHandoffAdmin(_ReadOnlyAdmin):
     """Hand-offs from a run's end to the workflow triggers that follow it; a pending one
     (not done) is retried by the beat task triggers.pipeline_handoffs_retry."""
 
+    tenant_path = "trigger__workspace__organization"
     list_display = ["id", "upstream_execution", "trigger", "depth", "attempts", "done_at", "firing", "last_error"]
     list_filter = [("done_at", admin.EmptyFieldListFilter)]
     list_select_related = ["trigger", "firing"]
@@ -187,10 +192,11 @@ class PipelineHandoffAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(TenantScopedAdmin):
     """Keys are issued through the API (shown once there); here they are listed and
     revoked. The digest is never shown."""
 
+    tenant_path = "organization"
     list_display = ["name", "prefix", "organization", "workspace", "rate_limit_per_minute", "created_at",
                     "last_used_at", "revoked_at"]
     list_filter = ["organization"]
@@ -214,10 +220,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(admin.ModelAdmin):
+class WebhookEndpointAdmin(TenantScopedAdmin):
     """Endpoints without their secrets: create and rotate through the API, which shows a
     secret once."""
 
+    tenant_path = "workspace__organization"
     list_display = ["slug", "workspace", "id", "created_at", "rotated_at", "previous_secret_expires_at"]
     list_filter = ["workspace"]
     search_fields = ["slug"]
@@ -226,3 +233,29 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
+
+
+# django-celery-beat's own tables: River's schedules are scheduled triggers, edited on the
+# trigger (its settings hold the cron and time zone) and kept in step by schedule_sync.
+# The raw beat rows (trigger:<id> and River's maintenance tasks) belong to no single
+# organization: superusers only.
+def _beat_admins_scoped() -> None:
+    from django_celery_beat.models import (
+        ClockedSchedule,
+        CrontabSchedule,
+        IntervalSchedule,
+        PeriodicTask,
+        SolarSchedule,
+    )
+
+    for model in (PeriodicTask, CrontabSchedule, IntervalSchedule, SolarSchedule, ClockedSchedule):
+        registered = admin.site._registry.get(model)
+        if registered is None or isinstance(registered, TenantScopedAdminMixin):
+            continue
+        admin.site.unregister(model)
+        scoped = type(f"Scoped{type(registered).__name__}", (TenantScopedAdminMixin, type(registered)),
+                      {"tenant_path": None, "__module__": __name__})
+        admin.site.register(model, scoped)
+
+
+_beat_admins_scoped()
