@@ -26,6 +26,7 @@ class AgentAdmin(TenantScopedAdmin):
 
     tenant_path = "workspace__organization"
     list_display = ["name", "workspace", "business_function", "status", "health", "current_version", "owner"]
+    list_select_related = ["workspace", "owner", "current_version__agent"]
     list_filter = ["status", "health", "business_function", "workspace__organization", "workspace"]
     search_fields = ["name", "domain", "description", "owner__username"]
     readonly_fields = ["id", "status", "health", "consecutive_failures", "current_version", "created_at", "updated_at"]

@@ -194,7 +194,7 @@ class TenantScopedAdminMixin(ScopedChoicesMixin):
         return spec
 
     def get_form(self, request, obj=None, change=False, **kwargs):
-        form = super().get_form(request, obj, change, **kwargs)  # type: ignore[misc]
+        form = super().get_form(request, obj, change=change, **kwargs)  # type: ignore[misc]
         if request.user.is_superuser or self.tenant_path in (None, "pk"):
             return form
         return _tenant_checked(form, path=self.tenant_path, organization_ids=admin_organization_ids(request))

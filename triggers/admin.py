@@ -104,12 +104,19 @@ class TriggerAdmin(TenantScopedAdmin):
         return ["name", "enabled", "workspace", "agent", "type", "prompt", "config", "run_as_identity",
                 "created_by", "created_at", "updated_at"]
 
-    @admin.display(description="Runs as")
-    def run_as_identity(self, obj) -> str:
+    list_select_related = ["agent", "workspace", "run_as__user"]
+
+    def get_queryset(self, request):
+        from django.db.models import OuterRef, Subquery
+
         from tenancy.models import Membership
 
-        role = Membership.objects.filter(user_id=obj.run_as.user_id).values_list("role", flat=True).first()
-        return f"{obj.run_as.user.username} ({role or 'no role'})"
+        run_as_role = Membership.objects.filter(user_id=OuterRef("run_as__user_id")).order_by("pk").values("role")[:1]
+        return super().get_queryset(request).annotate(run_as_role=Subquery(run_as_role))
+
+    @admin.display(description="Runs as")
+    def run_as_identity(self, obj) -> str:
+        return f"{obj.run_as.user.username} ({getattr(obj, 'run_as_role', None) or 'no role'})"
 
     def has_add_permission(self, request) -> bool:
         return False  # through the API: the run-as role is checked against its creator
@@ -182,7 +189,7 @@ class PipelineHandoffAdmin(_ReadOnlyAdmin):
     tenant_path = "trigger__workspace__organization"
     list_display = ["id", "upstream_execution", "trigger", "depth", "attempts", "done_at", "firing", "last_error"]
     list_filter = [("done_at", admin.EmptyFieldListFilter)]
-    list_select_related = ["trigger", "firing"]
+    list_select_related = ["trigger", "firing", "upstream_execution"]
     readonly_fields = ["trigger", "upstream_execution", "payload", "depth", "created_at", "attempts",
                        "next_attempt_at", "last_error", "done_at", "firing"]
     fields = readonly_fields
@@ -199,6 +206,7 @@ class ApiKeyAdmin(TenantScopedAdmin):
     tenant_path = "organization"
     list_display = ["name", "prefix", "organization", "workspace", "rate_limit_per_minute", "created_at",
                     "last_used_at", "revoked_at"]
+    list_select_related = ["organization", "workspace"]
     list_filter = ["organization"]
     search_fields = ["name", "prefix"]
     fields = ["name", "prefix", "organization", "workspace", "rate_limit_per_minute", "created_by", "created_at",
