@@ -20,11 +20,26 @@ class AgentVersionInline(ScopedInlineMixin, admin.TabularInline):
         return False
 
 
+class AgentForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = ["workspace", "name", "description", "business_function", "domain", "owner"]
+        help_texts = {
+            "workspace": "The workspace the agent works in: its data sources, policies and people.",
+            "name": "How people will recognise the agent, e.g. \"Refund triage\".",
+            "description": "What the agent is for, in a sentence or two.",
+            "business_function": "The team the agent works for; used to group agents and in reports.",
+            "domain": "The subject it knows about, e.g. \"EU customer support\" (optional).",
+            "owner": "The person responsible for the agent.",
+        }
+
+
 @admin.register(Agent)
 class AgentAdmin(TenantScopedAdmin):
     """Status changes go through the lifecycle actions, which check and audit them."""
 
     tenant_path = "workspace__organization"
+    form = AgentForm
     list_display = ["name", "workspace", "business_function", "status", "health", "current_version", "owner"]
     list_select_related = ["workspace", "owner", "current_version__agent"]
     list_filter = ["status", "health", "business_function", "workspace__organization", "workspace"]
@@ -87,6 +102,27 @@ class AgentVersionForm(forms.ModelForm):
         ]
         field_classes = {
             name: BoundedJSONField for name in ("model_config", "tools", "approval_rules", "notification_config")
+        }
+        help_texts = {
+            "agent": "The agent this version is for. Saving makes a new numbered version; deploy it from the "
+                     "agent's page or the API.",
+            "goal": "What the agent should achieve, in one or two sentences.",
+            "instructions": "How it should work: the steps, the tone, what to avoid.",
+            "system_prompt": "Optional. Extra text put before everything else the model reads.",
+            "action_level": "How far the agent may act on its own. Recommend: it only suggests; Read only: it "
+                            "may read data; Act with approval: changes wait for a person's approval; "
+                            "Automated: it may act without asking (policies still apply).",
+            "governance_level": "A label kept with the version (standard, strict or custom). What is blocked "
+                                "or needs approval is decided by the action level and the policies.",
+            "model_config": 'Optional. Which kind of model to use and the limits of a run, e.g. '
+                            '{"preferred_tier": "balanced", "max_turns": 15}. Empty uses the defaults '
+                            "(15 turns, 100,000 tokens).",
+            "tools": 'The tools the agent may use, e.g. ["execute_query", "explain_results", "ask_user"]. '
+                     "An unknown name is refused when you save.",
+            "approval_rules": 'Optional. Which tools need a person\'s approval and who may give it, e.g. '
+                              '{"require_approval_for": ["write_back"], "approver_roles": ["admin"]}.',
+            "notification_config": "Optional. Who is told about this agent's runs, and how.",
+            "data_sources": "The data sources of its workspace the agent may read.",
         }
 
     def __init__(self, *args, **kwargs):

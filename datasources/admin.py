@@ -19,7 +19,8 @@ class DataSourceForm(forms.ModelForm):
     credentials = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password", "size": 80}),
-        help_text='JSON, e.g. {"user": "reporting", "password": "..."}. Leave blank to keep the stored credentials.',
+        help_text='The login River uses, as JSON: {"user": "reporting", "password": "..."}. It is stored '
+                  "encrypted and never shown again; leave blank to keep the stored login.",
     )
 
     class Meta:
@@ -36,6 +37,23 @@ class DataSourceForm(forms.ModelForm):
             "observation_byte_limit",
             "query_timeout_seconds",
         ]
+        help_texts = {
+            "workspace": "The workspace whose agents may use this source.",
+            "name": "How people and agents will recognise it, e.g. \"Orders warehouse\".",
+            "description": "What is in it; agents read this to decide when to use it.",
+            "type": "The kind of database.",
+            "connection_config": 'Where the database is, without any password: for PostgreSQL {"host": '
+                                 '"db.example.com", "port": 5432, "database": "sales"}; for SQLite {"path": '
+                                 '"sales.db"}, a file in the workspace\'s folder.',
+            "access_level": "Read only: agents may only read. Read and write: agents may also write back, "
+                            "within their action level and policies.",
+            "classifications": 'Optional labels for sensitive tables, e.g. {"customers": "pii"}. Policies can '
+                               "use them, and sample values of labelled tables are never shown to a model.",
+            "query_row_limit": "The most rows one query may return. Empty uses the workspace's setting.",
+            "observation_byte_limit": "The most bytes of a result an agent is shown. Empty uses the "
+                                      "workspace's setting.",
+            "query_timeout_seconds": "How long one query may run. Empty uses the workspace's setting.",
+        }
 
     def clean_credentials(self):
         raw = self.cleaned_data.get("credentials") or ""

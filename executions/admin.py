@@ -77,9 +77,10 @@ class LLMProviderForm(forms.ModelForm):
         required=False,
         strip=True,
         widget=forms.PasswordInput(render_value=False),
-        help_text="Leave blank to keep the current key.",
+        help_text="The secret key from the provider's console. It is stored encrypted and never "
+                  "shown again; leave blank to keep the current key.",
     )
-    clear_api_key = forms.BooleanField(required=False, help_text="Remove the stored key.")
+    clear_api_key = forms.BooleanField(required=False, help_text="Tick to remove the stored key.")
 
     class Meta:
         model = LLMProvider
@@ -98,7 +99,29 @@ class LLMProviderForm(forms.ModelForm):
         ]
         field_classes = {"base_url": HttpsURLField}
         labels = {"tier_models": "Models"}
-        help_texts = {"tier_models": 'Tier -> model id, e.g. {"fast": "openai/gpt-4o-mini"}.'}
+        help_texts = {
+            "organization": "The organization whose agents may use this provider.",
+            "provider_name": "A short name, unique in the organization, e.g. openai or anthropic.",
+            "base_url": "Only for a self-hosted or proxy endpoint, e.g. https://llm.example.com/v1. "
+                        "Leave empty to use the provider's usual address.",
+            "tier_models": 'Which model answers each kind of request, e.g. {"fast": "openai/gpt-4o-mini", '
+                           '"reasoning": "openai/o3"}. Kinds: fast, balanced, reasoning, coding.',
+            "priority": "When several providers offer the same kind, the lowest number is tried first.",
+            "max_retries": "How many times a failed call is tried again on this provider before the next "
+                           "provider is tried.",
+            "timeout_seconds": "How long to wait for one answer before giving up on that call.",
+            "rate_limit_rpm": "At most this many calls per minute go to this provider.",
+            "enabled": "Untick to stop using this provider without deleting it.",
+        }
+
+    def clean(self):
+        cleaned = super().clean()
+        organization, name = cleaned.get("organization"), (cleaned.get("provider_name") or "").strip()
+        duplicate = LLMProvider.objects.filter(organization=organization, provider_name=name)
+        if organization is not None and name and duplicate.exclude(pk=self.instance.pk).exists():
+            self.add_error("provider_name", "This organization already has a provider with this name. "
+                                            "Choose another name, or edit the existing provider.")
+        return cleaned
 
     def clean_tier_models(self):
         try:

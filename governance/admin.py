@@ -23,7 +23,9 @@ class PolicyAdminForm(forms.ModelForm):
     ``{"expression": ...}`` and refused with the position and reason."""
 
     policy_type = forms.ChoiceField(
-        choices=[("", "Infer from the condition")] + Policy._meta.get_field("policy_type").choices, required=False
+        choices=[("", "Infer from the condition")] + Policy._meta.get_field("policy_type").choices, required=False,
+        help_text="What kind of limit this is. Leave on \"Infer from the condition\" and River picks it "
+                  "from the names the condition uses.",
     )
 
     class Meta:
@@ -31,6 +33,23 @@ class PolicyAdminForm(forms.ModelForm):
         fields = ["organization", "workspace", "scope", "name", "description", "policy_type", "conditions",
                   "enforcement", "enabled"]
         field_classes = {"conditions": BoundedJSONField}
+        help_texts = {
+            "organization": "The organization this rule belongs to.",
+            "scope": "Organization: the rule applies in every workspace of the organization. "
+                     "Workspace: only in the workspace chosen below.",
+            "workspace": "Only for a workspace rule. Leave empty for an organization-wide rule.",
+            "name": "A short name people will recognise in approvals and the audit log, "
+                    "e.g. \"Cap tokens per run\".",
+            "description": "Why the rule exists, for the next person who reads it.",
+            "conditions": 'When the rule applies, e.g. {"expression": "cost.tokens > 5000"} or '
+                          '{"expression": "tool.name == \'send_email\' AND time.hour >= 18"}. '
+                          "River checks it before each action an agent takes; names it does not "
+                          "know are refused when you save.",
+            "enforcement": "What happens when the condition holds: Block stops the action; Require "
+                           "approval pauses the run until a person approves; Warn lets it through "
+                           "with a warning; Log only records it.",
+            "enabled": "Untick to switch the rule off without deleting it.",
+        }
 
     def clean(self):
         cleaned = super().clean()
@@ -49,7 +68,11 @@ class PolicyAdminForm(forms.ModelForm):
                 )
             except InvalidInput as exc:
                 for field, messages in exc.details.items():
-                    if field in ("conditions", "policy_type"):
+                    if field == "conditions":
+                        for message in messages:
+                            self.add_error(field, f"River cannot use this condition ({message}). "
+                                                  'Write it as {"expression": "cost.tokens > 5000"}.')
+                    elif field == "policy_type":
                         for message in messages:
                             self.add_error(field, message)
             else:

@@ -18,7 +18,9 @@ from triggers.prompt import PromptTemplateError, prompt_validate
 from triggers.types import config_public, trigger_config_parse
 
 CONFIG_HELP = {
-    "scheduled": 'For example {"cron": "0 8 * * 1-5", "timezone": "Europe/Berlin"}.',
+    "scheduled": 'When to run, as a cron line and a time zone: {"cron": "0 8 * * 1-5", "timezone": '
+                 '"Europe/Berlin"} runs at 8:00 Berlin time, Monday to Friday (minute, hour, day of month, '
+                 'month, day of week).',
     "event": 'For example {"endpoint": "zendesk", "event_type": "ticket.created", '
              '"condition": "payload.priority == \'high\'"}.',
     "api": 'For example {"input_schema": {"type": "object"}, "rate_limit_per_minute": 60}.',
@@ -38,6 +40,12 @@ class TriggerAdminForm(forms.ModelForm):
     class Meta:
         model = Trigger
         fields = ["name", "enabled", "prompt", "config"]
+        help_texts = {
+            "name": "How people will recognise this trigger in the run list, e.g. \"Weekday 8 am report\".",
+            "enabled": "Untick to stop this trigger from starting runs; a schedule stops firing at once.",
+            "prompt": "What the agent is asked when the trigger fires. {{ payload.ticket.subject }} puts in "
+                      "a value from the event that fired it; nothing else in double braces is allowed.",
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

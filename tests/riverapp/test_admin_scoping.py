@@ -23,6 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion
+from common.crypto import encrypt_text
 from datasources.models import DataSource
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
 from governance.audit import audit_anchor, audit_record
@@ -381,3 +382,27 @@ def test_the_organization_admin_group_grants_what_the_scoped_admin_allows(world)
     client.force_login(user)
     assert client.get(_url(Policy)).status_code == 200
     assert client.get(_url(Group)).status_code == 403
+
+
+def test_forms_explain_themselves_and_never_show_a_secret(world, root):
+    provider = LLMProvider.objects.get(provider_name="alpha-1")
+    provider.api_key_encrypted = encrypt_text("sk-secret-123")
+    provider.save(update_fields=["api_key_encrypted"])
+    page = root.get(_url(LLMProvider, "change", provider.pk)).content.decode()
+    assert "sk-secret-123" not in page and "never shown again" in page
+    assert "the lowest number is tried first" in page
+    policy_page = root.get(_url(Policy, "add")).content.decode()
+    assert "Require approval pauses the run" in policy_page
+    assert "River checks it before each action" in policy_page
+    agent_page = root.get(_url(Agent, "change", world["a"]["agent"].pk)).content.decode()
+    assert "How people will recognise the agent" in agent_page
+    assert "How far the agent may act on its own" in root.get(_url(AgentVersion, "add")).content.decode()
+    assert "never shown again" in root.get(_url(DataSource, "add")).content.decode()
+
+    # A duplicate provider name is explained on the field, not as a database error.
+    response = root.post(_url(LLMProvider, "add"), {
+        "organization": world["alpha"].pk, "provider_name": "alpha-1", "tier_models": "{}",
+        "priority": 1, "max_retries": 2, "timeout_seconds": 30, "rate_limit_rpm": 60, "enabled": "on"})
+    assert response.context["adminform"].form.errors["provider_name"] == [
+        "This organization already has a provider with this name. Choose another name, or edit the existing "
+        "provider."]
