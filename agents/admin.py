@@ -5,9 +5,10 @@ from agents.models import Agent, AgentMemory, AgentVersion
 from agents.services import agent_transition, agent_version_create, agent_version_spec
 from common.formfields import BoundedJSONField
 from rivercore.errors import RiverError
+from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin
 
 
-class AgentVersionInline(admin.TabularInline):
+class AgentVersionInline(ScopedInlineMixin, admin.TabularInline):
     model = AgentVersion
     fields = ["version", "action_level", "governance_level", "created_by", "created_at"]
     readonly_fields = fields
@@ -19,11 +20,28 @@ class AgentVersionInline(admin.TabularInline):
         return False
 
 
+class AgentForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = ["workspace", "name", "description", "business_function", "domain", "owner"]
+        help_texts = {
+            "workspace": "The workspace the agent works in: its data sources, policies and people.",
+            "name": "How people will recognise the agent, e.g. \"Refund triage\".",
+            "description": "What the agent is for, in a sentence or two.",
+            "business_function": "The team the agent works for; used to group agents and in reports.",
+            "domain": "The subject it knows about, e.g. \"EU customer support\" (optional).",
+            "owner": "The person responsible for the agent.",
+        }
+
+
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(TenantScopedAdmin):
     """Status changes go through the lifecycle actions, which check and audit them."""
 
+    tenant_path = "workspace__organization"
+    form = AgentForm
     list_display = ["name", "workspace", "business_function", "status", "health", "current_version", "owner"]
+    list_select_related = ["workspace", "owner", "current_version__agent"]
     list_filter = ["status", "health", "business_function", "workspace__organization", "workspace"]
     search_fields = ["name", "domain", "description", "owner__username"]
     readonly_fields = ["id", "status", "health", "consecutive_failures", "current_version", "created_at", "updated_at"]
@@ -85,6 +103,27 @@ class AgentVersionForm(forms.ModelForm):
         field_classes = {
             name: BoundedJSONField for name in ("model_config", "tools", "approval_rules", "notification_config")
         }
+        help_texts = {
+            "agent": "The agent this version is for. Saving makes a new numbered version; deploy it from the "
+                     "agent's page or the API.",
+            "goal": "What the agent should achieve, in one or two sentences.",
+            "instructions": "How it should work: the steps, the tone, what to avoid.",
+            "system_prompt": "Optional. Extra text put before everything else the model reads.",
+            "action_level": "How far the agent may act on its own. Recommend: it only suggests; Read only: it "
+                            "may read data; Act with approval: changes wait for a person's approval; "
+                            "Automated: it may act without asking (policies still apply).",
+            "governance_level": "A label kept with the version (standard, strict or custom). What is blocked "
+                                "or needs approval is decided by the action level and the policies.",
+            "model_config": 'Optional. Which kind of model to use and the limits of a run, e.g. '
+                            '{"preferred_tier": "balanced", "max_turns": 15}. Empty uses the defaults '
+                            "(15 turns, 100,000 tokens).",
+            "tools": 'The tools the agent may use, e.g. ["execute_query", "explain_results", "ask_user"]. '
+                     "An unknown name is refused when you save.",
+            "approval_rules": 'Optional. Which tools need a person\'s approval and who may give it, e.g. '
+                              '{"require_approval_for": ["write_back"], "approver_roles": ["admin"]}.',
+            "notification_config": "Optional. Who is told about this agent's runs, and how.",
+            "data_sources": "The data sources of its workspace the agent may read.",
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -129,9 +168,10 @@ class AgentVersionForm(forms.ModelForm):
 
 
 @admin.register(AgentVersion)
-class AgentVersionAdmin(admin.ModelAdmin):
+class AgentVersionAdmin(TenantScopedAdmin):
     """Versions are immutable: they can be added and viewed, never edited."""
 
+    tenant_path = "agent__workspace__organization"
     form = AgentVersionForm
     list_display = ["agent", "version", "action_level", "governance_level", "created_by", "created_at"]
     list_filter = ["action_level", "governance_level", "agent__workspace"]
@@ -163,7 +203,8 @@ class AgentVersionAdmin(admin.ModelAdmin):
 
 
 @admin.register(AgentMemory)
-class AgentMemoryAdmin(admin.ModelAdmin):
+class AgentMemoryAdmin(TenantScopedAdmin):
+    tenant_path = "agent__workspace__organization"
     list_display = ["agent", "execution_id", "created_at"]
     list_filter = ["agent__workspace"]
     search_fields = ["agent__name", "summary", "execution_id"]

@@ -10,6 +10,7 @@ from django.utils.html import format_html, format_html_join
 from datasources import services
 from datasources.models import DataSource
 from rivercore.errors import RiverError
+from tenancy.admin_scoping import TenantScopedAdmin
 
 
 class DataSourceForm(forms.ModelForm):
@@ -18,7 +19,8 @@ class DataSourceForm(forms.ModelForm):
     credentials = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password", "size": 80}),
-        help_text='JSON, e.g. {"user": "reporting", "password": "..."}. Leave blank to keep the stored credentials.',
+        help_text='The login River uses, as JSON: {"user": "reporting", "password": "..."}. It is stored '
+                  "encrypted and never shown again; leave blank to keep the stored login.",
     )
 
     class Meta:
@@ -35,6 +37,23 @@ class DataSourceForm(forms.ModelForm):
             "observation_byte_limit",
             "query_timeout_seconds",
         ]
+        help_texts = {
+            "workspace": "The workspace whose agents may use this source.",
+            "name": "How people and agents will recognise it, e.g. \"Orders warehouse\".",
+            "description": "What is in it; agents read this to decide when to use it.",
+            "type": "The kind of database.",
+            "connection_config": 'Where the database is, without any password: for PostgreSQL {"host": '
+                                 '"db.example.com", "port": 5432, "database": "sales"}; for SQLite {"path": '
+                                 '"sales.db"}, a file in the workspace\'s folder.',
+            "access_level": "Read only: agents may only read. Read and write: agents may also write back, "
+                            "within their action level and policies.",
+            "classifications": 'Optional labels for sensitive tables, e.g. {"customers": "pii"}. Policies can '
+                               "use them, and sample values of labelled tables are never shown to a model.",
+            "query_row_limit": "The most rows one query may return. Empty uses the workspace's setting.",
+            "observation_byte_limit": "The most bytes of a result an agent is shown. Empty uses the "
+                                      "workspace's setting.",
+            "query_timeout_seconds": "How long one query may run. Empty uses the workspace's setting.",
+        }
 
     def clean_credentials(self):
         raw = self.cleaned_data.get("credentials") or ""
@@ -76,10 +95,11 @@ class DataSourceForm(forms.ModelForm):
 
 
 @admin.register(DataSource)
-class DataSourceAdmin(admin.ModelAdmin):
+class DataSourceAdmin(TenantScopedAdmin):
     """Writes go through the services: credentials are encrypted, connection changes
     drop the cached schema. "Refresh schema" rediscovers it from the database."""
 
+    tenant_path = "workspace__organization"
     form = DataSourceForm
     list_display = ["name", "workspace", "type", "access_level", "status", "has_credentials", "schema_discovered_at"]
     list_filter = ["type", "access_level", "status", "workspace__organization", "workspace"]
@@ -194,7 +214,7 @@ class DataSourceAdmin(admin.ModelAdmin):
         return custom + super().get_urls()
 
     def refresh_schema_view(self, request, object_id):
-        source = get_object_or_404(DataSource, pk=object_id)
+        source = get_object_or_404(self.get_queryset(request), pk=object_id)
         if request.method != "POST" or not self.has_change_permission(request, source):
             return HttpResponseRedirect(reverse("admin:datasources_datasource_change", args=[object_id]))
         self._refresh(request, source)

@@ -5,9 +5,10 @@ from common.crypto import encrypt_text
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
 from executions.providers import provider_models_parse
 from rivercore.errors import InvalidInput
+from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+class _ReadOnlyAdmin(TenantScopedAdmin):
     """Run records are written by the engine only; the admin views them."""
 
     def has_add_permission(self, request, obj=None):
@@ -17,7 +18,7 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class ExecutionStepInline(admin.TabularInline):
+class ExecutionStepInline(ScopedInlineMixin, admin.TabularInline):
     model = ExecutionStep
     fields = ["step_number", "turn", "step_type", "tool_name", "status", "governance_decision", "duration_ms"]
     readonly_fields = fields
@@ -34,6 +35,7 @@ class ExecutionStepInline(admin.TabularInline):
 
 @admin.register(Execution)
 class ExecutionAdmin(_ReadOnlyAdmin):
+    tenant_path = "workspace__organization"
     list_display = ["id", "agent", "workspace", "status", "trigger_type", "parent_execution_id", "turn_count",
                     "cost_usd", "queued_at"]
     list_filter = ["status", "trigger_type", "workspace"]
@@ -44,6 +46,7 @@ class ExecutionAdmin(_ReadOnlyAdmin):
 
 @admin.register(ExecutionStep)
 class ExecutionStepAdmin(_ReadOnlyAdmin):
+    tenant_path = "execution__workspace__organization"
     list_display = ["execution", "step_number", "turn", "step_type", "tool_name", "status", "created_at"]
     list_filter = ["step_type", "status", "governance_decision"]
     search_fields = ["execution__id", "tool_name", "call_id"]
@@ -52,6 +55,7 @@ class ExecutionStepAdmin(_ReadOnlyAdmin):
 
 @admin.register(ExecutionEvent)
 class ExecutionEventAdmin(_ReadOnlyAdmin):
+    tenant_path = "execution__workspace__organization"
     list_display = ["execution", "seq", "event_type", "created_at"]
     list_filter = ["event_type"]
     search_fields = ["execution__id", "event_type"]
@@ -73,9 +77,10 @@ class LLMProviderForm(forms.ModelForm):
         required=False,
         strip=True,
         widget=forms.PasswordInput(render_value=False),
-        help_text="Leave blank to keep the current key.",
+        help_text="The secret key from the provider's console. It is stored encrypted and never "
+                  "shown again; leave blank to keep the current key.",
     )
-    clear_api_key = forms.BooleanField(required=False, help_text="Remove the stored key.")
+    clear_api_key = forms.BooleanField(required=False, help_text="Tick to remove the stored key.")
 
     class Meta:
         model = LLMProvider
@@ -94,7 +99,29 @@ class LLMProviderForm(forms.ModelForm):
         ]
         field_classes = {"base_url": HttpsURLField}
         labels = {"tier_models": "Models"}
-        help_texts = {"tier_models": 'Tier -> model id, e.g. {"fast": "openai/gpt-4o-mini"}.'}
+        help_texts = {
+            "organization": "The organization whose agents may use this provider.",
+            "provider_name": "A short name, unique in the organization, e.g. openai or anthropic.",
+            "base_url": "Only for a self-hosted or proxy endpoint, e.g. https://llm.example.com/v1. "
+                        "Leave empty to use the provider's usual address.",
+            "tier_models": 'Which model answers each kind of request, e.g. {"fast": "openai/gpt-4o-mini", '
+                           '"reasoning": "openai/o3"}. Kinds: fast, balanced, reasoning, coding.',
+            "priority": "When several providers offer the same kind, the lowest number is tried first.",
+            "max_retries": "How many times a failed call is tried again on this provider before the next "
+                           "provider is tried.",
+            "timeout_seconds": "How long to wait for one answer before giving up on that call.",
+            "rate_limit_rpm": "At most this many calls per minute go to this provider.",
+            "enabled": "Untick to stop using this provider without deleting it.",
+        }
+
+    def clean(self):
+        cleaned = super().clean()
+        organization, name = cleaned.get("organization"), (cleaned.get("provider_name") or "").strip()
+        duplicate = LLMProvider.objects.filter(organization=organization, provider_name=name)
+        if organization is not None and name and duplicate.exclude(pk=self.instance.pk).exists():
+            self.add_error("provider_name", "This organization already has a provider with this name. "
+                                            "Choose another name, or edit the existing provider.")
+        return cleaned
 
     def clean_tier_models(self):
         try:
@@ -104,7 +131,8 @@ class LLMProviderForm(forms.ModelForm):
 
 
 @admin.register(LLMProvider)
-class LLMProviderAdmin(admin.ModelAdmin):
+class LLMProviderAdmin(TenantScopedAdmin):
+    tenant_path = "organization"
     form = LLMProviderForm
     list_display = ["provider_name", "organization", "priority", "enabled", "has_api_key", "created_at"]
     list_filter = ["enabled", "provider_name", "organization"]

@@ -15,6 +15,7 @@ from governance.models import (
 from governance.services import policy_admin_delete, policy_admin_saved, policy_validate
 from rivercore.errors import InvalidInput
 from rivercore.types.governance import PolicyScope
+from tenancy.admin_scoping import TenantScopedAdmin, admin_organization_ids
 
 
 class PolicyAdminForm(forms.ModelForm):
@@ -22,7 +23,9 @@ class PolicyAdminForm(forms.ModelForm):
     ``{"expression": ...}`` and refused with the position and reason."""
 
     policy_type = forms.ChoiceField(
-        choices=[("", "Infer from the condition")] + Policy._meta.get_field("policy_type").choices, required=False
+        choices=[("", "Infer from the condition")] + Policy._meta.get_field("policy_type").choices, required=False,
+        help_text="What kind of limit this is. Leave on \"Infer from the condition\" and River picks it "
+                  "from the names the condition uses.",
     )
 
     class Meta:
@@ -30,6 +33,23 @@ class PolicyAdminForm(forms.ModelForm):
         fields = ["organization", "workspace", "scope", "name", "description", "policy_type", "conditions",
                   "enforcement", "enabled"]
         field_classes = {"conditions": BoundedJSONField}
+        help_texts = {
+            "organization": "The organization this rule belongs to.",
+            "scope": "Organization: the rule applies in every workspace of the organization. "
+                     "Workspace: only in the workspace chosen below.",
+            "workspace": "Only for a workspace rule. Leave empty for an organization-wide rule.",
+            "name": "A short name people will recognise in approvals and the audit log, "
+                    "e.g. \"Cap tokens per run\".",
+            "description": "Why the rule exists, for the next person who reads it.",
+            "conditions": 'When the rule applies, e.g. {"expression": "cost.tokens > 5000"} or '
+                          '{"expression": "tool.name == \'send_email\' AND time.hour >= 18"}. '
+                          "River checks it before each action an agent takes; names it does not "
+                          "know are refused when you save.",
+            "enforcement": "What happens when the condition holds: Block stops the action; Require "
+                           "approval pauses the run until a person approves; Warn lets it through "
+                           "with a warning; Log only records it.",
+            "enabled": "Untick to switch the rule off without deleting it.",
+        }
 
     def clean(self):
         cleaned = super().clean()
@@ -48,7 +68,11 @@ class PolicyAdminForm(forms.ModelForm):
                 )
             except InvalidInput as exc:
                 for field, messages in exc.details.items():
-                    if field in ("conditions", "policy_type"):
+                    if field == "conditions":
+                        for message in messages:
+                            self.add_error(field, f"River cannot use this condition ({message}). "
+                                                  'Write it as {"expression": "cost.tokens > 5000"}.')
+                    elif field == "policy_type":
                         for message in messages:
                             self.add_error(field, message)
             else:
@@ -58,7 +82,8 @@ class PolicyAdminForm(forms.ModelForm):
 
 
 @admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
+class PolicyAdmin(TenantScopedAdmin):
+    tenant_path = "organization"
     form = PolicyAdminForm
     list_display = ["name", "scope", "organization", "workspace", "policy_type", "enforcement", "enabled"]
     list_filter = ["scope", "policy_type", "enforcement", "enabled"]
@@ -89,7 +114,7 @@ class PolicyAdmin(admin.ModelAdmin):
             policy_admin_delete(policy=policy, actor=request.user)
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+class _ReadOnlyAdmin(TenantScopedAdmin):
     def has_add_permission(self, request):
         return False
 
@@ -104,6 +129,7 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
 class ApprovalRequestAdmin(_ReadOnlyAdmin):
     """Approvals are resolved through the approvals API and pages, never edited here."""
 
+    tenant_path = "workspace__organization"
     list_display = ["tool_name", "workspace", "execution_id", "status", "expires_at", "created_at"]
     list_filter = ["status"]
     search_fields = ["tool_name"]
@@ -113,8 +139,9 @@ class ApprovalRequestAdmin(_ReadOnlyAdmin):
 class AuditLogEntryAdmin(_ReadOnlyAdmin):
     """Append-only: no add, change or delete, even for superusers. The changelist
     shows each organization's verification verdict (entries of deleted
-    organizations included, by id)."""
+    organizations included, by id: superusers only)."""
 
+    tenant_path = "organization"
     list_display = ["organization_id", "seq", "event_type", "actor_label", "execution_id", "key_id", "created_at"]
     list_filter = ["event_type"]
     search_fields = ["event_type", "actor_label"]
@@ -122,7 +149,8 @@ class AuditLogEntryAdmin(_ReadOnlyAdmin):
     def changelist_view(self, request, extra_context=None):
         from governance.audit import audit_verify
 
-        for report in audit_verify().organizations:
+        scope = None if request.user.is_superuser else sorted(admin_organization_ids(request))
+        for report in audit_verify(organization_ids=scope).organizations:
             text = f"Audit trail of organization {report.organization_id}: {report.verdict} " \
                    f"({report.entries_checked} entries, {report.anchors_checked} anchors)"
             if report.ok:
@@ -136,24 +164,30 @@ class AuditLogEntryAdmin(_ReadOnlyAdmin):
 class AuditAnchorAdmin(_ReadOnlyAdmin):
     """Checkpoints of each organization's audit chain (docs/audit.md); view only."""
 
+    tenant_path = "organization_id"
     list_display = ["organization_id", "number", "entry_count", "key_id", "created_at"]
 
 
 @admin.register(PolicyCounter)
 class PolicyCounterAdmin(_ReadOnlyAdmin):
+    """Rate and budget windows, keyed by policy: superusers only."""
+
+    tenant_path = None
     list_display = ["key", "window_start", "value"]
     search_fields = ["key"]
 
 
 @admin.register(WorkspaceSettings)
-class WorkspaceSettingsAdmin(admin.ModelAdmin):
+class WorkspaceSettingsAdmin(TenantScopedAdmin):
+    tenant_path = "workspace__organization"
     # approval_notification_config is validated by its pydantic schema on clean.
     list_display = ["workspace", "updated_at"]
     formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(TenantScopedAdmin):
+    tenant_path = "workspace__organization"
     list_display = ["title", "user", "workspace", "kind", "read_at", "created_at"]
     list_filter = ["kind"]
     search_fields = ["title", "user__username"]

@@ -12,12 +12,15 @@ from django import forms
 from django.contrib import admin
 
 from rivercore.errors import InvalidInput
+from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin, TenantScopedAdminMixin
 from triggers.models import ApiKey, MetricSample, PipelineHandoff, Trigger, TriggerFiring, WebhookEndpoint
 from triggers.prompt import PromptTemplateError, prompt_validate
 from triggers.types import config_public, trigger_config_parse
 
 CONFIG_HELP = {
-    "scheduled": 'For example {"cron": "0 8 * * 1-5", "timezone": "Europe/Berlin"}.',
+    "scheduled": 'When to run, as a cron line and a time zone: {"cron": "0 8 * * 1-5", "timezone": '
+                 '"Europe/Berlin"} runs at 8:00 Berlin time, Monday to Friday (minute, hour, day of month, '
+                 'month, day of week).',
     "event": 'For example {"endpoint": "zendesk", "event_type": "ticket.created", '
              '"condition": "payload.priority == \'high\'"}.',
     "api": 'For example {"input_schema": {"type": "object"}, "rate_limit_per_minute": 60}.',
@@ -37,6 +40,12 @@ class TriggerAdminForm(forms.ModelForm):
     class Meta:
         model = Trigger
         fields = ["name", "enabled", "prompt", "config"]
+        help_texts = {
+            "name": "How people will recognise this trigger in the run list, e.g. \"Weekday 8 am report\".",
+            "enabled": "Untick to stop this trigger from starting runs; a schedule stops firing at once.",
+            "prompt": "What the agent is asked when the trigger fires. {{ payload.ticket.subject }} puts in "
+                      "a value from the event that fired it; nothing else in double braces is allowed.",
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -72,7 +81,7 @@ class TriggerAdminForm(forms.ModelForm):
         return parsed.model_dump(mode="json")
 
 
-class FiringInline(admin.TabularInline):
+class FiringInline(ScopedInlineMixin, admin.TabularInline):
     model = TriggerFiring
     extra = 0
     max_num = 0
@@ -90,7 +99,8 @@ class FiringInline(admin.TabularInline):
 
 
 @admin.register(Trigger)
-class TriggerAdmin(admin.ModelAdmin):
+class TriggerAdmin(TenantScopedAdmin):
+    tenant_path = "workspace__organization"
     form = TriggerAdminForm
     list_display = ["name", "agent", "workspace", "type", "enabled", "run_as_identity", "created_at"]
     list_filter = ["type", "enabled", "workspace"]
@@ -102,12 +112,19 @@ class TriggerAdmin(admin.ModelAdmin):
         return ["name", "enabled", "workspace", "agent", "type", "prompt", "config", "run_as_identity",
                 "created_by", "created_at", "updated_at"]
 
-    @admin.display(description="Runs as")
-    def run_as_identity(self, obj) -> str:
+    list_select_related = ["agent", "workspace", "run_as__user"]
+
+    def get_queryset(self, request):
+        from django.db.models import OuterRef, Subquery
+
         from tenancy.models import Membership
 
-        role = Membership.objects.filter(user_id=obj.run_as.user_id).values_list("role", flat=True).first()
-        return f"{obj.run_as.user.username} ({role or 'no role'})"
+        run_as_role = Membership.objects.filter(user_id=OuterRef("run_as__user_id")).order_by("pk").values("role")[:1]
+        return super().get_queryset(request).annotate(run_as_role=Subquery(run_as_role))
+
+    @admin.display(description="Runs as")
+    def run_as_identity(self, obj) -> str:
+        return f"{obj.run_as.user.username} ({getattr(obj, 'run_as_role', None) or 'no role'})"
 
     def has_add_permission(self, request) -> bool:
         return False  # through the API: the run-as role is checked against its creator
@@ -132,7 +149,8 @@ class TriggerAdmin(admin.ModelAdmin):
 
 
 @admin.register(TriggerFiring)
-class TriggerFiringAdmin(admin.ModelAdmin):
+class TriggerFiringAdmin(TenantScopedAdmin):
+    tenant_path = "trigger__workspace__organization"
     list_display = ["fired_at", "trigger", "source", "outcome", "reason", "execution", "payload_bytes"]
     list_filter = ["outcome", "reason", "trigger__type"]
     search_fields = ["trigger__name", "dedupe_key", "source"]
@@ -151,7 +169,7 @@ class TriggerFiringAdmin(admin.ModelAdmin):
         return False
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+class _ReadOnlyAdmin(TenantScopedAdmin):
     def has_add_permission(self, request) -> bool:
         return False
 
@@ -163,6 +181,7 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
 class MetricSampleAdmin(_ReadOnlyAdmin):
     """Samples sent to /api/v1/metrics/ for threshold triggers (pruned after the retention)."""
 
+    tenant_path = "workspace__organization"
     list_display = ["ts", "workspace", "name", "value", "labels", "received_at"]
     list_filter = ["workspace"]
     search_fields = ["name"]
@@ -175,9 +194,10 @@ class PipelineHandoffAdmin(_ReadOnlyAdmin):
     """Hand-offs from a run's end to the workflow triggers that follow it; a pending one
     (not done) is retried by the beat task triggers.pipeline_handoffs_retry."""
 
+    tenant_path = "trigger__workspace__organization"
     list_display = ["id", "upstream_execution", "trigger", "depth", "attempts", "done_at", "firing", "last_error"]
     list_filter = [("done_at", admin.EmptyFieldListFilter)]
-    list_select_related = ["trigger", "firing"]
+    list_select_related = ["trigger", "firing", "upstream_execution"]
     readonly_fields = ["trigger", "upstream_execution", "payload", "depth", "created_at", "attempts",
                        "next_attempt_at", "last_error", "done_at", "firing"]
     fields = readonly_fields
@@ -187,12 +207,14 @@ class PipelineHandoffAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(TenantScopedAdmin):
     """Keys are issued through the API (shown once there); here they are listed and
     revoked. The digest is never shown."""
 
+    tenant_path = "organization"
     list_display = ["name", "prefix", "organization", "workspace", "rate_limit_per_minute", "created_at",
                     "last_used_at", "revoked_at"]
+    list_select_related = ["organization", "workspace"]
     list_filter = ["organization"]
     search_fields = ["name", "prefix"]
     fields = ["name", "prefix", "organization", "workspace", "rate_limit_per_minute", "created_by", "created_at",
@@ -214,10 +236,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(admin.ModelAdmin):
+class WebhookEndpointAdmin(TenantScopedAdmin):
     """Endpoints without their secrets: create and rotate through the API, which shows a
     secret once."""
 
+    tenant_path = "workspace__organization"
     list_display = ["slug", "workspace", "id", "created_at", "rotated_at", "previous_secret_expires_at"]
     list_filter = ["workspace"]
     search_fields = ["slug"]
@@ -226,3 +249,29 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
+
+
+# django-celery-beat's own tables: River's schedules are scheduled triggers, edited on the
+# trigger (its settings hold the cron and time zone) and kept in step by schedule_sync.
+# The raw beat rows (trigger:<id> and River's maintenance tasks) belong to no single
+# organization: superusers only.
+def _beat_admins_scoped() -> None:
+    from django_celery_beat.models import (
+        ClockedSchedule,
+        CrontabSchedule,
+        IntervalSchedule,
+        PeriodicTask,
+        SolarSchedule,
+    )
+
+    for model in (PeriodicTask, CrontabSchedule, IntervalSchedule, SolarSchedule, ClockedSchedule):
+        registered = admin.site._registry.get(model)
+        if registered is None or isinstance(registered, TenantScopedAdminMixin):
+            continue
+        admin.site.unregister(model)
+        scoped = type(f"Scoped{type(registered).__name__}", (TenantScopedAdminMixin, type(registered)),
+                      {"tenant_path": None, "__module__": __name__})
+        admin.site.register(model, scoped)
+
+
+_beat_admins_scoped()

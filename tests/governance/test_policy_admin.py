@@ -28,7 +28,10 @@ def _data(org, ws, **overrides):
 def test_form_refuses_a_bad_condition_with_its_position(org, workspace):
     form = PolicyAdminForm(data=_data(org, workspace, conditions='{"expression": "tool.name IN [\'a\',"}'))
     assert not form.is_valid()
-    assert form.errors["conditions"] == ["position 18: expected a value, found end of expression"]
+    assert form.errors["conditions"] == [
+        "River cannot use this condition (position 18: expected a value, found end of expression). "
+        'Write it as {"expression": "cost.tokens > 5000"}.'
+    ]
 
 
 def test_form_normalises_the_keyed_form_and_infers_the_type(org, workspace):
