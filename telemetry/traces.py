@@ -109,32 +109,80 @@ def _instrument() -> None:
 
 # -- segments ---------------------------------------------------------------------------
 
-def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, traceparent: str) -> str | None:
-    """Open this segment's ``river_agent.execution`` span. ``traceparent`` is the run's
-    root as stored on the execution ('' for its first traced segment). Returns the
-    traceparent the caller must store when the run had none (this span is the root),
-    else None. Nothing when tracing is off."""
-    tracer = _tracer
-    if tracer is None:
+def _remote(traceparent: str) -> Any:
+    """The context of a stored W3C traceparent, or None when it is empty or does not parse."""
+    if not traceparent:
         return None
-    parent = _propagator.extract({"traceparent": traceparent}) if traceparent else None
-    if parent is not None and not trace.get_current_span(parent).get_span_context().is_valid:
-        parent = None  # a stored value that does not parse: start a new trace
-    attributes = {"execution_id": execution_id, "agent_id": str(agent_id), "action_level": str(action_level)}
-    # The task (or request) this segment runs in has a span of its own in another trace
-    # when Celery or Django is instrumented: linked, so either leads to the other.
-    ambient = trace.get_current_span().get_span_context()
-    links = [trace.Link(ambient)] if ambient.is_valid else None
-    span = tracer.start_span("river_agent.execution", context=parent, kind=SpanKind.INTERNAL, attributes=attributes,
-                             links=links)
-    context = trace.set_span_in_context(span)
-    with _lock:
-        _segments[execution_id] = _Segment(span=span, context=context)
-    if parent is not None:
-        return None
+    context = _propagator.extract({"traceparent": traceparent})
+    return context if trace.get_current_span(context).get_span_context().is_valid else None
+
+
+def _traceparent_of(context: Any) -> str | None:
     carrier: dict[str, str] = {}
     _propagator.inject(carrier, context=context)
     return carrier.get("traceparent")
+
+
+def _ambient_links() -> list[trace.Link] | None:
+    """The span this code runs in (a Celery task's, a request's) when Celery or Django is
+    instrumented: it sits in another trace, so it is linked, and either leads to the other."""
+    ambient = trace.get_current_span().get_span_context()
+    return [trace.Link(ambient)] if ambient.is_valid else None
+
+
+def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, traceparent: str,
+                        parent_traceparent: str = "") -> str | None:
+    """Open this segment's ``river_agent.execution`` span. ``traceparent`` is the run's
+    root as stored on the execution ('' for its first traced segment). For a delegated
+    run, ``parent_traceparent`` is the span of the parent run that started it: the
+    child's root is opened under it, so parent and child share one trace. Returns the
+    traceparent the caller must store when the run had no root (this span is the
+    root), else None. Nothing when tracing is off."""
+    tracer = _tracer
+    if tracer is None:
+        return None
+    root = _remote(traceparent)  # a stored value that does not parse starts a new root
+    parent = root if root is not None else _remote(parent_traceparent)
+    attributes = {"execution_id": execution_id, "agent_id": str(agent_id), "action_level": str(action_level)}
+    span = tracer.start_span("river_agent.execution", context=parent, kind=SpanKind.INTERNAL, attributes=attributes,
+                             links=_ambient_links())
+    context = trace.set_span_in_context(span)
+    with _lock:
+        _segments[execution_id] = _Segment(span=span, context=context)
+    return None if root is not None else _traceparent_of(context)
+
+
+def run_span_traceparent(*, execution_id: int) -> str:
+    """The W3C traceparent of the span a run's segment is in on this process right now
+    (its open turn, else the segment's execution span); '' when tracing is off or the
+    run has no open segment here. A delegation carries it into the child run."""
+    if _tracer is None:
+        return ""
+    seg = _segments.get(execution_id)
+    if seg is None:
+        return ""
+    return _traceparent_of(seg.turn_context if seg.turn_span is not None else seg.context) or ""
+
+
+def governance_verdict_span(*, traceparent: str, execution_id: int, turn: int, tool_name: str, decision: str,
+                            policy_matched: str, resolution: str, approval_id: str, resolved_by: Any) -> None:
+    """A person's verdict on a paused call (approved, rejected, edited) or its closing
+    without one (expired, cancelled): a ``river_agent.governance_check`` span in the
+    run's trace, a child of its root (the verdict is given between two segments, by a
+    request or the expiry sweep, not by the engine). Nothing when tracing is off or the
+    run has no stored root."""
+    tracer = _tracer
+    root = _remote(traceparent) if tracer is not None else None
+    if root is None:
+        return
+    now = time.time_ns()
+    tracer.start_span("river_agent.governance_check", context=root, start_time=now, links=_ambient_links(),
+                      attributes={
+                          "execution_id": execution_id, "turn_number": turn, "tool_name": tool_name or "",
+                          "decision": decision, "policy_matched": policy_matched or "", "resolution": resolution,
+                          "approval_id": approval_id or "",
+                          "resolved_by": "" if resolved_by is None else str(resolved_by),
+                      }).end(end_time=now)
 
 
 def segment_trace_end(*, execution_id: int, status: str | None, error: BaseException | None = None) -> None:

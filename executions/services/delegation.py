@@ -31,6 +31,7 @@ from rivercore.contracts import StepStatus, StepType, TriggerType
 from rivercore.errors import Conflict, InvalidInput
 from rivercore.steps import child_result_step
 from rivercore.types.runs import RunStatus
+from telemetry import traces
 
 logger = logging.getLogger("river.executions")
 
@@ -81,11 +82,14 @@ def delegation_start(*, parent_execution_id: int, call_id: str, agent_reference:
                 f"This run already delegated {started} task(s), the limit per run "
                 f"({settings.RIVER_MAX_DELEGATIONS_PER_RUN}).", code="delegation_limit_reached",
                 details={"agent": ["too many delegations in this run"]})
+        delegation = {"depth": depth, "action_level_cap": action_level}
+        # The parent's span dispatching this call (its turn): the child's trace joins it.
+        if parent_span := traces.run_span_traceparent(execution_id=parent.pk):
+            delegation["parent_traceparent"] = parent_span
         child = execution_start(
             agent=target, user=parent.requested_by, input_prompt=task, payload=payload,
             trigger_type=TriggerType.WORKFLOW.value, trigger_source=f"{DELEGATION_SOURCE_PREFIX}{parent.pk}",
-            parent_execution_id=parent.pk, parent_call_id=call_id,
-            delegation={"depth": depth, "action_level_cap": action_level},
+            parent_execution_id=parent.pk, parent_call_id=call_id, delegation=delegation,
         )
         audit_record(
             organization_id=target.workspace.organization_id, workspace_id=parent.workspace_id,

@@ -273,10 +273,13 @@ async def _segment_run(execution: Execution, token: str, llm, *, hosted: bool) -
 
 def _segment_trace_begin(execution: Execution, state: RunState) -> None:
     """Open the segment's execution span under the run's trace; the run's first traced
-    segment stores its root (caller holds the lease, so nobody else writes it)."""
+    segment stores its root (caller holds the lease, so nobody else writes it). A
+    delegated run's root hangs under the parent's span that started it."""
+    delegation = ((execution.context or {}).get("delegation") or {}) if not execution.traceparent else {}
     root = traces.segment_trace_begin(
         execution_id=execution.pk, agent_id=execution.agent_id,
         action_level=state.request.agent_config.action_level.value, traceparent=execution.traceparent,
+        parent_traceparent=str(delegation.get("parent_traceparent") or ""),
     )
     if root:
         Execution.objects.filter(pk=execution.pk, traceparent="").update(traceparent=root)
