@@ -20,6 +20,7 @@ exported by a batch processor on its own thread."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ _OBSERVER_NAME = "traces"
 _propagator = TraceContextTextMapPropagator()
 
 _tracer: trace.Tracer | None = None  # set only while tracing is on
+_provider: Any = None  # the SDK provider behind _tracer
 _segments: dict[int, _Segment] = {}
 _lock = threading.Lock()
 
@@ -60,19 +62,20 @@ def tracing_enabled() -> bool:
 def traces_enable(provider: trace.TracerProvider) -> None:
     """Start tracing runs on ``provider`` (the exporting one at startup, an in-memory one
     in tests)."""
-    global _tracer
+    global _tracer, _provider
     from rivercore import observe
 
+    _provider = provider
     _tracer = provider.get_tracer(TRACER_NAME)
     observe.observer_install(_OBSERVER_NAME, _RunObserver())
 
 
 def traces_disable() -> None:
-    global _tracer
+    global _tracer, _provider
     from rivercore import observe
 
     observe.observer_remove(_OBSERVER_NAME)
-    _tracer = None
+    _tracer = _provider = None
     with _lock:
         _segments.clear()
 
@@ -90,11 +93,66 @@ def traces_setup(*, endpoint: str | None, service_name: str) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(ProcessLocalExporter(OTLPSpanExporter)))
     trace.set_tracer_provider(provider)
     traces_enable(provider)
     _instrument()
     return True
+
+
+class ProcessLocalExporter:
+    """A span exporter made afresh in each process that exports.
+
+    The provider is installed when Django starts, which in a Celery prefork worker is the
+    main process, before it forks its children. The SDK's batch processor restarts its
+    export thread in a forked child by itself, but the exporter (an HTTP session and its
+    pooled connections) would be the parent's, shared across processes. This wrapper
+    builds the real exporter from ``factory`` in the process that first exports, and
+    again after a fork."""
+
+    def __init__(self, factory: Any) -> None:
+        self._factory = factory
+        self._exporter: Any = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def current(self) -> Any:
+        pid = os.getpid()
+        if self._pid != pid:
+            with self._lock:
+                if self._pid != pid:
+                    self._exporter, self._pid = self._factory(), pid
+        return self._exporter
+
+    def export(self, spans: Any) -> Any:
+        return self.current().export(spans)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if self._pid != os.getpid():
+            return True  # nothing exported from this process
+        return self._exporter.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        if self._pid == os.getpid():
+            self._exporter.shutdown()
+
+
+def traces_process_init() -> None:
+    """In a freshly forked worker process (Celery's ``worker_process_init``): the parent's
+    open segments are not this process's. (Its exporter is its own already: see
+    ``ProcessLocalExporter``; the SDK restarts the batch processor's thread.)"""
+    with _lock:
+        _segments.clear()
+
+
+def traces_process_flush(timeout_millis: int = 5_000) -> bool:
+    """Before a worker process exits (Celery's ``worker_process_shutdown``): send the
+    spans still queued. A prefork child leaves with ``os._exit``, which skips the
+    provider's own flush at exit, so without this its last spans would be lost."""
+    provider = _provider
+    if provider is None or not hasattr(provider, "force_flush"):
+        return True
+    return provider.force_flush(timeout_millis)
 
 
 def _instrument() -> None:

@@ -4,6 +4,7 @@ while tracing is off. Spans go to the SDK's in-memory exporter, never over a net
 
 from __future__ import annotations
 
+import os
 from unittest import mock
 
 import pytest
@@ -189,7 +190,7 @@ processor = provider._active_span_processor._span_processors[0]
 print(json.dumps({
     "sdk": isinstance(provider, TracerProvider),
     "service": provider.resource.attributes.get("service.name"),
-    "endpoint": processor._batch_processor._exporter._endpoint,
+    "endpoint": processor._batch_processor._exporter.current()._endpoint,
     "enabled": traces.tracing_enabled(),
     "django": DjangoInstrumentor().is_instrumented_by_opentelemetry,
     "celery": CeleryInstrumentor().is_instrumented_by_opentelemetry,
@@ -307,3 +308,70 @@ def test_a_delegated_runs_trace_hangs_under_the_parent_turn_that_started_it(expo
     # The child stores its own root: its later segments hang under it, not under the parent.
     assert child.traceparent.split("-")[2] == format(child_root.context.span_id, "016x")
     assert child.traceparent != parent.traceparent
+
+
+class _FileExporter:
+    """Writes '<pid of the exporter's process> <pid exporting> <span name>' lines to a file."""
+
+    def __init__(self, path):
+        self.path, self.made_in = path, os.getpid()
+
+    def export(self, spans):
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        with open(self.path, "a") as out:
+            for span in spans:
+                out.write(f"{self.made_in} {os.getpid()} {span.name}\n")
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis=30_000):
+        return True
+
+    def shutdown(self):
+        return None
+
+
+def test_a_forked_worker_process_exports_its_spans_with_its_own_exporter_before_it_exits(tmp_path):
+    """What Celery's prefork pool does: the provider is installed in the main process, a
+    child is forked, runs the worker_process_init handlers, traces, runs the
+    worker_process_shutdown handlers and leaves with os._exit (no atexit flush)."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from riverapp import celery as river_celery
+
+    out = tmp_path / "spans.txt"
+    made: list[int] = []
+
+    def factory():
+        made.append(os.getpid())
+        return _FileExporter(out)
+
+    provider = TracerProvider()
+    # A long delay: only an explicit flush sends anything within the test.
+    provider.add_span_processor(BatchSpanProcessor(traces.ProcessLocalExporter(factory), schedule_delay_millis=60_000))
+    traces.traces_enable(provider)
+    try:
+        traces._tracer.start_span("in-main").end()
+        provider.force_flush()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child process
+            code = 1
+            try:
+                river_celery._traces_in_this_process()
+                traces._tracer.start_span("in-child").end()
+                river_celery._traces_flushed()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        traces.traces_disable()
+        provider.shutdown()
+
+    lines = [line.split() for line in out.read_text().splitlines()]
+    main = os.getpid()
+    assert [main, main, "in-main"] == [int(lines[0][0]), int(lines[0][1]), lines[0][2]]
+    (made_in, exported_by, name), = [line for line in lines if line[2] == "in-child"]
+    assert int(exported_by) == child and int(made_in) == child  # the child's own exporter, made there
+    assert made == [main]  # the parent made one exporter (the child's factory call is in its own memory)
