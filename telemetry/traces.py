@@ -210,6 +210,15 @@ def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, 
     return None if root is not None else _traceparent_of(context)
 
 
+def run_span_context(*, execution_id: int) -> Any:
+    """The span context of a run's open turn on this process (else its segment's
+    execution span); None when tracing is off or no segment of the run is open here."""
+    seg = _segments.get(execution_id) if _tracer is not None else None
+    if seg is None:
+        return None
+    return (seg.turn_span or seg.span).get_span_context()
+
+
 def run_span_traceparent(*, execution_id: int) -> str:
     """The W3C traceparent of the span a run's segment is in on this process right now
     (its open turn, else the segment's execution span); '' when tracing is off or the
