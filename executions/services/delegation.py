@@ -21,6 +21,7 @@ from django.db import transaction
 
 from agents.models import Agent
 from agents.selectors import agent_get_in_workspace
+from executions.journal import run_status_message
 from executions.models import Execution, ExecutionStep
 from executions.runend import RunEnded
 from executions.services.finish import run_end_cancelled
@@ -32,6 +33,7 @@ from rivercore.errors import Conflict, InvalidInput
 from rivercore.steps import child_result_step
 from rivercore.types.runs import RunStatus
 from telemetry import traces
+from telemetry.events import events_publish
 
 logger = logging.getLogger("river.executions")
 
@@ -157,6 +159,8 @@ def _resume_locked(*, parent: Execution, child: Execution) -> bool:
         artifacts=list(result.get("output_artifacts") or []),
     )
     _append_and_requeue(execution=parent, expected_status=Execution.Status.AWAITING_CHILD, new_steps=[observation])
+    events_publish(workspace_id=parent.workspace_id, execution_id=parent.pk,
+                   events=[run_status_message(parent, last_event_seq=None)])
     logger.info("execution %s resumed: its delegated run %s ended %s", parent.pk, child.pk, child.status)
     return True
 
