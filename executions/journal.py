@@ -16,6 +16,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connectio
 
 from executions import modelcalls
 from executions.models import Execution, ExecutionEvent, ExecutionStep, ModelCallBlob, ModelCallRecord
+from executions.progress import status_block_of_state, status_message, status_update
 from executions.write_behind import (
     JournalConnection,
     Pending,
@@ -85,13 +86,19 @@ def step_from_row(row: ExecutionStep) -> Step:
 
 
 def event_rows_publish(execution: Execution, rows: list[ExecutionEvent]) -> None:
-    """Call inside the transaction that inserts ``rows``: they go out after commit."""
-    events_publish(
-        workspace_id=execution.workspace_id,
-        execution_id=execution.pk,
-        events=[event_message(event_type=row.event_type, seq=row.seq, execution_id=execution.pk, payload=row.payload)
-                for row in rows],
-    )
+    """Call inside the transaction that inserts ``rows``: they go out after commit,
+    followed by the run's status update (its status as ``execution`` has it now)."""
+    messages = [event_message(event_type=row.event_type, seq=row.seq, execution_id=execution.pk, payload=row.payload)
+                for row in rows]
+    events_publish(workspace_id=execution.workspace_id, execution_id=execution.pk,
+                   events=[*messages, run_status_message(execution, last_event_seq=max((r.seq for r in rows),
+                                                                                       default=None))])
+
+
+def run_status_message(execution: Execution, *, last_event_seq: int | None) -> dict:
+    """The live ``status`` message for a run whose status just moved (docs/api.md)."""
+    return status_message(execution_id=execution.pk,
+                          block=status_update(status=execution.status, last_event_seq=last_event_seq))
 
 
 def governance_decisions_audit(
@@ -171,6 +178,9 @@ class DbJournal:
         self.model_blobs += blobs
         self.model_calls += calls
         events = [(self.seq + i, event_type, payload) for i, (event_type, payload) in enumerate(self.events)]
+        # What clients receive once this commits: the events, then the run's status block as of them.
+        block = status_block_of_state(state, last_event_seq=self.seq + len(events) - 1)
+        messages = [*self._event_dicts(events), status_message(execution_id=self.execution.pk, block=block)]
         cost = sum((m.estimated_cost or 0.0) for m in state.models_used.values())
         # The lease is renewed by the segment's heartbeat, not here: a per-turn write
         # of lease_expires_at (an indexed column) would make this fixed-size update
@@ -186,11 +196,11 @@ class DbJournal:
         try:
             if db.vendor == "postgresql" and not db.in_atomic_block and not _audited(self.steps):
                 if self.write_behind:
-                    self._send(db, events, counters)
+                    self._send(db, events, counters, messages)
                 else:
                     if len(_execute_prepared(db, _TURN_SQL, self._params(events, counters))) != 1:
                         raise RunInterrupted("lease lost")
-                    self._publish(events)  # the statement has committed
+                    self._publish(messages)  # the statement has committed
             else:
                 with transaction.atomic(using=db.alias):
                     if db.vendor == "postgresql":
@@ -204,7 +214,7 @@ class DbJournal:
                         workspace_id=self.execution.workspace_id, execution_id=self.execution.pk,
                         agent_id=self.execution.agent_id, steps=self.steps,
                     )
-                    self._publish_on_commit(events)
+                    self._publish_on_commit(messages)
         except (IntegrityError, RunInterrupted):
             # Another worker owns the run now (or it was cancelled): stop, write nothing.
             raise RunInterrupted("the run was cancelled or this worker lost its lease") from None
@@ -243,7 +253,7 @@ class DbJournal:
                 journal_connection_release(self._connection)
                 self._connection = None
 
-    def _send(self, db, events: list[tuple[int, str, dict]], counters: dict) -> None:
+    def _send(self, db, events: list[tuple[int, str, dict]], counters: dict, messages: list[dict]) -> None:
         if self._connection is None or not self._connection.usable():
             with db.wrap_database_errors:  # cannot connect: a DatabaseError, as for Django's connection
                 self._connection = journal_connection(db)
@@ -253,7 +263,7 @@ class DbJournal:
         def send(sql, params, many, context):
             values = [params[name] for name in _TURN_NAMES]
             self._pending = connection.submit(_TURN_STATEMENT, _TURN_SQL_NUMBERED, values,
-                                              functools.partial(self._publish, events))
+                                              functools.partial(self._publish, messages))
 
         # Observers of Django's connection (execute_wrappers) see the statement as it
         # is sent; it runs on the journal's connection.
@@ -276,14 +286,13 @@ class DbJournal:
         return [event_message(event_type=kind, seq=seq, execution_id=execution_id, payload=payload)
                 for seq, kind, payload in events]
 
-    def _publish(self, events: list[tuple[int, str, dict]]) -> None:
-        """For events whose statement has committed (on any connection)."""
+    def _publish(self, messages: list[dict]) -> None:
+        """For messages whose statement has committed (on any connection)."""
         events_publish_committed(workspace_id=self.execution.workspace_id, execution_id=self.execution.pk,
-                                 events=self._event_dicts(events))
+                                 events=messages)
 
-    def _publish_on_commit(self, events: list[tuple[int, str, dict]]) -> None:
-        events_publish(workspace_id=self.execution.workspace_id, execution_id=self.execution.pk,
-                       events=self._event_dicts(events))
+    def _publish_on_commit(self, messages: list[dict]) -> None:
+        events_publish(workspace_id=self.execution.workspace_id, execution_id=self.execution.pk, events=messages)
 
     def _write_orm(self, events: list[tuple[int, str, dict]], counters: dict) -> int:
         updated = Execution.objects.filter(

@@ -33,6 +33,46 @@ def status_block_merge(block: dict[str, Any], update: dict[str, Any]) -> dict[st
     return merged
 
 
+# The live message that carries the block (docs/api.md, events): not one of the run's
+# stored, numbered events, so it has no ``seq`` and is never replayed.
+STATUS_MESSAGE_TYPE = "status"
+
+
+def status_message(*, execution_id: int, block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": STATUS_MESSAGE_TYPE, "execution_id": execution_id, "status_detail": block}
+
+
+def _tool_entry(*, name: str, step_type: str, status: str, step_number: int, turn: int) -> dict[str, Any]:
+    return {"name": name, "step_number": step_number, "turn": turn,
+            "state": "done" if step_type == ExecutionStep.StepType.OBSERVATION else "in_progress", "status": status}
+
+
+def status_block_of_state(state: Any, *, last_event_seq: int) -> dict[str, Any]:
+    """The whole block of a running segment, from its state in memory (no query): what
+    the journal sends with each turn it commits."""
+    model = state.request.agent_config.model_settings
+    block: dict[str, Any] = {
+        "phase": PHASES[Execution.Status.RUNNING], "run_status": Execution.Status.RUNNING.value,
+        "turn": {"current": state.turn, "max": model.max_turns},
+        "tokens": {"used": state.tokens_input + state.tokens_output, "budget": model.token_budget},
+        "current_tool": None, "last_event_seq": last_event_seq,
+    }
+    for step in reversed(state.steps):
+        if step.tool_name:
+            block["current_tool"] = _tool_entry(name=step.tool_name, step_type=step.step_type.value,
+                                                status=step.status.value, step_number=step.step_number,
+                                                turn=step.turn)
+            break
+    return block
+
+
+def status_update(*, status: str, last_event_seq: int | None) -> dict[str, Any]:
+    """A partial block for a run whose status moved outside a segment's turn (paused,
+    resumed, ended, cancelled): the fields it changes; the others are unchanged, and
+    ``status_block_merge`` applies it (a missing or null field is "not known")."""
+    return {"phase": PHASES.get(status, "finished"), "run_status": str(status), "last_event_seq": last_event_seq}
+
+
 def execution_status_block(*, execution: Execution) -> dict[str, Any]:
     config = (execution.agent_version.model_config or {}) if execution.agent_version_id else {}
     block: dict[str, Any] = {
@@ -47,11 +87,9 @@ def execution_status_block(*, execution: Execution) -> dict[str, Any]:
     tool_step = (ExecutionStep.objects.filter(execution_id=execution.pk).exclude(tool_name="")
                  .order_by("-step_number").values("tool_name", "step_type", "status", "step_number", "turn").first())
     if tool_step is not None:
-        block = status_block_merge(block, {"current_tool": {
-            "name": tool_step["tool_name"], "step_number": tool_step["step_number"], "turn": tool_step["turn"],
-            "state": "done" if tool_step["step_type"] == ExecutionStep.StepType.OBSERVATION else "in_progress",
-            "status": tool_step["status"],
-        }})
+        block = status_block_merge(block, {"current_tool": _tool_entry(
+            name=tool_step["tool_name"], step_type=tool_step["step_type"], status=tool_step["status"],
+            step_number=tool_step["step_number"], turn=tool_step["turn"])})
     last_seq = (ExecutionEvent.objects.filter(execution_id=execution.pk).order_by("-seq")
                 .values_list("seq", flat=True).first())
     return status_block_merge(block, {"last_event_seq": last_seq})

@@ -78,3 +78,20 @@ def _metrics_process_dead(pid=None, **kwargs) -> None:
     from telemetry.metrics import metrics_process_dead
 
     metrics_process_dead(pid)
+
+
+@worker_process_init.connect
+def _traces_in_this_process(**kwargs) -> None:
+    """A forked worker process exports its own spans with an exporter of its own, not
+    the main process's (docs/observability.md, Traces)."""
+    from telemetry.traces import traces_process_init
+
+    traces_process_init()
+
+
+@worker_process_shutdown.connect
+def _traces_flushed(**kwargs) -> None:
+    """A worker process leaves with ``os._exit``: send its queued spans first."""
+    from telemetry.traces import traces_process_flush
+
+    traces_process_flush()

@@ -33,6 +33,9 @@ turn_logger = logging.getLogger(TURN_LOGGER)
 # Spec 001's per-turn log field; it shares its name with the tool_called event, which
 # rivercore.events alone builds.
 TOOL_CALLED_FIELD = "tool_called"
+# River's addition: every tool call of the turn (a turn may make several in parallel),
+# in the order the model made them; the seed's single-call fields describe the first.
+TOOL_CALLS_FIELD = "tool_calls"
 
 
 # --- redaction -------------------------------------------------------------------------
@@ -256,11 +259,15 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
 # --- the per-turn line -----------------------------------------------------------------
 
 
-def _span_ids() -> tuple[str | None, str | None]:
+def _span_ids(execution_id: int) -> tuple[str | None, str | None]:
+    """The run's own turn span when River traces runs (so the line joins the run's trace,
+    not the Celery task's), else the span active on this thread, else nulls."""
     try:
         from opentelemetry import trace
 
-        context = trace.get_current_span().get_span_context()
+        from telemetry.traces import run_span_context
+
+        context = run_span_context(execution_id=execution_id) or trace.get_current_span().get_span_context()
     except Exception:  # noqa: BLE001 - no tracing: null ids
         return None, None
     if not context.is_valid:
@@ -269,12 +276,14 @@ def _span_ids() -> tuple[str | None, str | None]:
 
 
 class _Turn:
-    __slots__ = ("fields", "calls", "first_call")
+    __slots__ = ("fields", "calls", "first_call", "by_call")
 
     def __init__(self, fields: dict[str, Any], calls: list[str]) -> None:
-        self.fields = fields  # the line; its tool fields describe the turn's first call
+        self.fields = fields  # the line; its top-level tool fields describe the turn's first call
         self.calls = calls  # call ids still to settle
         self.first_call = calls[0] if calls else None
+        # Each call's entry of ``tool_calls`` (the same dicts, so filling one fills the line).
+        self.by_call = dict(zip(calls, fields[TOOL_CALLS_FIELD], strict=True))
 
 
 class TurnLogObserver:
@@ -318,21 +327,23 @@ class TurnLogObserver:
         if current is None or step.call_id not in current.calls:
             return ready
         fields = current.fields
-        first = step.call_id == current.first_call
-        if first and step.tool_category and fields["tool_category"] is None:
-            fields["tool_category"] = step.tool_category
+        call = current.by_call[step.call_id]
+        if step.tool_category and call["tool_category"] is None:
+            call["tool_category"] = step.tool_category
         if step.step_type == StepType.GOVERNANCE_CHECK:
-            if first:
-                fields["governance_decision"] = step.governance_decision.value if step.governance_decision else None
+            call["governance_decision"] = step.governance_decision.value if step.governance_decision else None
             if step.status in (StepStatus.PENDING, StepStatus.BLOCKED):
-                if fields["tool_status"] is None:
-                    fields["tool_status"] = "awaiting_approval" if step.status == StepStatus.PENDING else "blocked"
+                if call["tool_status"] is None:
+                    call["tool_status"] = "awaiting_approval" if step.status == StepStatus.PENDING else "blocked"
                 current.calls.remove(step.call_id)
         elif step.step_type in (StepType.OBSERVATION, StepType.INTERACTION, StepType.ERROR):
-            if first and fields["tool_status"] is None:
-                fields["tool_status"] = _tool_status(step)
+            if call["tool_status"] is None:
+                call["tool_status"] = _tool_status(step)
             fields["latency_ms"] += step.duration_ms or 0
             current.calls.remove(step.call_id)
+        if step.call_id == current.first_call:  # spec 001's fields describe the first call
+            for key in ("tool_category", "tool_status", "governance_decision"):
+                fields[key] = call[key]
         if not current.calls:
             ready.append(self._close(execution_id))
         return ready
@@ -342,8 +353,9 @@ class TurnLogObserver:
 
     @staticmethod
     def _fields(state: Any, step: Step, calls: list[Any]) -> dict[str, Any]:
-        trace_id, span_id = _span_ids()
-        first = calls[0] if calls and isinstance(calls[0], dict) else {}
+        trace_id, span_id = _span_ids(state.request.execution_id)
+        calls = [c for c in calls if isinstance(c, dict)]
+        first = calls[0] if calls else {}
         return {
             "execution_id": state.request.execution_id,
             "workspace_id": state.request.user_context.workspace_id,
@@ -358,6 +370,8 @@ class TurnLogObserver:
             "tokens_in": step.tokens.input if step.tokens else 0,
             "tokens_out": step.tokens.output if step.tokens else 0,
             "latency_ms": step.duration_ms or 0,
+            TOOL_CALLS_FIELD: [{"tool": c.get("name"), "tool_category": None, "tool_status": None,
+                                "governance_decision": None} for c in calls],
             "trace_id": trace_id,
             "span_id": span_id,
             "timestamp": None,  # set when the line is written

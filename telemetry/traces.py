@@ -20,6 +20,7 @@ exported by a batch processor on its own thread."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ _OBSERVER_NAME = "traces"
 _propagator = TraceContextTextMapPropagator()
 
 _tracer: trace.Tracer | None = None  # set only while tracing is on
+_provider: Any = None  # the SDK provider behind _tracer
 _segments: dict[int, _Segment] = {}
 _lock = threading.Lock()
 
@@ -60,19 +62,20 @@ def tracing_enabled() -> bool:
 def traces_enable(provider: trace.TracerProvider) -> None:
     """Start tracing runs on ``provider`` (the exporting one at startup, an in-memory one
     in tests)."""
-    global _tracer
+    global _tracer, _provider
     from rivercore import observe
 
+    _provider = provider
     _tracer = provider.get_tracer(TRACER_NAME)
     observe.observer_install(_OBSERVER_NAME, _RunObserver())
 
 
 def traces_disable() -> None:
-    global _tracer
+    global _tracer, _provider
     from rivercore import observe
 
     observe.observer_remove(_OBSERVER_NAME)
-    _tracer = None
+    _tracer = _provider = None
     with _lock:
         _segments.clear()
 
@@ -90,11 +93,66 @@ def traces_setup(*, endpoint: str | None, service_name: str) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(ProcessLocalExporter(OTLPSpanExporter)))
     trace.set_tracer_provider(provider)
     traces_enable(provider)
     _instrument()
     return True
+
+
+class ProcessLocalExporter:
+    """A span exporter made afresh in each process that exports.
+
+    The provider is installed when Django starts, which in a Celery prefork worker is the
+    main process, before it forks its children. The SDK's batch processor restarts its
+    export thread in a forked child by itself, but the exporter (an HTTP session and its
+    pooled connections) would be the parent's, shared across processes. This wrapper
+    builds the real exporter from ``factory`` in the process that first exports, and
+    again after a fork."""
+
+    def __init__(self, factory: Any) -> None:
+        self._factory = factory
+        self._exporter: Any = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def current(self) -> Any:
+        pid = os.getpid()
+        if self._pid != pid:
+            with self._lock:
+                if self._pid != pid:
+                    self._exporter, self._pid = self._factory(), pid
+        return self._exporter
+
+    def export(self, spans: Any) -> Any:
+        return self.current().export(spans)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if self._pid != os.getpid():
+            return True  # nothing exported from this process
+        return self._exporter.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        if self._pid == os.getpid():
+            self._exporter.shutdown()
+
+
+def traces_process_init() -> None:
+    """In a freshly forked worker process (Celery's ``worker_process_init``): the parent's
+    open segments are not this process's. (Its exporter is its own already: see
+    ``ProcessLocalExporter``; the SDK restarts the batch processor's thread.)"""
+    with _lock:
+        _segments.clear()
+
+
+def traces_process_flush(timeout_millis: int = 5_000) -> bool:
+    """Before a worker process exits (Celery's ``worker_process_shutdown``): send the
+    spans still queued. A prefork child leaves with ``os._exit``, which skips the
+    provider's own flush at exit, so without this its last spans would be lost."""
+    provider = _provider
+    if provider is None or not hasattr(provider, "force_flush"):
+        return True
+    return provider.force_flush(timeout_millis)
 
 
 def _instrument() -> None:
@@ -109,32 +167,89 @@ def _instrument() -> None:
 
 # -- segments ---------------------------------------------------------------------------
 
-def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, traceparent: str) -> str | None:
-    """Open this segment's ``river_agent.execution`` span. ``traceparent`` is the run's
-    root as stored on the execution ('' for its first traced segment). Returns the
-    traceparent the caller must store when the run had none (this span is the root),
-    else None. Nothing when tracing is off."""
-    tracer = _tracer
-    if tracer is None:
+def _remote(traceparent: str) -> Any:
+    """The context of a stored W3C traceparent, or None when it is empty or does not parse."""
+    if not traceparent:
         return None
-    parent = _propagator.extract({"traceparent": traceparent}) if traceparent else None
-    if parent is not None and not trace.get_current_span(parent).get_span_context().is_valid:
-        parent = None  # a stored value that does not parse: start a new trace
-    attributes = {"execution_id": execution_id, "agent_id": str(agent_id), "action_level": str(action_level)}
-    # The task (or request) this segment runs in has a span of its own in another trace
-    # when Celery or Django is instrumented: linked, so either leads to the other.
-    ambient = trace.get_current_span().get_span_context()
-    links = [trace.Link(ambient)] if ambient.is_valid else None
-    span = tracer.start_span("river_agent.execution", context=parent, kind=SpanKind.INTERNAL, attributes=attributes,
-                             links=links)
-    context = trace.set_span_in_context(span)
-    with _lock:
-        _segments[execution_id] = _Segment(span=span, context=context)
-    if parent is not None:
-        return None
+    context = _propagator.extract({"traceparent": traceparent})
+    return context if trace.get_current_span(context).get_span_context().is_valid else None
+
+
+def _traceparent_of(context: Any) -> str | None:
     carrier: dict[str, str] = {}
     _propagator.inject(carrier, context=context)
     return carrier.get("traceparent")
+
+
+def _ambient_links() -> list[trace.Link] | None:
+    """The span this code runs in (a Celery task's, a request's) when Celery or Django is
+    instrumented: it sits in another trace, so it is linked, and either leads to the other."""
+    ambient = trace.get_current_span().get_span_context()
+    return [trace.Link(ambient)] if ambient.is_valid else None
+
+
+def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, traceparent: str,
+                        parent_traceparent: str = "") -> str | None:
+    """Open this segment's ``river_agent.execution`` span. ``traceparent`` is the run's
+    root as stored on the execution ('' for its first traced segment). For a delegated
+    run, ``parent_traceparent`` is the span of the parent run that started it: the
+    child's root is opened under it, so parent and child share one trace. Returns the
+    traceparent the caller must store when the run had no root (this span is the
+    root), else None. Nothing when tracing is off."""
+    tracer = _tracer
+    if tracer is None:
+        return None
+    root = _remote(traceparent)  # a stored value that does not parse starts a new root
+    parent = root if root is not None else _remote(parent_traceparent)
+    attributes = {"execution_id": execution_id, "agent_id": str(agent_id), "action_level": str(action_level)}
+    span = tracer.start_span("river_agent.execution", context=parent, kind=SpanKind.INTERNAL, attributes=attributes,
+                             links=_ambient_links())
+    context = trace.set_span_in_context(span)
+    with _lock:
+        _segments[execution_id] = _Segment(span=span, context=context)
+    return None if root is not None else _traceparent_of(context)
+
+
+def run_span_context(*, execution_id: int) -> Any:
+    """The span context of a run's open turn on this process (else its segment's
+    execution span); None when tracing is off or no segment of the run is open here."""
+    seg = _segments.get(execution_id) if _tracer is not None else None
+    if seg is None:
+        return None
+    return (seg.turn_span or seg.span).get_span_context()
+
+
+def run_span_traceparent(*, execution_id: int) -> str:
+    """The W3C traceparent of the span a run's segment is in on this process right now
+    (its open turn, else the segment's execution span); '' when tracing is off or the
+    run has no open segment here. A delegation carries it into the child run."""
+    if _tracer is None:
+        return ""
+    seg = _segments.get(execution_id)
+    if seg is None:
+        return ""
+    return _traceparent_of(seg.turn_context if seg.turn_span is not None else seg.context) or ""
+
+
+def governance_verdict_span(*, traceparent: str, execution_id: int, turn: int, tool_name: str, decision: str,
+                            policy_matched: str, resolution: str, approval_id: str, resolved_by: Any) -> None:
+    """A person's verdict on a paused call (approved, rejected, edited) or its closing
+    without one (expired, cancelled): a ``river_agent.governance_check`` span in the
+    run's trace, a child of its root (the verdict is given between two segments, by a
+    request or the expiry sweep, not by the engine). Nothing when tracing is off or the
+    run has no stored root."""
+    tracer = _tracer
+    root = _remote(traceparent) if tracer is not None else None
+    if root is None:
+        return
+    now = time.time_ns()
+    tracer.start_span("river_agent.governance_check", context=root, start_time=now, links=_ambient_links(),
+                      attributes={
+                          "execution_id": execution_id, "turn_number": turn, "tool_name": tool_name or "",
+                          "decision": decision, "policy_matched": policy_matched or "", "resolution": resolution,
+                          "approval_id": approval_id or "",
+                          "resolved_by": "" if resolved_by is None else str(resolved_by),
+                      }).end(end_time=now)
 
 
 def segment_trace_end(*, execution_id: int, status: str | None, error: BaseException | None = None) -> None:

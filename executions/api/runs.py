@@ -48,14 +48,13 @@ class ExecutionSerializer(serializers.ModelSerializer):
     trigger = serializers.SerializerMethodField()
     # The run that delegated this one (docs/delegation.md), or null.
     parent_execution = serializers.IntegerField(source="parent_execution_id", read_only=True, allow_null=True)
-    # The agent version by its number (what the agents API and pages call it); the
-    # internal row id stays available as ``agent_version_id``.
+    # The agent version by its number (what the agents API and pages call it), never
+    # its internal row id.
     agent_version = serializers.IntegerField(source="agent_version.version", read_only=True)
-    agent_version_id = serializers.IntegerField(read_only=True)
 
     class Meta:
         model = Execution
-        fields = ["id", "workspace", "agent", "agent_version", "agent_version_id", "trigger", "trigger_type",
+        fields = ["id", "workspace", "agent", "agent_version", "trigger", "trigger_type",
                   "trigger_source", "trigger_payload", "requested_by", "input_prompt", "status", "turn_count",
                   "tokens_input", "tokens_output", "total_tokens", "cost_usd", "cost_unknown", "queued_at",
                   "started_at", "finished_at", "attempts", "result", "usage", "error", "parent_execution",

@@ -21,6 +21,7 @@ from django.db import transaction
 
 from agents.models import Agent
 from agents.selectors import agent_get_in_workspace
+from executions.journal import run_status_message
 from executions.models import Execution, ExecutionStep
 from executions.runend import RunEnded
 from executions.services.finish import run_end_cancelled
@@ -31,6 +32,8 @@ from rivercore.contracts import StepStatus, StepType, TriggerType
 from rivercore.errors import Conflict, InvalidInput
 from rivercore.steps import child_result_step
 from rivercore.types.runs import RunStatus
+from telemetry import traces
+from telemetry.events import events_publish
 
 logger = logging.getLogger("river.executions")
 
@@ -81,11 +84,14 @@ def delegation_start(*, parent_execution_id: int, call_id: str, agent_reference:
                 f"This run already delegated {started} task(s), the limit per run "
                 f"({settings.RIVER_MAX_DELEGATIONS_PER_RUN}).", code="delegation_limit_reached",
                 details={"agent": ["too many delegations in this run"]})
+        delegation = {"depth": depth, "action_level_cap": action_level}
+        # The parent's span dispatching this call (its turn): the child's trace joins it.
+        if parent_span := traces.run_span_traceparent(execution_id=parent.pk):
+            delegation["parent_traceparent"] = parent_span
         child = execution_start(
             agent=target, user=parent.requested_by, input_prompt=task, payload=payload,
             trigger_type=TriggerType.WORKFLOW.value, trigger_source=f"{DELEGATION_SOURCE_PREFIX}{parent.pk}",
-            parent_execution_id=parent.pk, parent_call_id=call_id,
-            delegation={"depth": depth, "action_level_cap": action_level},
+            parent_execution_id=parent.pk, parent_call_id=call_id, delegation=delegation,
         )
         audit_record(
             organization_id=target.workspace.organization_id, workspace_id=parent.workspace_id,
@@ -153,6 +159,8 @@ def _resume_locked(*, parent: Execution, child: Execution) -> bool:
         artifacts=list(result.get("output_artifacts") or []),
     )
     _append_and_requeue(execution=parent, expected_status=Execution.Status.AWAITING_CHILD, new_steps=[observation])
+    events_publish(workspace_id=parent.workspace_id, execution_id=parent.pk,
+                   events=[run_status_message(parent, last_event_seq=None)])
     logger.info("execution %s resumed: its delegated run %s ended %s", parent.pk, child.pk, child.status)
     return True
 

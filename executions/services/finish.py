@@ -16,13 +16,14 @@ from django.utils import timezone
 
 from agents.services import agent_health_record, agent_memory_record
 from executions.journal import event_rows_publish, next_event_seq
-from executions.models import Execution, ExecutionEvent
+from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.runend import RunEnded, run_end_handlers_call
 from executions.services.queue import post_process_queue_on_commit
-from rivercore.contracts import StepStatus, StepType
+from rivercore.contracts import Decision, StepStatus, StepType
 from rivercore.events import approval_resolved_event, run_completed_event
 from rivercore.text import json_storable
 from rivercore.types.runs import RunStatus
+from telemetry import traces
 
 logger = logging.getLogger("river.executions")
 
@@ -119,12 +120,37 @@ def run_end_failed(row: Execution, *, code: str, message: str) -> None:
     run_end(row, status=Execution.Status.FAILED, summary=message, error=run_error(code, message))
 
 
+def verdict_trace_on_commit(row: Execution, *, approval_id, resolution: str, decision: str,
+                            resolved_by=None) -> None:
+    """Once the caller's transaction commits, the verdict on a paused call (a person's,
+    or the request closing without one) as a ``river_agent.governance_check`` span in
+    the run's trace (docs/observability.md). Free when tracing is off."""
+    if not traces.tracing_enabled() or not row.traceparent:
+        return
+    from governance.models import ApprovalRequest
+
+    request = ApprovalRequest.objects.filter(pk=approval_id).values("tool_name", "tool_call_id").first() or {}
+    check = (ExecutionStep.objects.filter(execution_id=row.pk, call_id=request.get("tool_call_id") or "",
+                                          step_type=StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING)
+             .order_by("-step_number").values("turn", "output").first() or {})
+    output = check.get("output") if isinstance(check.get("output"), dict) else {}
+    span = {
+        "traceparent": row.traceparent, "execution_id": row.pk, "turn": check.get("turn") or row.turn_count,
+        "tool_name": request.get("tool_name") or "", "decision": decision,
+        "policy_matched": str(output.get("policy_matched") or ""), "resolution": str(resolution),
+        "approval_id": str(approval_id), "resolved_by": resolved_by,
+    }
+    transaction.on_commit(lambda: traces.governance_verdict_span(**span))
+
+
 def _approvals_resolved_emit(row: Execution, approval_ids: list, resolution: str) -> None:
     """``approval_resolved`` for requests that end without an approver's decision
     (expired, or closed by a cancel): ``resolved_by`` is null, ``resolution`` says why.
     Emitted before the run's ``run_completed``, in the caller's transaction."""
     if not approval_ids:
         return
+    for approval_id in approval_ids:
+        verdict_trace_on_commit(row, approval_id=approval_id, resolution=resolution, decision=Decision.BLOCKED.value)
     seq = next_event_seq(row.pk)
     events = []
     for offset, approval_id in enumerate(approval_ids):

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from executions.journal import event_rows_publish, next_event_seq, step_row
 from executions.models import Execution, ExecutionEvent, ExecutionStep
-from executions.services.finish import run_end_cancelled
+from executions.services.finish import run_end_cancelled, verdict_trace_on_commit
 from executions.services.queue import segment_queue_on_commit
 from executions.services.segment import state_load
 from rivercore.contracts import (
@@ -68,6 +68,8 @@ def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolu
     decision = resolution_step(step_number=next_number, turn=row.turn_count, call_id=call_id,
                                tool_name=resolution.get("tool_name"), resolution=resolution)
     _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
+    verdict_trace_on_commit(row, approval_id=resolution.get("approval_id"), resolution=resolution["status"],
+                            decision=decision.governance_decision.value, resolved_by=resolution.get("resolved_by"))
     seq = next_event_seq(row.pk)
     kind, payload = approval_resolved_event(
         approval_id=resolution.get("approval_id"), resolution=resolution["status"],

@@ -13,7 +13,7 @@ import time
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection, transaction
 
-from executions.journal import DbJournal, event_rows_publish, next_event_seq, step_from_row
+from executions.journal import DbJournal, event_rows_publish, next_event_seq, run_status_message, step_from_row
 from executions.models import Execution, ExecutionEvent
 from executions.runhost import leases_renew
 from executions.services.claim import execution_claim_load
@@ -33,6 +33,7 @@ from rivercore.ports import blocking_call, drive
 from rivercore.runner import Engine, Outcome, RunInterrupted, response_build
 from rivercore.state import RunState
 from telemetry import traces
+from telemetry.events import events_publish
 from telemetry.faults import infra_fault_record
 
 logger = logging.getLogger("river.executions")
@@ -273,10 +274,13 @@ async def _segment_run(execution: Execution, token: str, llm, *, hosted: bool) -
 
 def _segment_trace_begin(execution: Execution, state: RunState) -> None:
     """Open the segment's execution span under the run's trace; the run's first traced
-    segment stores its root (caller holds the lease, so nobody else writes it)."""
+    segment stores its root (caller holds the lease, so nobody else writes it). A
+    delegated run's root hangs under the parent's span that started it."""
+    delegation = ((execution.context or {}).get("delegation") or {}) if not execution.traceparent else {}
     root = traces.segment_trace_begin(
         execution_id=execution.pk, agent_id=execution.agent_id,
         action_level=state.request.agent_config.action_level.value, traceparent=execution.traceparent,
+        parent_traceparent=str(delegation.get("parent_traceparent") or ""),
     )
     if root:
         Execution.objects.filter(pk=execution.pk, traceparent="").update(traceparent=root)
@@ -372,7 +376,10 @@ def execution_segment_end(
             )
             event = ExecutionEvent.objects.create(execution=row, seq=seq, event_type=kind, payload=payload)
             event_rows_publish(row, [event])
-        elif status == Execution.Status.AWAITING_CHILD:
+        else:  # a question or a child: no event of its own marks the pause, so the status says it
+            events_publish(workspace_id=row.workspace_id, execution_id=row.pk,
+                           events=[run_status_message(row, last_event_seq=seq - 1)])
+        if status == Execution.Status.AWAITING_CHILD:
             from executions.services.delegation import delegation_resume_if_ended
 
             # The child may have ended while this segment was still running: its run-end

@@ -1,8 +1,8 @@
 """Every event carries all its payload fields in every path, asserted from real runs:
 an approval that expires or is closed by a cancel still gets its ``approval_resolved``
 (before the run's ``run_completed``, which carries duration and turns in every ending:
-expiry, cancel, crash and the watchdog giving up); an answered question closes the
-interaction pair with ``interaction_resolved``."""
+expiry, cancel, crash and the watchdog giving up, each driven through its real path);
+an answered question closes the interaction pair with ``interaction_resolved``."""
 
 from __future__ import annotations
 
@@ -125,3 +125,57 @@ def test_an_answered_question_closes_the_interaction_pair(workspace, owner, sent
     assert turn_completes and all(set(p) == {"turn", "duration_ms"} and isinstance(p["duration_ms"], int)
                                   for p in turn_completes)
     _assert_ending(stored, status="completed", turns=2)
+
+
+class _WorkerKilled(BaseException):
+    """Stands for the process dying mid-run: nothing in the segment catches it, so the
+    run is left running under a lease nobody renews."""
+
+
+@pytest.mark.django_db
+def test_a_run_the_watchdog_gives_up_on_completes_with_duration_and_turns(workspace, owner, sent, settings,
+                                                                           monkeypatch):
+    from executions.services import segment
+    from executions.services.watchdog import executions_requeue_stale
+
+    agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo"])
+    execution = services.execution_start(agent=agent, user=owner, input_prompt="echo, then die")
+    llm = ScriptedLLM([tool_reply("test_echo", {"text": "x"}), text_reply("done")])
+
+    def killed(**kwargs):  # the worker dies after the last turn committed, before the run's end is written
+        raise _WorkerKilled
+
+    with monkeypatch.context() as patched:
+        patched.setattr(segment, "execution_segment_end", killed)
+        with pytest.raises(_WorkerKilled):
+            services.execution_run_segment(execution_id=execution.pk, llm=llm)
+    row = Execution.objects.get(pk=execution.pk)
+    assert row.status == Execution.Status.RUNNING and row.turn_count == 2 and row.lease_token
+    # Its lease ran out, and every attempt the watchdog allows has been used.
+    Execution.objects.filter(pk=execution.pk).update(
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=1), attempts=settings.RIVER_MAX_SEGMENT_ATTEMPTS,
+        started_at=timezone.now() - dt.timedelta(seconds=2))
+
+    assert executions_requeue_stale(grace_seconds=0) == []
+
+    completed = _assert_ending(_stored(execution.pk), status="failed", turns=2)
+    assert completed["duration_ms"] >= 2000 and "gave up after" in completed["final_output_summary"]
+
+
+@pytest.mark.django_db
+def test_a_segment_that_crashes_completes_the_run_with_duration_and_turns(workspace, owner, sent, monkeypatch):
+    from executions.services import segment
+
+    agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo"])
+    execution = services.execution_start(agent=agent, user=owner, input_prompt="echo, then crash")
+    llm = ScriptedLLM([tool_reply("test_echo", {"text": "x"}), text_reply("done")])
+
+    def broken_end(**kwargs):  # a bug after the last turn committed: the segment must still end the run
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(segment, "execution_segment_end", broken_end)
+    assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "failed"
+
+    completed = _assert_ending(_stored(execution.pk), status="failed", turns=2)
+    assert completed["final_output_summary"] == "internal error: RuntimeError"
+    assert Execution.objects.get(pk=execution.pk).error["code"] == "AGENT_ERROR"

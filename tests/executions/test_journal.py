@@ -112,9 +112,14 @@ def test_a_flush_is_one_statement_that_commits_by_itself(running, published, mod
         "turn_reasoning", "turn_complete"]
     execution.refresh_from_db()
     assert (execution.turn_count, execution.tokens_input, execution.tokens_output) == (1, 10, 2)
-    # Published after the statement committed, as one batch, with the stored sequence numbers.
-    assert [[(e["type"], e["seq"]) for e in batch] for _, batch in published] == [
-        [("turn_reasoning", 1), ("turn_complete", 2)]]
+    # Published after the statement committed, as one batch, with the stored sequence numbers,
+    # followed by the run's status block as of those events.
+    ((_, batch),) = published
+    *events, status = batch
+    assert [(e["type"], e["seq"]) for e in events] == [("turn_reasoning", 1), ("turn_complete", 2)]
+    assert status == {"type": "status", "execution_id": execution.pk, "status_detail": {
+        "phase": "running", "run_status": "running", "turn": {"current": 1, "max": 15},
+        "tokens": {"used": 12, "budget": 100_000}, "current_tool": None, "last_event_seq": 2}}
 
 
 def _prepared_journal_statements(cursor) -> int:
@@ -204,7 +209,7 @@ def test_an_audited_flush_writes_steps_and_audit_in_one_transaction(running, pub
     assert ExecutionStep.objects.filter(execution=execution).count() == 3
     entry = AuditLogEntry.objects.get(event_type="governance_decision", execution_id=execution.pk)
     assert entry.details["tool_name"] == "write_back"
-    assert [[e["seq"] for e in batch] for _, batch in published] == [[1, 2], [3, 4]]
+    assert [[e["seq"] for e in batch if e["type"] != "status"] for _, batch in published] == [[1, 2], [3, 4]]
 
 
 def test_an_audited_flush_with_a_lost_lease_writes_no_audit_entry(running, published, mode):
@@ -256,7 +261,7 @@ def test_write_behind_returns_before_the_commit_and_publishes_after_it(behind, p
     row_locked()
     journal.settle()
     assert ExecutionStep.objects.filter(execution=execution).count() == 1
-    assert [[e["seq"] for e in batch] for _, batch in published] == [[1, 2]]
+    assert [[e["seq"] for e in batch if e["type"] != "status"] for _, batch in published] == [[1, 2]]
 
 
 def test_write_behind_publishes_a_commit_nobody_waits_for(behind, monkeypatch):
@@ -277,7 +282,7 @@ def test_write_behind_publishes_a_commit_nobody_waits_for(behind, monkeypatch):
 
     assert arrived.wait(10), "the settler never published the committed events"
     assert journal._pending.done.is_set() and journal._pending.rows == 1
-    assert [[e["seq"] for e in batch] for batch in batches] == [[1, 2]]
+    assert [[e["seq"] for e in batch if e["type"] != "status"] for batch in batches] == [[1, 2]]
     assert ExecutionStep.objects.filter(execution=execution).count() == 1
     journal.settle()  # nothing left to wait for; the events are not published twice
     assert len(batches) == 1

@@ -4,6 +4,7 @@ while tracing is off. Spans go to the SDK's in-memory exporter, never over a net
 
 from __future__ import annotations
 
+import os
 from unittest import mock
 
 import pytest
@@ -116,10 +117,17 @@ def test_a_run_paused_for_approval_and_resumed_in_another_task_is_one_trace(
         assert span.attributes["tokens_in"] > 0 and span.attributes["tokens_out"] > 0
 
     checks = named(ours, "river_agent.governance_check")
-    # Turn 1's check asks for approval (the approver's verdict is a step the resolution
-    # service writes, not the engine: it is on the approval, not a span).
-    assert [(c.attributes["decision"], by_id[c.parent.span_id]) for c in checks] == [("APPROVAL_REQUIRED", asked)]
+    # Turn 1's check asks for approval; the approver's verdict, given by a request between
+    # the two segments, hangs under the run's root.
+    assert [(c.attributes["decision"], c.parent.span_id) for c in checks] == [
+        ("APPROVAL_REQUIRED", asked.context.span_id), ("PROCEED", root.context.span_id)]
     assert all(c.attributes["tool_name"] == WRITE_TOOL and "policy_matched" in c.attributes for c in checks)
+    verdict = checks[1]
+    assert verdict.attributes["resolution"] == "approved" and verdict.attributes["resolved_by"] == str(owner.pk)
+    assert verdict.attributes["approval_id"] == str(approval.pk) and verdict.attributes["turn_number"] == 1
+    assert verdict.attributes["execution_id"] == execution.pk
+    assert verdict.attributes["policy_matched"] == checks[0].attributes["policy_matched"]
+    assert root.end_time <= verdict.start_time <= resumed.start_time
 
     dispatches = named(ours, "river_agent.tool_dispatch")
     assert len(dispatches) == 1
@@ -182,7 +190,7 @@ processor = provider._active_span_processor._span_processors[0]
 print(json.dumps({
     "sdk": isinstance(provider, TracerProvider),
     "service": provider.resource.attributes.get("service.name"),
-    "endpoint": processor._batch_processor._exporter._endpoint,
+    "endpoint": processor._batch_processor._exporter.current()._endpoint,
     "enabled": traces.tracing_enabled(),
     "django": DjangoInstrumentor().is_instrumented_by_opentelemetry,
     "celery": CeleryInstrumentor().is_instrumented_by_opentelemetry,
@@ -211,3 +219,159 @@ def test_an_otlp_endpoint_installs_the_exporting_provider_and_the_standard_instr
     probe = json.loads(done.stdout.strip().splitlines()[-1])
     assert probe == {"sdk": True, "service": "river-probe", "endpoint": "http://127.0.0.1:9/v1/traces",
                      "enabled": True, "django": True, "celery": True, "psycopg": True}
+
+
+def _paused_write(workspace, owner):
+    agent = make_agent(workspace=workspace, owner=owner, tools=[WRITE_TOOL], action_level="act_with_approval",
+                       require_approval_for=[WRITE_TOOL], approver_roles=["admin", "editor"])
+    execution = services.execution_start(agent=agent, user=approval_tools.requester_in(workspace),
+                                         input_prompt="Refund ticket 7")
+    llm = ScriptedLLM([tool_reply(WRITE_TOOL, PROPOSED, call_id="call_refund")])
+    assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
+    execution.refresh_from_db()
+    return execution, ApprovalRequest.objects.get(execution_id=execution.pk)
+
+
+@pytest.mark.parametrize("ending", ["rejected", "expired", "cancelled"])
+def test_a_rejection_an_expiry_or_a_cancel_is_a_blocking_verdict_span_under_the_root(
+    exporter, workspace, owner, django_capture_on_commit_callbacks, ending
+):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from governance.resolution import approvals_expire_due
+
+    execution, approval = _paused_write(workspace, owner)
+    with mock.patch.object(tasks.run_segment, "delay"), django_capture_on_commit_callbacks(execute=True):
+        if ending == "rejected":
+            approval_resolve(user=owner, approval_id=approval.pk, status="rejected", comment="no")
+        elif ending == "expired":
+            ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - dt.timedelta(minutes=1))
+            assert approvals_expire_due() == 1
+        else:
+            services.execution_cancel(execution=execution, user=owner)
+
+    root_span_id = int(execution.traceparent.split("-")[2], 16)
+    verdicts = [s for s in named(exporter.get_finished_spans(), "river_agent.governance_check")
+                if "resolution" in s.attributes]
+    assert len(verdicts) == 1
+    verdict = verdicts[0]
+    assert verdict.parent.span_id == root_span_id
+    assert verdict.context.trace_id == int(execution.traceparent.split("-")[1], 16)
+    assert dict(verdict.attributes) | {"policy_matched": ""} == {
+        "execution_id": execution.pk, "turn_number": 1, "tool_name": WRITE_TOOL, "decision": "BLOCKED",
+        "policy_matched": "", "resolution": ending, "approval_id": str(approval.pk),
+        "resolved_by": str(owner.pk) if ending == "rejected" else "",
+    }
+
+
+def test_a_verdict_rolled_back_leaves_no_span(exporter, workspace, owner, django_capture_on_commit_callbacks):
+    from django.db import transaction
+
+    execution, approval = _paused_write(workspace, owner)
+    with django_capture_on_commit_callbacks(execute=True), mock.patch.object(tasks.run_segment, "delay"):
+        try:
+            with transaction.atomic():
+                approval_resolve(user=owner, approval_id=approval.pk, status="approved")
+                raise RuntimeError("rolled back")
+        except RuntimeError:
+            pass
+    assert [s for s in exporter.get_finished_spans() if "resolution" in s.attributes] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delegated_runs_trace_hangs_under_the_parent_turn_that_started_it(exporter, workspace, owner):
+    coordinator = make_agent(workspace=workspace, owner=owner, name="Coordinator", tools=["delegate_to_agent"])
+    make_agent(workspace=workspace, owner=owner, name="Researcher", tools=[])
+    parent = services.execution_start(agent=coordinator, user=owner, input_prompt="Prepare the report")
+    delegate = tool_reply("delegate_to_agent", {"agent": "Researcher", "task": "Find churn"}, "d1")
+    assert services.execution_run_segment(execution_id=parent.pk, llm=ScriptedLLM([delegate])) == "awaiting_child"
+    child = Execution.objects.get(parent_execution_id=parent.pk)
+    assert services.execution_run_segment(execution_id=child.pk, llm=ScriptedLLM([text_reply("2.1 %")])) == "success"
+    assert services.execution_post_process(execution_id=child.pk) is True
+    assert services.execution_run_segment(execution_id=parent.pk, llm=ScriptedLLM([text_reply("Done")])) == "success"
+
+    parent.refresh_from_db()
+    child.refresh_from_db()
+    spans = [s for s in exporter.get_finished_spans() if s.name.startswith("river_agent.")]
+    trace_id = int(parent.traceparent.split("-")[1], 16)
+    assert {s.context.trace_id for s in spans} == {trace_id}  # parent and child: one trace
+    by_execution = {}
+    for span in named(spans, "river_agent.execution"):
+        by_execution.setdefault(span.attributes["execution_id"], []).append(span)
+    parent_turn = next(s for s in named(spans, "river_agent.turn")
+                       if s.attributes["execution_id"] == parent.pk and s.attributes["turn_number"] == 1
+                       and s.parent.span_id == by_execution[parent.pk][0].context.span_id)
+    (child_root,) = by_execution[child.pk]
+    assert child_root.parent.span_id == parent_turn.context.span_id
+    # The child stores its own root: its later segments hang under it, not under the parent.
+    assert child.traceparent.split("-")[2] == format(child_root.context.span_id, "016x")
+    assert child.traceparent != parent.traceparent
+
+
+class _FileExporter:
+    """Writes '<pid of the exporter's process> <pid exporting> <span name>' lines to a file."""
+
+    def __init__(self, path):
+        self.path, self.made_in = path, os.getpid()
+
+    def export(self, spans):
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        with open(self.path, "a") as out:
+            for span in spans:
+                out.write(f"{self.made_in} {os.getpid()} {span.name}\n")
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis=30_000):
+        return True
+
+    def shutdown(self):
+        return None
+
+
+def test_a_forked_worker_process_exports_its_spans_with_its_own_exporter_before_it_exits(tmp_path):
+    """What Celery's prefork pool does: the provider is installed in the main process, a
+    child is forked, runs the worker_process_init handlers, traces, runs the
+    worker_process_shutdown handlers and leaves with os._exit (no atexit flush)."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from riverapp import celery as river_celery
+
+    out = tmp_path / "spans.txt"
+    made: list[int] = []
+
+    def factory():
+        made.append(os.getpid())
+        return _FileExporter(out)
+
+    provider = TracerProvider()
+    # A long delay: only an explicit flush sends anything within the test.
+    provider.add_span_processor(BatchSpanProcessor(traces.ProcessLocalExporter(factory), schedule_delay_millis=60_000))
+    traces.traces_enable(provider)
+    try:
+        traces._tracer.start_span("in-main").end()
+        provider.force_flush()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child process
+            code = 1
+            try:
+                river_celery._traces_in_this_process()
+                traces._tracer.start_span("in-child").end()
+                river_celery._traces_flushed()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        traces.traces_disable()
+        provider.shutdown()
+
+    lines = [line.split() for line in out.read_text().splitlines()]
+    main = os.getpid()
+    assert [main, main, "in-main"] == [int(lines[0][0]), int(lines[0][1]), lines[0][2]]
+    (made_in, exported_by, name), = [line for line in lines if line[2] == "in-child"]
+    assert int(exported_by) == child and int(made_in) == child  # the child's own exporter, made there
+    assert made == [main]  # the parent made one exporter (the child's factory call is in its own memory)

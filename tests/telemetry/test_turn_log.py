@@ -131,3 +131,80 @@ def test_the_turn_line_carries_the_active_span_ids(workspace, owner, sent, logs_
     (line,) = _turn_lines(buffer)
     assert line["trace_id"] == format(context.trace_id, "032x")
     assert line["span_id"] == format(context.span_id, "016x")
+
+
+def _parallel_reply(*calls):
+    from rivercore.llm import LLMReply, LLMToolCall
+    from rivercore.types.agents import Tier
+
+    return LLMReply(tool_calls=[LLMToolCall(id=call_id, name=name, arguments=args) for call_id, name, args in calls],
+                    model="scripted", provider="test", tier=Tier.FAST, input_tokens=200, output_tokens=12)
+
+
+@pytest.mark.django_db
+def test_a_turn_of_parallel_tool_calls_is_one_line_describing_every_call(workspace, owner, sent, logs_as):
+    buffer = logs_as("json")
+    agent = make_agent(workspace=workspace, owner=owner, tools=["durable_slow_read", "durable_write"],
+                       action_level="act_with_approval", require_approval_for=["durable_write"])
+    execution = services.execution_start(agent=agent, user=owner, input_prompt="read twice, then write")
+    llm = ScriptedLLM([
+        _parallel_reply(("c1", "durable_slow_read", {"marker": "r1"}), ("c2", "durable_slow_read", {"marker": "r2"}),
+                        ("c3", "durable_write", {"marker": "w1"})),
+    ])
+
+    assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
+
+    (line,) = _turn_lines(buffer)
+    assert line["turn_number"] == 1 and (line["tokens_in"], line["tokens_out"]) == (200, 12)
+    # Spec 001's single-call fields describe the first call; tool_calls describes them all.
+    assert (line["tool_called"], line["tool_category"], line["tool_status"], line["governance_decision"]) == (
+        "durable_slow_read", "execution", "success", "PROCEED")
+    assert line["tool_calls"] == [
+        {"tool": "durable_slow_read", "tool_category": "execution", "tool_status": "success",
+         "governance_decision": "PROCEED"},
+        {"tool": "durable_slow_read", "tool_category": "execution", "tool_status": "success",
+         "governance_decision": "PROCEED"},
+        {"tool": "durable_write", "tool_category": "execution", "tool_status": "awaiting_approval",
+         "governance_decision": "APPROVAL_REQUIRED"},
+    ]
+
+
+@pytest.mark.django_db
+def test_a_turn_without_a_tool_has_an_empty_tool_calls_list(workspace, owner, sent, logs_as):
+    buffer = logs_as("json")
+    agent = make_agent(workspace=workspace, owner=owner)
+    execution = services.execution_start(agent=agent, user=owner, input_prompt="hello")
+    services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("hi")]))
+    (line,) = _turn_lines(buffer)
+    assert line["tool_called"] is None and line["tool_calls"] == []
+
+
+@pytest.mark.django_db
+def test_with_tracing_on_the_turn_line_names_the_runs_turn_span(workspace, owner, sent, logs_as):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from telemetry import traces
+
+    buffer = logs_as("json")
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    traces.traces_enable(provider)
+    try:
+        agent = make_agent(workspace=workspace, owner=owner, tools=["durable_slow_read"])
+        execution = services.execution_start(agent=agent, user=owner, input_prompt="read")
+        # The task's own span (another trace) is active: the line still joins the run's trace.
+        with provider.get_tracer("task").start_as_current_span("celery task"):
+            services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([
+                tool_reply("durable_slow_read", {"marker": "r1"}, call_id="c1"), text_reply("done")]))
+    finally:
+        traces.traces_disable()
+        provider.shutdown()
+    turns = {s.attributes["turn_number"]: s for s in memory.get_finished_spans() if s.name == "river_agent.turn"}
+    lines = _turn_lines(buffer)
+    assert [line["turn_number"] for line in lines] == [1, 2]
+    for line in lines:
+        span = turns[line["turn_number"]].get_span_context()
+        assert (line["trace_id"], line["span_id"]) == (format(span.trace_id, "032x"), format(span.span_id, "016x"))
