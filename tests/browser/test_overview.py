@@ -139,3 +139,24 @@ def test_another_organizations_user_sees_nothing_of_the_first(signed_in, demo):
         assert leak not in content
     assert page.locator("#ws-menu").count() == 0  # one workspace: nothing to switch to
     assert axe_violations(page) == []
+
+
+def test_the_frame_on_a_phone_keeps_the_menus_on_screen(signed_in, demo):
+    admin = demo["admin"]
+    finance = Workspace.objects.create(organization=demo["workspace"].organization, name="Finance", slug="finance")
+    Membership.objects.create(workspace=finance, user=admin, role=Role.ADMIN)
+    page = signed_in(admin)
+    page.set_viewport_size(PHONE)
+    page.goto("/approvals/")
+    # The current section is scrolled into view in the sideways-scrolling navigation.
+    current = page.get_by_role("navigation", name="Main").get_by_role("link", name=re.compile("^Approvals"))
+    expect(current).to_be_in_viewport()
+    for opener, panel in (("^Workspace:", "#ws-menu"), ("^Notifications", "#bell-panel")):
+        page.get_by_role("button", name=re.compile(opener)).click()
+        expect(page.locator(panel)).to_be_visible()
+        box = page.locator(panel).bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (panel, box)
+        assert axe_violations(page) == []
+        screenshot(page, f"frame-phone-{panel.strip('#')}")
+        page.keyboard.press("Escape")
+        expect(page.locator(panel)).to_be_hidden()
