@@ -46,6 +46,8 @@ def test_charts_draw_the_seeded_runs_and_the_page_works_on_a_phone(signed_in, de
     _seed_runs(analyst, days_ago=2, status=Execution.Status.COMPLETED, count=6, cost="0.25")
     _seed_runs(specialist, days_ago=5, status=Execution.Status.CANCELLED, count=2, cost="0")
     page = signed_in(demo["admin"])
+    # Charts drawn at once (overview.js honours reduced motion), so the screenshot shows them whole.
+    page.emulate_media(reduced_motion="reduce")
 
     page.goto("/")
     expect(page.get_by_role("heading", name="Overview", level=1)).to_be_visible()
@@ -64,11 +66,11 @@ def test_charts_draw_the_seeded_runs_and_the_page_works_on_a_phone(signed_in, de
     cost = _chart(page, "cost-chart")
     assert cost["datasets"][0]["data"][-1] == 1.3 and cost["datasets"][0]["data"][-3] == 1.5
 
+    screenshot(page, "overview")
     # The text alternative holds the same numbers.
     page.get_by_text("Show as a table").first.click()
     expect(page.locator("table").first.locator("tbody tr").last).to_contain_text("4")
     assert axe_violations(page) == []
-    screenshot(page, "overview")
 
     # A figure leads to the list behind it.
     href = page.locator(".stat", has_text="Failed this week").get_attribute("href")
