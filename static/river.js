@@ -3,15 +3,6 @@
   "use strict";
   document.documentElement.classList.add("js");
 
-  // A <select data-autosubmit> submits its form when the choice changes; its submit
-  // button is for pages without JavaScript.
-  document.addEventListener("change", function (event) {
-    var target = event.target;
-    if (target instanceof HTMLSelectElement && target.hasAttribute("data-autosubmit") && target.form) {
-      target.form.requestSubmit();
-    }
-  });
-
   // --- Disclosure menus (the workspace switcher, the bell) ------------------------------
   // A <button data-disclosure aria-controls=ID aria-expanded> shows and hides #ID.
   // Escape closes the open menu and gives focus back to its button; a click outside
