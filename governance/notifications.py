@@ -19,9 +19,11 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from governance.models import ApprovalRequest, Notification
 from governance.selectors import approval_notification_config
+from telemetry.events import user_event_publish
 from tenancy.models import Membership, OrganizationMember, Workspace
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,9 @@ APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_REMINDER = "approval_reminder"
 RUN_OUTCOME = "run_outcome"
 SLACK_TIMEOUT_SECONDS = 5
+# The event a person's feed receives when their unread notifications change (a new one,
+# or some marked read in another tab): pages refresh the bell's count.
+NOTIFICATIONS_CHANGED = "notifications_changed"
 
 
 class NotificationError(Exception):
@@ -74,6 +79,7 @@ def _in_app(*, workspace_id: int, users, kind: str, title: str, body: str, url: 
         if user.pk not in already
     ]
     Notification.objects.bulk_create(rows)
+    user_event_publish(user_ids=[row.user_id for row in rows], event={"type": NOTIFICATIONS_CHANGED})
     return len(rows)
 
 
@@ -264,3 +270,28 @@ def approved_action_failed_notify(*, approval: ApprovalRequest, error_message: s
             logger.warning("approval %s failure email failed: %s", approval.pk, exc)
             outcome[EMAIL] = False
     return outcome
+
+
+# --- a person's inbox ----------------------------------------------------------------
+
+
+def notifications_for_user(*, user):
+    """The user's notifications, newest first (every workspace's: they are theirs)."""
+    return Notification.objects.filter(user=user).select_related("workspace").order_by("-created_at", "-pk")
+
+
+def notifications_unread_count(*, user) -> int:
+    return Notification.objects.filter(user=user, read_at__isnull=True).count()
+
+
+def notifications_mark_read(*, user, notification_id: int | None = None) -> int:
+    """Mark one of the user's notifications (or all, without an id) as read; returns how
+    many changed. Another person's id changes nothing, exactly like a missing one."""
+    unread = Notification.objects.filter(user=user, read_at__isnull=True)
+    if notification_id is not None:
+        unread = unread.filter(pk=notification_id)
+    with transaction.atomic():
+        changed = unread.update(read_at=timezone.now())
+        if changed:
+            user_event_publish(user_ids=[user.pk], event={"type": NOTIFICATIONS_CHANGED})
+    return changed

@@ -11,7 +11,8 @@ from __future__ import annotations
 from functools import cached_property
 
 from governance.approvals import approvals_for_user
-from governance.models import ApprovalRequest, Notification
+from governance.models import ApprovalRequest
+from governance.notifications import notifications_unread_count
 from tenancy.selectors import workspaces_for_user
 
 SESSION_KEY = "river_workspace_id"
@@ -49,7 +50,7 @@ class Nav:
 
     @cached_property
     def unread_notifications(self) -> int:
-        return Notification.objects.filter(user=self.request.user, read_at__isnull=True).count()
+        return notifications_unread_count(user=self.request.user)
 
     @cached_property
     def section(self) -> str:

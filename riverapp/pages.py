@@ -1,40 +1,59 @@
-"""Server-rendered pages: sign in and out, and the home page.
+"""Server-rendered pages of the frame: sign in and out, the overview, the notifications
+(page, bell panel, mark read), the live counts and the workspace switch.
 
 Sign-in is Django's own LoginView; sign-out is POST only (Django's LogoutView).
 Pages that need a user send visitors to the sign-in page by URL name, so they do
 not depend on settings.LOGIN_URL.
 """
 
-from collections import defaultdict
-
+from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import include, path, reverse, reverse_lazy
-from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
-from agents.selectors import agents_for_user
-from governance.models import Notification
-from riverapp.context import SESSION_KEY
+from agents.models import Agent
+from governance.notifications import notifications_for_user, notifications_mark_read
+from riverapp.context import SECTIONS, SESSION_KEY, Nav, current_workspace
+from riverapp.overview import overview_for_workspace
 from tenancy.selectors import workspaces_for_user
 
 NOTIFICATIONS_PER_PAGE = 25
+PANEL_SIZE = 6
 
 LOGIN_URL = reverse_lazy("login")
 
 
 @login_required(login_url=LOGIN_URL)
 def home(request):
-    workspaces = list(workspaces_for_user(user=request.user).select_related("organization").order_by("name"))
-    agents_by_workspace = defaultdict(list)
-    for agent in agents_for_user(user=request.user).order_by("name"):
-        agents_by_workspace[agent.workspace_id].append(agent)
-    items = [{"workspace": ws, "agents": agents_by_workspace[ws.pk]} for ws in workspaces]
-    return render(request, "home.html", {"workspaces": items})
+    """The overview of the current workspace."""
+    workspace = current_workspace(request)
+    if workspace is None:
+        return render(request, "overview.html", {"workspace": None})
+    overview = overview_for_workspace(workspace=workspace)
+    return render(request, "overview.html", {
+        "workspace": workspace,
+        "ov": overview,
+        "chart": overview.chart_data(),
+        "since_today": overview.today.isoformat(),
+        "since_week": overview.week_start.isoformat(),
+        "agent_statuses": Agent.Status.choices,
+        "agent_healths": Agent.Health.choices,
+    })
+
+
+@require_GET
+@login_required(login_url=LOGIN_URL)
+def nav_counts(request):
+    """The two live numbers of the frame, for the page that heard they changed."""
+    nav = Nav(request)
+    response = JsonResponse({"approvals": nav.pending_approvals, "notifications": nav.unread_notifications})
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def _safe_next(request, fallback: str) -> str:
@@ -42,6 +61,15 @@ def _safe_next(request, fallback: str) -> str:
     if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
         return target
     return fallback
+
+
+def _section_root(target: str) -> str:
+    """Where a switch of workspace lands: the same section's first page. A run, an agent
+    or a filter of the previous workspace means nothing in the next one."""
+    first = target.split("?", 1)[0].strip("/").split("/", 1)[0]
+    if first and first in SECTIONS:
+        return f"/{first}/"
+    return reverse("home")
 
 
 @require_POST
@@ -52,37 +80,60 @@ def workspace_switch(request):
         workspace_id = int(request.POST.get("workspace", ""))
     except ValueError:
         raise Http404("No such workspace.") from None
-    if not workspaces_for_user(user=request.user).filter(pk=workspace_id).exists():
+    workspace = workspaces_for_user(user=request.user).select_related("organization").filter(pk=workspace_id).first()
+    if workspace is None:
         raise Http404("No such workspace.")
-    request.session[SESSION_KEY] = workspace_id
-    return redirect(_safe_next(request, reverse("home")))
+    request.session[SESSION_KEY] = workspace.pk
+    messages.success(request, f"Now showing {workspace.name} ({workspace.organization.name}).")
+    return redirect(_section_root(_safe_next(request, reverse("home"))))
 
 
 @login_required(login_url=LOGIN_URL)
 def notifications(request):
-    mine = Notification.objects.filter(user=request.user).select_related("workspace").order_by("-created_at", "-pk")
+    unread_only = request.GET.get("show") == "unread"
+    mine = notifications_for_user(user=request.user)
+    if unread_only:
+        mine = mine.filter(read_at__isnull=True)
     page = Paginator(mine, NOTIFICATIONS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "notifications.html", {"page": page})
+    return render(request, "notifications.html", {
+        "page": page, "unread_only": unread_only, "query": "show=unread" if unread_only else "",
+    })
+
+
+def _panel(request):
+    unread = list(notifications_for_user(user=request.user).filter(read_at__isnull=True)[:PANEL_SIZE])
+    return render(request, "_bell_panel.html", {"unread": unread})
+
+
+@require_GET
+@login_required(login_url=LOGIN_URL)
+def notifications_panel(request):
+    """The bell's panel: the latest unread notifications (an htmx fragment)."""
+    return _panel(request)
 
 
 @require_POST
 @login_required(login_url=LOGIN_URL)
-def notifications_mark_read(request):
-    """Mark one notification (``id``) or all of the user's (no ``id``) as read."""
-    mine = Notification.objects.filter(user=request.user, read_at__isnull=True)
+def notifications_mark_read_view(request):
+    """Mark one notification (``id``) or all of the user's (no ``id``) as read. From the
+    bell's panel (htmx) the answer is the panel again; from a page, a redirect back."""
     raw = request.POST.get("id")
-    if raw:
-        if not raw.isdigit():
-            raise Http404("No such notification.")
-        mine = mine.filter(pk=int(raw))
-    mine.update(read_at=timezone.now())
+    if raw and not raw.isdigit():
+        raise Http404("No such notification.")
+    notifications_mark_read(user=request.user, notification_id=int(raw) if raw else None)
+    if request.headers.get("HX-Request") == "true":
+        response = _panel(request)
+        response["HX-Trigger"] = "river:counts-changed"
+        return response
     return redirect(_safe_next(request, reverse("notifications")))
 
 
 urlpatterns = [
     path("workspace/", workspace_switch, name="workspace-switch"),
     path("notifications/", notifications, name="notifications"),
-    path("notifications/read", notifications_mark_read, name="notifications-read"),
+    path("notifications/read", notifications_mark_read_view, name="notifications-read"),
+    path("notifications/panel", notifications_panel, name="notifications-panel"),
+    path("nav/counts", nav_counts, name="nav-counts"),
     path("", home, name="home"),
     path(
         "accounts/login/",

@@ -21,6 +21,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.urls import path
 
 from executions.consumers import BEARER_SUBPROTOCOL, ExecutionConsumer, WorkspaceConsumer
+from riverapp.consumers import FrameConsumer
 from tenancy.services import token_authenticate
 
 
@@ -58,4 +59,5 @@ class WebSocketAuth:
 websocket_urlpatterns = [
     path("ws/executions/<int:execution_id>/", WebSocketAuth(ExecutionConsumer.as_asgi())),
     path("ws/workspace/", WebSocketAuth(WorkspaceConsumer.as_asgi())),
+    path("ws/frame/", WebSocketAuth(FrameConsumer.as_asgi())),
 ]

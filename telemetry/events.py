@@ -49,6 +49,11 @@ def workspace_group(workspace_id: int) -> str:
     return f"workspace.{int(workspace_id)}"
 
 
+def user_group(user_id: int) -> str:
+    """One person's feed: what changed for them alone (their notifications)."""
+    return f"user.{int(user_id)}"
+
+
 async def _send_batch(groups: list[str], events: list[dict]) -> None:
     try:
         layer = get_channel_layer()
@@ -202,3 +207,12 @@ def events_publish_committed(*, workspace_id: int, execution_id: int | None, eve
     transaction of this thread's to wait for."""
     if events:
         _publisher.submit(_groups(workspace_id, execution_id), events, key=execution_id)
+
+
+def user_event_publish(*, user_ids: list[int], event: dict) -> None:
+    """Send ``event`` to each of these people's feeds after commit (their pages' frame
+    listens there). Best effort like every event: the rows are the record."""
+    groups = [user_group(user_id) for user_id in sorted(set(user_ids))]
+    if groups:
+        payload = dict(event)
+        transaction.on_commit(lambda: _publisher.submit(groups, [payload]))

@@ -30,7 +30,7 @@ def test_sign_in_with_the_form_shows_the_frame_and_sign_out_ends_the_session(pag
     for section in ("Overview", "Agents", "Runs", "Approvals", "Triggers", "Data sources", "Audit"):
         expect(nav.get_by_role("link", name=re.compile(f"^{section}"))).to_be_visible()
     expect(nav.get_by_role("link", name="Overview")).to_have_attribute("aria-current", "page")
-    expect(page.get_by_role("link", name=re.compile("^Notifications"))).to_be_visible()
+    expect(page.get_by_role("button", name=re.compile("^Notifications"))).to_be_visible()
 
     page.get_by_role("button", name="Sign out").click()
     expect(page).to_have_url(re.compile(r"/accounts/login/$"))
