@@ -273,6 +273,11 @@ def session_run_ended(ended: RunEnded) -> None:
     the session on; anything else (a run already handled) changes nothing."""
     if ended.session_id is None:
         return
+    with transaction.atomic():
+        _session_run_ended(ended)
+
+
+def _session_run_ended(ended: RunEnded) -> None:
     session = Session.objects.select_for_update().filter(pk=ended.session_id).first()
     if session is None or session.active_execution_id != ended.execution_id:
         return
@@ -548,6 +553,8 @@ def _summary_fit(summary: str, limit: int) -> str:
     size = len(marker) + 1
     for line in reversed([line for line in summary.splitlines() if line and line != marker]):
         if size + len(line) + 1 > limit:
+            if not kept:  # the newest line alone is too long: keep its start
+                kept.append(line[: limit - size - 1] + "…")
             break
         kept.insert(0, line)
         size += len(line) + 1
