@@ -14,6 +14,7 @@ _LEAD = re.compile(
     r"^\s*(?:and\s+(?:what|how)\s+about|what\s+about|how\s+about|same\s+(?:for|but)|and\s+also|and|also|"
     r"now|then)\b[\s,:]*", re.IGNORECASE)
 _PREPOSITION = re.compile(r"^(?:in|within|over|during|for|from)\s+(?:the\s+)?", re.IGNORECASE)
+_TRAILING_PREPOSITION = re.compile(r"\s*\b(?:in|within|over|during|for|from)\s+(?:the\s+)?$", re.IGNORECASE)
 _RELATIVE = re.compile(r"(?:last|past)\b")
 _GLUE = frozenset({"in", "the", "for", "over", "within", "during", "from", "of", "please", "then", "ones", "one"})
 
@@ -50,7 +51,12 @@ def followup_resolve(prompt: str, previous: str) -> str | None:
         old_core = _core(old[3]) if old is not None else ""
         at = base.lower().find(old_core) if old_core else -1
         if at >= 0:
-            merged = base[:at] + new + base[at + len(old_core):]
+            head = base[:at]
+            if not _RELATIVE.match(new):  # "in the last 24 hours" -> "today", not "in the today"
+                head = _TRAILING_PREPOSITION.sub("", head).rstrip() + " "
+            elif not _TRAILING_PREPOSITION.search(head):  # "today" -> "in the last 3 days"
+                head = head.rstrip() + " in the "
+            merged = head + new + base[at + len(old_core):]
         else:
             preposition = "in the " if _RELATIVE.match(new) else ""
             merged = f"{base} {preposition}{new}"
