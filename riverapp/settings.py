@@ -289,6 +289,8 @@ SPECTACULAR_SETTINGS = {
         "ReplayKindEnum": "executions.models.ExecutionReplay.Kind",
         "DataSourceTypeEnum": "datasources.models.DataSource.Type",
         "TriggerTypeEnum": "triggers.types.API_TRIGGER_TYPES",
+        "SessionMessageRoleEnum": "executions.models.SessionMessage.Role",
+        "SessionMessageStateEnum": "executions.models.SessionMessage.State",
     },
 }
 
