@@ -2,10 +2,18 @@ from django import forms
 from django.contrib import admin, messages
 
 from agents.models import Agent, AgentMemory, AgentVersion
-from agents.services import agent_transition, agent_version_create, agent_version_spec
+from agents.services import (
+    agent_team_update,
+    agent_transition,
+    agent_version_create,
+    agent_version_spec,
+    team_parent_problem,
+)
 from common.formfields import BoundedJSONField
 from rivercore.errors import RiverError
 from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin
+
+_KEEP = object()
 
 
 class AgentVersionInline(ScopedInlineMixin, admin.TabularInline):
@@ -20,10 +28,16 @@ class AgentVersionInline(ScopedInlineMixin, admin.TabularInline):
         return False
 
 
+_TEAM_FIELDS = ("parent_agent", "disallow_transfer_to_parent", "disallow_transfer_to_peers")
+
+
 class AgentForm(forms.ModelForm):
+    """Refuses a parent of another workspace, the agent itself or one of its sub-agents
+    (a cycle), naming ``parent_agent``, with the same check as the API."""
+
     class Meta:
         model = Agent
-        fields = ["workspace", "name", "description", "business_function", "domain", "owner"]
+        fields = ["workspace", "name", "description", "business_function", "domain", "owner", *_TEAM_FIELDS]
         help_texts = {
             "workspace": "The workspace the agent works in: its data sources, policies and people.",
             "name": "How people will recognise the agent, e.g. \"Refund triage\".",
@@ -31,12 +45,28 @@ class AgentForm(forms.ModelForm):
             "business_function": "The team the agent works for; used to group agents and in reports.",
             "domain": "The subject it knows about, e.g. \"EU customer support\" (optional).",
             "owner": "The person responsible for the agent.",
+            "parent_agent": "Makes this agent a member of a team: the agent it reports to. Leave empty for a "
+                            "team's entry agent or an agent on its own.",
+            "disallow_transfer_to_parent": "Tick to stop this agent handing a conversation back to its parent.",
+            "disallow_transfer_to_peers": "Tick to stop this agent handing a conversation to its siblings.",
         }
+
+    def clean(self):
+        cleaned = super().clean()
+        parent, workspace = cleaned.get("parent_agent"), cleaned.get("workspace")
+        if parent is not None and workspace is not None:
+            probe = Agent(pk=self.instance.pk, workspace_id=workspace.pk, name=cleaned.get("name") or "this agent")
+            problem = team_parent_problem(agent=probe, parent=parent)
+            if problem:
+                self.add_error("parent_agent", problem)
+        return cleaned
 
 
 @admin.register(Agent)
 class AgentAdmin(TenantScopedAdmin):
-    """Status changes go through the lifecycle actions, which check and audit them."""
+    """Status changes go through the lifecycle actions, which check and audit them;
+    team changes through ``agent_team_update`` (checked again under the workspace's
+    lock, and audited)."""
 
     tenant_path = "workspace__organization"
     form = AgentForm
@@ -45,9 +75,26 @@ class AgentAdmin(TenantScopedAdmin):
     list_filter = ["status", "health", "business_function", "workspace__organization", "workspace"]
     search_fields = ["name", "domain", "description", "owner__username"]
     readonly_fields = ["id", "status", "health", "consecutive_failures", "current_version", "created_at", "updated_at"]
-    autocomplete_fields = ["workspace", "owner"]
+    autocomplete_fields = ["workspace", "owner", "parent_agent"]
     inlines = [AgentVersionInline]
     actions = ["activate", "pause", "archive"]
+
+    def save_model(self, request, obj, form, change):
+        team = {name: form.cleaned_data.get(name) for name in _TEAM_FIELDS if name in form.changed_data}
+        if change and team:  # the other fields are saved here, the team change by the service below
+            stored = Agent.objects.only(*_TEAM_FIELDS).get(pk=obj.pk)
+            for name in team:
+                setattr(obj, name, getattr(stored, name))
+        elif team:
+            obj.parent_agent = None  # a new agent is saved as a root first, then placed in its team
+        super().save_model(request, obj, form, change)
+        if team:
+            parent = team.pop("parent_agent", None) if "parent_agent" in team else _KEEP
+            kwargs = {} if parent is _KEEP else {"parent_agent_id": parent.pk if parent else None}
+            try:
+                agent_team_update(agent=obj, actor=request.user, **kwargs, **team)
+            except RiverError as exc:
+                self.message_user(request, f"{obj}: team not changed: {exc.message}", messages.ERROR)
 
     def _transition(self, request, queryset, target: str) -> None:
         moved = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 import pydantic
+from django.db import transaction
 from django.urls import path
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.types import OpenApiTypes
@@ -120,6 +121,9 @@ class AgentSerializer(serializers.ModelSerializer):
             "health",
             "consecutive_failures",
             "current_version",
+            "parent_agent",
+            "disallow_transfer_to_parent",
+            "disallow_transfer_to_peers",
             "created_at",
             "updated_at",
         ]
@@ -129,12 +133,28 @@ class AgentSerializer(serializers.ModelSerializer):
         return agent.current_version.version if agent.current_version_id else None
 
 
+_TEAM_HELP = ("The agent's parent in a team (an agent of the same workspace), or null for a team root "
+              "(docs/sessions.md). A cycle is refused.")
+_TEAM_FIELDS = ("parent_agent", "disallow_transfer_to_parent", "disallow_transfer_to_peers")
+
+
+def _team_changes(values: dict) -> dict:
+    """Pop the team fields out of validated input, as agent_team_update's keywords."""
+    changes = {field: values.pop(field) for field in _TEAM_FIELDS if field in values}
+    if "parent_agent" in changes:
+        changes["parent_agent_id"] = changes.pop("parent_agent")
+    return changes
+
+
 class AgentCreateSerializer(_StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     name = serializers.CharField(max_length=limits.NAME)
     description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True, default="")
     business_function = serializers.ChoiceField(choices=Agent._meta.get_field("business_function").choices)
     domain = serializers.CharField(max_length=limits.NAME, required=False, allow_blank=True, default="")
+    parent_agent = serializers.UUIDField(required=False, allow_null=True, help_text=_TEAM_HELP)
+    disallow_transfer_to_parent = serializers.BooleanField(required=False)
+    disallow_transfer_to_peers = serializers.BooleanField(required=False)
 
 
 class AgentUpdateSerializer(_StrictInput):
@@ -146,6 +166,9 @@ class AgentUpdateSerializer(_StrictInput):
         choices=Agent._meta.get_field("business_function").choices, required=False
     )
     domain = serializers.CharField(max_length=limits.NAME, required=False, allow_blank=True)
+    parent_agent = serializers.UUIDField(required=False, allow_null=True, help_text=_TEAM_HELP)
+    disallow_transfer_to_parent = serializers.BooleanField(required=False)
+    disallow_transfer_to_peers = serializers.BooleanField(required=False)
 
 
 class AgentVersionSerializer(serializers.ModelSerializer):
@@ -249,7 +272,11 @@ class AgentList(ListAPIView):
         values = dict(data.validated_data)
         workspace = workspace_get_for_user(user=request.user, workspace_id=values.pop("workspace"))
         require_permission(user=request.user, workspace=workspace, permission=AGENT_CREATE)
-        agent = services.agent_create(workspace=workspace, owner=request.user, **values)
+        team = _team_changes(values)
+        with transaction.atomic():  # a refused parent leaves no agent behind
+            agent = services.agent_create(workspace=workspace, owner=request.user, **values)
+            if team:
+                agent = services.agent_team_update(agent=agent, actor=request.user, **team)
         return Response(AgentSerializer(agent).data, status=status.HTTP_201_CREATED)
 
 
@@ -266,7 +293,12 @@ class AgentDetail(GenericAPIView):
         agent = _writable_agent(request, agent_id)
         data = AgentUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        agent = services.agent_update(agent=agent, **data.validated_data)
+        values = dict(data.validated_data)
+        team = _team_changes(values)
+        with transaction.atomic():  # all of the change or none of it
+            agent = services.agent_update(agent=agent, **values)
+            if team:
+                agent = services.agent_team_update(agent=agent, actor=request.user, **team)
         return Response(AgentSerializer(agent).data)
 
 

@@ -55,6 +55,15 @@ class Agent(models.Model):
     current_version = models.ForeignKey(
         "agents.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Teams (docs/sessions.md): an agent may have a parent in its own workspace; the
+    # agents without a parent are the roots a session starts at. The tree never has a
+    # cycle (agents.services.agent_team_update checks it under the workspace's lock).
+    parent_agent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="sub_agents"
+    )
+    # transfer_to_agent may not hand the conversation back up to the parent / to a sibling.
+    disallow_transfer_to_parent = models.BooleanField(default=False)
+    disallow_transfer_to_peers = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -100,6 +100,98 @@ def agent_update(
     return agent
 
 
+TEAM_MAX_DEPTH = 10  # levels below a team's root; deeper trees are refused when configured
+_UNSET = object()
+
+
+def team_parent_problem(*, agent: Agent, parent: Agent | None) -> str | None:
+    """Why ``parent`` cannot be ``agent``'s parent, or None. Reads the parent's
+    ancestors (at most ``TEAM_MAX_DEPTH`` rows, one query each)."""
+    if parent is None:
+        return None
+    if parent.workspace_id != agent.workspace_id:
+        return "must be an agent of the same workspace"
+    if parent.pk == agent.pk:
+        return "an agent cannot be its own parent"
+    seen = {agent.pk}
+    current: Agent | None = parent
+    depth = 1
+    while current is not None:
+        if current.pk in seen:
+            return f"would make a cycle: {current.name} is already below {agent.name} in the team"
+        seen.add(current.pk)
+        if current.parent_agent_id is None:
+            break
+        depth += 1
+        if depth > TEAM_MAX_DEPTH:
+            return f"the team would be more than {TEAM_MAX_DEPTH} levels deep"
+        current = Agent.objects.only("pk", "name", "parent_agent_id", "workspace_id").filter(
+            pk=current.parent_agent_id).first()
+    below = _team_height(agent)
+    if depth + below > TEAM_MAX_DEPTH:
+        return f"the team would be more than {TEAM_MAX_DEPTH} levels deep"
+    return None
+
+
+def _team_height(agent: Agent) -> int:
+    """How many levels of sub-agents hang below ``agent`` (one query per level)."""
+    height, level = 0, [agent.pk]
+    while level and height <= TEAM_MAX_DEPTH:
+        level = list(Agent.objects.filter(parent_agent_id__in=level).values_list("pk", flat=True))
+        if level:
+            height += 1
+    return height
+
+
+def agent_team_update(*, agent: Agent, actor, parent_agent_id=_UNSET, disallow_transfer_to_parent: bool | None = None,
+                      disallow_transfer_to_peers: bool | None = None) -> Agent:
+    """Place ``agent`` in a team (``parent_agent_id``: an agent id of its workspace, or
+    None for a root) and set its transfer flags; ``_UNSET``/None leave a value as it is.
+
+    The workspace's row is locked while the tree is checked and changed, so two
+    concurrent changes cannot build a cycle between them. A parent that is not in the
+    agent's workspace, the agent itself or one of its sub-agents is refused with a 400
+    naming ``parent_agent``; the change is audited (``agent_team_changed``)."""
+    _refuse_if_archived(agent)
+    with transaction.atomic():
+        Workspace.objects.select_for_update().filter(pk=agent.workspace_id).first()
+        locked = Agent.objects.select_for_update(of=("self",)).select_related("workspace").get(pk=agent.pk)
+        before = {"parent_agent": str(locked.parent_agent_id) if locked.parent_agent_id else None,
+                  "disallow_transfer_to_parent": locked.disallow_transfer_to_parent,
+                  "disallow_transfer_to_peers": locked.disallow_transfer_to_peers}
+        fields: list[str] = []
+        if parent_agent_id is not _UNSET:
+            parent = None
+            if parent_agent_id is not None:
+                parent = Agent.objects.filter(pk=parent_agent_id, workspace_id=locked.workspace_id).first()
+                if parent is None:
+                    raise InvalidInput("No agent with that id in this agent's workspace.",
+                                       details={"parent_agent": ["no agent with this id in the agent's workspace"]})
+            problem = team_parent_problem(agent=locked, parent=parent)
+            if problem:
+                raise InvalidInput(f"parent_agent: {problem}.", code="invalid_team",
+                                   details={"parent_agent": [problem]})
+            locked.parent_agent = parent
+            fields.append("parent_agent")
+        if disallow_transfer_to_parent is not None:
+            locked.disallow_transfer_to_parent = disallow_transfer_to_parent
+            fields.append("disallow_transfer_to_parent")
+        if disallow_transfer_to_peers is not None:
+            locked.disallow_transfer_to_peers = disallow_transfer_to_peers
+            fields.append("disallow_transfer_to_peers")
+        if not fields:
+            return locked
+        locked.save(update_fields=[*fields, "updated_at"])
+        after = {"parent_agent": str(locked.parent_agent_id) if locked.parent_agent_id else None,
+                 "disallow_transfer_to_parent": locked.disallow_transfer_to_parent,
+                 "disallow_transfer_to_peers": locked.disallow_transfer_to_peers}
+        if after != before:
+            audit_record(organization_id=locked.workspace.organization_id, workspace_id=locked.workspace_id,
+                         event_type="agent_team_changed", actor=actor, agent_id=locked.pk,
+                         details={"before": before, "after": after})
+    return locked
+
+
 @dataclass(frozen=True)
 class VersionSpec:
     """A checked agent version configuration, ready to store."""

@@ -2,7 +2,7 @@ from django import forms
 from django.contrib import admin
 
 from common.crypto import encrypt_text
-from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
+from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider, Session, SessionMessage
 from executions.providers import provider_models_parse
 from rivercore.errors import InvalidInput
 from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin
@@ -148,3 +148,31 @@ class LLMProviderAdmin(TenantScopedAdmin):
         elif form.cleaned_data.get("api_key"):
             obj.api_key_encrypted = encrypt_text(form.cleaned_data["api_key"])
         super().save_model(request, obj, form, change)
+
+
+class SessionMessageInline(ScopedInlineMixin, admin.TabularInline):
+    model = SessionMessage
+    fk_name = "session"
+    fields = ["sequence", "role", "state", "agent", "execution", "content", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Session)
+class SessionAdmin(_ReadOnlyAdmin):
+    """Sessions are written through their services (docs/sessions.md); the admin views them."""
+
+    tenant_path = "workspace__organization"
+
+    list_display = ["id", "title", "agent", "workspace", "created_by", "active_execution", "archived_at", "updated_at"]
+    list_filter = ["workspace"]
+    search_fields = ["id", "title", "agent__name", "created_by__username"]
+    raw_id_fields = ["active_execution"]
+    inlines = [SessionMessageInline]

@@ -15,6 +15,9 @@ class ExecutionsConfig(AppConfig):
         from executions.services.delegation import delegation_child_ended
 
         run_end_handler_register("delegation", delegation_child_ended)  # a child's end resumes its parent
+        from executions.services.sessions import session_run_ended
+
+        run_end_handler_register("sessions", session_run_ended)  # the next queued message, or a hand-off
         from executions.metrics import run_ended_metrics
 
         run_end_handler_register("metrics", run_ended_metrics)  # runs by status, trigger type, queue wait

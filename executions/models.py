@@ -52,6 +52,9 @@ class Execution(models.Model):
     parent_execution_id = models.BigIntegerField(null=True, blank=True)
     parent_call_id = models.CharField(max_length=100, blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # The conversation this run answers in (docs/sessions.md), or null.
+    session = models.ForeignKey("executions.Session", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="executions")
     input_prompt = models.TextField(blank=True)
     # Indexed together with workspace and with lease_expires_at (Meta.indexes), not alone.
     status = models.CharField(max_length=30, choices=Status.choices, default=Status.QUEUED)
@@ -302,3 +305,78 @@ class ModelCallRecord(models.Model):
 
     def __str__(self) -> str:
         return f"model call of execution {self.execution_id}, turn {self.turn}"
+
+
+class Session(models.Model):
+    """A conversation between a user and an agent, or a team whose root is ``agent``
+    (docs/sessions.md). Each message is answered by an ordinary run; at most one of
+    them is active at a time (``active_execution``), the others wait as queued
+    messages. Older turns are folded into ``summary`` (up to message ``summary_through``)."""
+
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="sessions")
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="sessions")
+    title = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                                   related_name="river_sessions")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    archived_at = models.DateTimeField(null=True, blank=True)
+    active_execution = models.ForeignKey(Execution, null=True, blank=True, on_delete=models.SET_NULL,
+                                         related_name="+")
+    next_sequence = models.PositiveIntegerField(default=1)
+    summary = models.TextField(blank=True)
+    summary_through = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        indexes = [models.Index(fields=["created_by", "workspace", "-updated_at"], name="session_owner_idx"),
+                   models.Index(fields=["agent", "-updated_at"], name="session_agent_idx")]
+
+    def __str__(self) -> str:
+        return self.title or f"session {self.pk}"
+
+    @property
+    def archived(self) -> bool:
+        return self.archived_at is not None
+
+
+class SessionMessage(models.Model):
+    """One entry of a session, appended in ``sequence`` order: a user's message (queued
+    until its run starts) or an agent's answer (the summary of the run that answered)."""
+
+    class Role(models.TextChoices):
+        USER = "user", "User"
+        AGENT = "agent", "Agent"
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "Queued"  # waits for the session's active run to end
+        STARTED = "started", "Started"  # its run was started
+        ANSWERED = "answered", "Answered"  # the run (and the hand-offs after it) ended
+        FAILED = "failed", "Failed"  # its run could not be started (the agent was no longer active)
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages", db_index=False)
+    sequence = models.PositiveIntegerField()
+    role = models.CharField(max_length=10, choices=Role.choices)
+    state = models.CharField(max_length=10, choices=State.choices)
+    content = models.TextField()
+    # Artifact ids attached to a user's message (validated as a list of ids; artifacts
+    # themselves are another module's).
+    attachments = PydanticJSONField(schema=list[int], default=list)
+    # A user's message: the first run started for it. An agent's answer: the run that gave it.
+    execution = models.ForeignKey(Execution, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    agent = models.ForeignKey("agents.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reply_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="replies")
+    # An agent's answer: the queries behind it (SQL, data source, row count), for the history.
+    references = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["session", "sequence"]
+        constraints = [models.UniqueConstraint(fields=["session", "sequence"], name="uniq_session_sequence")]
+        indexes = [models.Index(fields=["session", "state"], name="session_message_state_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.sequence} {self.role}"

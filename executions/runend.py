@@ -34,6 +34,7 @@ class RunEnded:
     trigger_id: Any
     parent_execution_id: int | None
     requested_by_id: int | None
+    session_id: int | None = None  # the session the run answered in (docs/sessions.md)
 
 
 RunEndHandler = Callable[[RunEnded], None]

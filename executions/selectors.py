@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Func, IntegerField, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 
-from executions.models import Execution, ExecutionStep
+from executions.models import Execution, ExecutionEvent, ExecutionStep, Session
 from rivercore.errors import NotFound
 from tenancy.selectors import workspaces_for_user
 
@@ -52,3 +52,27 @@ def execution_storage_usage(*, workspace_id: int) -> tuple[int, int]:
         size=Coalesce(Sum(_JsonBytes("output")), Value(0))
     )["size"]
     return runs.count(), int(results) + int(outputs)
+
+
+def sessions_for_user(*, user) -> QuerySet[Session]:
+    """A user's own sessions, in the workspaces they still belong to. A session is
+    personal: anyone else, a member of the same workspace included, gets a 404."""
+    if not getattr(user, "is_authenticated", False):
+        return Session.objects.none()
+    return Session.objects.filter(created_by=user, workspace__in=workspaces_for_user(user=user))
+
+
+def session_get_for_user(*, user, session_id) -> Session:
+    try:
+        return sessions_for_user(user=user).select_related("workspace", "agent").get(pk=int(session_id))
+    except (Session.DoesNotExist, TypeError, ValueError):
+        raise NotFound("Session not found.") from None
+
+
+def session_events(*, session: Session, after: int, limit: int = 1000) -> QuerySet[ExecutionEvent]:
+    """The events of the session's runs after ``after``, oldest first. Their order is
+    the events' ids: one run of a session is active at a time, so the ids of a session's
+    events grow in the order the conversation happened."""
+    return (ExecutionEvent.objects.filter(execution__session_id=session.pk, pk__gt=after)
+            .select_related(None).only("pk", "execution_id", "seq", "event_type", "payload", "created_at")
+            .order_by("pk")[:limit])

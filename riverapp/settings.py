@@ -290,6 +290,8 @@ SPECTACULAR_SETTINGS = {
         "ReplayKindEnum": "executions.models.ExecutionReplay.Kind",
         "DataSourceTypeEnum": "datasources.models.DataSource.Type",
         "TriggerTypeEnum": "triggers.types.API_TRIGGER_TYPES",
+        "SessionMessageRoleEnum": "executions.models.SessionMessage.Role",
+        "SessionMessageStateEnum": "executions.models.SessionMessage.State",
     },
 }
 
@@ -300,6 +302,12 @@ RIVER_SEGMENT_SOFT_LIMIT_SECONDS = env_int("RIVER_SEGMENT_SOFT_LIMIT_SECONDS", 9
 # many tasks one run may delegate.
 RIVER_MAX_DELEGATION_DEPTH = env_int("RIVER_MAX_DELEGATION_DEPTH", 3, minimum=0)
 RIVER_MAX_DELEGATIONS_PER_RUN = env_int("RIVER_MAX_DELEGATIONS_PER_RUN", 10, minimum=1)
+# Sessions and teams (docs/sessions.md): hand-offs one message may go through; the share
+# of a session run's prompt its history may take (estimated tokens, the latest turns as
+# they were); the longest stored summary of the older turns (characters).
+RIVER_MAX_HANDOFFS_PER_MESSAGE = env_int("RIVER_MAX_HANDOFFS_PER_MESSAGE", 5, minimum=0)
+RIVER_SESSION_HISTORY_TOKENS = env_int("RIVER_SESSION_HISTORY_TOKENS", 2000, minimum=100)
+RIVER_SESSION_SUMMARY_CHARS = env_int("RIVER_SESSION_SUMMARY_CHARS", 4000, minimum=200)
 RIVER_SEGMENT_HARD_LIMIT_SECONDS = RIVER_SEGMENT_SOFT_LIMIT_SECONDS + 60
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

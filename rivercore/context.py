@@ -13,6 +13,7 @@ from typing import Any
 
 from rivercore.contracts import ExecutionRequest
 from rivercore.tools import Tool, all_tools
+from rivercore.types.sessions import TRANSFER_TOOL, SessionContext
 
 FINALIZE_SCHEMA = {
     "type": "function",
@@ -151,12 +152,50 @@ def system_prompt(request: ExecutionRequest) -> str:
             memory += [f"  - flagged: {item}" for item in entry.flagged_items]
         sections.append("## Long-term memory\nFrom previous runs, you have learned:\n" + "\n".join(memory))
 
+    if request.session is not None:
+        sections += session_sections(request.session)
+
     sections.append(f"## Trigger\n{trigger_text(request)}")
     sections.append(
         f"## Execution\nexecution_id={request.execution_id}, max_turns={cfg.model_settings.max_turns}, "
         f"workspace_id={request.user_context.workspace_id}"
     )
     return "\n\n".join(sections)
+
+
+_RELATIONS = {"parent": "the agent that handed this team's work down to you", "child": "your sub-agent",
+              "peer": "a sibling in your team"}
+
+
+def session_sections(session: SessionContext) -> list[str]:
+    """The conversation so far, the team and the hand-off, for a run inside a session."""
+    sections = []
+    if session.summary or session.turns:
+        lines = ["This run answers the latest message of a conversation. Earlier in it:"]
+        if session.summary:
+            lines.append("Older turns, summarised:\n" + session.summary)
+        for turn in session.turns:
+            lines.append(f"- User: {turn.question}")
+            who = f" ({turn.agent_name})" if turn.agent_name else ""
+            lines.append(f"  Answer{who}: {turn.answer or '(no answer)'}")
+            lines += [f"  Query on data source {q.data_source_id}: {q.query}"
+                      + (f" -> {q.total_rows} row(s)" if q.total_rows is not None else "") for q in turn.queries]
+        lines.append("Resolve a follow-up (\"and last month?\") against these turns.")
+        sections.append("## Conversation so far\n" + "\n".join(lines))
+    if session.team:
+        members = [f"- {m.name} (id {m.agent_id}, {_RELATIONS[m.relation.value]})"
+                   + (f": {m.description}" if m.description else "") for m in session.team]
+        sections.append(
+            "## Your team\nWhen another agent is better placed to handle the request, hand the conversation to "
+            f"it with {TRANSFER_TOOL}; your run ends there and that agent continues with its own tools, data "
+            "sources and governance (never above your action level for this message). You may transfer to:\n"
+            + "\n".join(members))
+    if session.handoff is not None:
+        handoff = session.handoff
+        sections.append(f"## Hand-off\n{handoff.from_agent_name} handed this message to you"
+                        + (f": {handoff.reason}" if handoff.reason else ".")
+                        + f" (hand-off {handoff.depth} for this message).")
+    return sections
 
 
 GENERIC_PROMPT = "Handle this trigger according to your instructions."

@@ -27,6 +27,7 @@ from rivercore.types.agents import (
 )
 from rivercore.types.datasources import TableInfo
 from rivercore.types.governance import Decision, GovernancePolicySpec, ResolutionStatus
+from rivercore.types.sessions import SessionContext
 
 
 class _Contract(BaseModel):
@@ -93,6 +94,8 @@ class ExecutionRequest(_Contract):
     trigger_context: TriggerContext
     data_source_metadata: list[DataSourceMetadata]
     conversation_history: list[MemoryEntry]
+    # River's addition to spec 001: the session this run answers in (docs/sessions.md).
+    session: SessionContext | None = None
 
 
 # --- response -------------------------------------------------------------------

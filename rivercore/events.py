@@ -26,6 +26,9 @@ class RunEventType(StrEnum):
     RUN_COMPLETED = "run_completed"
     INTERACTION_REQUIRED = "interaction_required"
     INTERACTION_RESOLVED = "interaction_resolved"
+    # A session's run (docs/sessions.md) starts with the message or the hand-off behind it.
+    USER_MESSAGE = "user_message"
+    AGENT_TRANSFERRED = "agent_transferred"
 
 
 class RunEvent(NamedTuple):
@@ -95,6 +98,28 @@ def interaction_resolved_event(*, turn: int, call_id: str, resolution: str, answ
     run was cancelled while it waited)."""
     return RunEvent(RunEventType.INTERACTION_RESOLVED, {
         "turn": int(turn), "call_id": call_id, "resolution": str(resolution), "answered_by": answered_by,
+    })
+
+
+def user_message_event(*, session_id: int, message_id: int, sequence: int, content: str, attachments: list[int],
+                       author_id: Any, agent_id: Any) -> RunEvent:
+    """A session's message, first event of the run that answers it (``agent_id``: the
+    agent the message was routed to)."""
+    return RunEvent(RunEventType.USER_MESSAGE, {
+        "session_id": int(session_id), "message_id": int(message_id), "sequence": int(sequence), "content": content,
+        "attachments": [int(a) for a in attachments], "author_id": author_id, "agent_id": str(agent_id),
+    })
+
+
+def agent_transferred_event(*, session_id: int, message_id: int, from_execution_id: int, from_agent_id: Any,
+                            from_agent_name: str, to_agent_id: Any, to_agent_name: str, reason: str, depth: int,
+                            action_level: str) -> RunEvent:
+    """A hand-off, first event of the receiving agent's run: who handed over, why, how
+    deep the message's chain of hand-offs is, and the action level the receiver has."""
+    return RunEvent(RunEventType.AGENT_TRANSFERRED, {
+        "session_id": int(session_id), "message_id": int(message_id), "from_execution_id": int(from_execution_id),
+        "from_agent_id": str(from_agent_id), "from_agent_name": from_agent_name, "to_agent_id": str(to_agent_id),
+        "to_agent_name": to_agent_name, "reason": reason, "depth": int(depth), "action_level": str(action_level),
     })
 
 

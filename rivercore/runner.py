@@ -504,6 +504,8 @@ class Engine:
 
     # --- tool calls ------------------------------------------------------------------
     async def _process_open_calls(self, state: RunState) -> Outcome | None:
+        if state.final_answer is not None:
+            return None  # a call that ends the run answered already: nothing after it runs
         for call in state.unfinished_calls():
             outcome = await self._handle_call(state, call)
             if outcome is not None:
@@ -803,6 +805,11 @@ class Engine:
             turn=state.turn, tool_name=call.name, duration_ms=duration,
             result_summary=_summarise(state.steps[-1].output.get("summary", "")),
         ))
+        if tool.ends_run and error is None and state.steps[-1].status == StepStatus.COMPLETED:
+            shown_result = state.steps[-1].output.get("result")
+            message = shown_result.get("message") if isinstance(shown_result, dict) else None
+            self._add(state, StepType.FINAL_ANSWER, output={"answer": str(message or ""), "ended_by": call.name})
+            return Outcome(status=ResponseStatus.SUCCESS)
         return None
 
     async def _export_check(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],

@@ -81,6 +81,10 @@ class Tool:
     # and returns a reference to it; the run then pauses ``awaiting_child`` holding no
     # worker, and the call's observation is appended when that work ends.
     awaits_result: bool = False
+    # A successful call ends the run (``transfer_to_agent``: the conversation goes on as
+    # another agent's run): the engine records the observation, then the final answer
+    # (the output's ``message``), and dispatches none of the turn's later calls.
+    ends_run: bool = False
 
     def function_schema(self) -> dict[str, Any]:
         """The tool in OpenAI function-calling format, from its pydantic input model.

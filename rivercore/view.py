@@ -37,6 +37,9 @@ class RunView(BaseModel):
     called: list[str] = Field(default_factory=list)  # every tool the model called, in order
     observations: list[ToolObservation] = Field(default_factory=list)  # in order
     notice: str | None = None  # the runner's notice, when it is the last thing the model was told
+    # In a session: the question the previous turn's answer was planned from (a follow-up
+    # such as "and last month?" is read against it; docs/sessions.md).
+    previous_question: str = ""
 
 
 def run_view(state: RunState) -> RunView:
@@ -46,6 +49,7 @@ def run_view(state: RunState) -> RunView:
         prompt=user_prompt(request), goal=cfg.goal, instructions=cfg.instructions,
         trigger_type=request.trigger_context.trigger_type.value, trigger=trigger_text(request),
         data_sources=[source.model_dump(mode="json") for source in request.data_source_metadata],
+        previous_question=request.session.previous_question if request.session is not None else "",
     )
     for past in state.steps:
         output = past.output if isinstance(past.output, dict) else {}

@@ -6,4 +6,5 @@ urlpatterns = [
     path("", include("executions.api.providers")),
     path("", include("executions.api.runs")),
     path("", include("executions.api.replays")),
+    path("", include("executions.api.sessions")),
 ]

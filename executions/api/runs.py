@@ -58,7 +58,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
                   "trigger_source", "trigger_payload", "requested_by", "input_prompt", "status", "turn_count",
                   "tokens_input", "tokens_output", "total_tokens", "cost_usd", "cost_unknown", "queued_at",
                   "started_at", "finished_at", "attempts", "result", "usage", "error", "parent_execution",
-                  "parent_execution_id"]
+                  "parent_execution_id", "session"]
 
     @extend_schema_field(TriggerRefSerializer)
     def get_trigger(self, obj) -> dict:

@@ -10,6 +10,8 @@
 - ``watchdog``: runs no worker will pick up, runs out of attempts, lost post-processing,
   parents whose delegated run ended without resuming them;
 - ``delegation``: ``delegate_to_agent``'s child runs, the parent's resume, cancel cascade;
+- ``sessions``: conversations run by run (the queue, history and summaries), teams and
+  ``transfer_to_agent`` hand-offs (docs/sessions.md);
 - ``approvals``: the run-control port through which governance's approval
   resolution and expiry resume or end runs;
 - ``queue``: sending task messages after commit, never failing the caller.

@@ -31,6 +31,7 @@ from rivercore.contracts import (
 from rivercore.errors import InvalidInput
 from rivercore.state import RunState
 from rivercore.types.agents import ActionLevel, MemoryEntry, action_level_at_most
+from rivercore.types.sessions import TRANSFER_TOOL, SessionContext
 from tenancy.selectors import role_annotations, roles_annotated, roles_permissions
 
 logger = logging.getLogger("river.executions")
@@ -118,9 +119,13 @@ def request_build(execution: Execution) -> ExecutionRequest:
         return ExecutionRequest.model_validate(stored["request"])
     agent_config = agent_config_build(agent=agent, version=version, policies=active_policies(
         org_id=workspace.organization_id, workspace_id=workspace.pk) if execution.has_policies else [])
-    cap = (stored.get("delegation") or {}).get("action_level_cap")
-    if cap:  # a delegated run never runs above its parent's action level
-        agent_config.action_level = action_level_at_most(agent_config.action_level, ActionLevel(cap))
+    for cap in ((stored.get("delegation") or {}).get("action_level_cap"),
+                (stored.get("handoff") or {}).get("action_level_cap")):
+        if cap:  # a delegated run, or a hand-off's, never runs above the level of the run it came from
+            agent_config.action_level = action_level_at_most(agent_config.action_level, ActionLevel(cap))
+    session = SessionContext.model_validate(stored["session"]) if stored.get("session") else None
+    if session is not None and session.team and TRANSFER_TOOL not in agent_config.tools:
+        agent_config.tools.append(TRANSFER_TOOL)  # a team member in a session may always hand over
     return ExecutionRequest(
         execution_id=execution.pk,
         agent_config=agent_config,
@@ -134,6 +139,7 @@ def request_build(execution: Execution) -> ExecutionRequest:
         ),
         data_source_metadata=data_source_metadata_build(version=version) if execution.has_sources else [],
         conversation_history=_memories(execution),
+        session=session,
     )
 
 
@@ -171,6 +177,9 @@ def execution_start(
     parent_call_id: str = "",
     delegation: dict | None = None,
     triggered_at: datetime | None = None,
+    session_id: int | None = None,
+    session_context: dict | None = None,
+    handoff: dict | None = None,
 ) -> Execution:
     """Create a queued run and hand it to a worker after commit (spec steps 1-3): one
     INSERT, plus an audit entry in the same transaction when the payload carried text
@@ -178,7 +187,10 @@ def execution_start(
 
     A delegated run (``executions.services.delegation``) names its parent run and call,
     and ``delegation`` holds its depth and the action level it may not exceed.
-    ``triggered_at`` is when the signal arrived (a cron slot, an event); now by default."""
+    ``triggered_at`` is when the signal arrived (a cron slot, an event); now by default.
+    A session's run (``executions.services.sessions``) names its session and carries the
+    conversation around it (``session_context``, a ``SessionContext``) and, after a
+    hand-off, the chain's depth and the action level it may not exceed (``handoff``)."""
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
@@ -196,6 +208,10 @@ def execution_start(
     context: dict = {"triggered_at": triggered_at.isoformat()}
     if delegation:
         context["delegation"] = delegation
+    if session_context:
+        context["session"] = session_context
+    if handoff:
+        context["handoff"] = handoff
     detections: list[dict] = []
     if payload is None:
         context["trigger_payload"] = None  # the column stores {}; the prompt says there was none
@@ -210,7 +226,7 @@ def execution_start(
             trigger_type=trigger_type, trigger_source=trigger_source,
             trigger_payload=payload if payload is not None else {}, trigger_id=trigger_id,
             parent_execution_id=parent_execution_id, parent_call_id=parent_call_id, requested_by=user,
-            input_prompt=input_prompt or "",
+            session_id=session_id, input_prompt=input_prompt or "",
             queued_at=now, published_at=now, context=context,
         )
         if detections:

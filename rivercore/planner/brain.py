@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rivercore.context import GENERIC_PROMPT
+from rivercore.planner.followup import followup_resolve
 from rivercore.planner.rules import (
     DATA_INTENTS,
     SAMPLE_ROWS,
@@ -64,6 +65,7 @@ class Conversation:
     called: list[str] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     notice: str | None = None
+    previous_question: str = ""  # in a session: what the previous turn's query was planned from
 
 
 def read_view(view: dict[str, Any]) -> Conversation:
@@ -77,6 +79,7 @@ def read_view(view: dict[str, Any]) -> Conversation:
         sources=[s for s in view.get("data_sources") or [] if isinstance(s, dict)],
         called=[str(name) for name in view.get("called") or []],
         notice=view.get("notice") if isinstance(view.get("notice"), str) else None,
+        previous_question=str(view.get("previous_question") or ""),
     )
     for item in view.get("observations") or []:
         if not isinstance(item, dict) or not item.get("name"):
@@ -115,6 +118,8 @@ def plan_next(view: dict[str, Any], offered: list[str]) -> Plan:
     working = convo.prompt
     if generic:
         working = " ".join([convo.goal, convo.instructions, convo.trigger])
+    elif convo.previous_question:
+        working = followup_resolve(convo.prompt, convo.previous_question) or working
     working = " ".join([working, *convo.answers]).strip()
     lowered = working.lower()
     can = set(offered)

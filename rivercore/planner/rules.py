@@ -190,7 +190,8 @@ class Reading:
         return self.table is not None and self.score > 0
 
 
-def _time_window(text: str) -> tuple[str, int, str, str] | None:
+def time_window(text: str) -> tuple[str, int, str, str] | None:
+    """The time window a (lower-case) text names: (op, amount, unit, the phrase as written)."""
     patterns = [
         (r"\b(?:last|past|previous)\s+(\d+)\s*(minute|hour|day|week|month|year|h|d)s?\b", ">="),
         (r"\b(?:older than|more than|over)\s+(\d+)\s*(minute|hour|day|week|month|year)s?(?:\s+(?:ago|old))?", "<"),
@@ -359,7 +360,7 @@ def _read_table(text: str, table: Table, *, want_change: bool) -> Reading:
                 score += 2
                 break
 
-    window = _time_window(text)
+    window = time_window(text)
     time_columns = [c for c in table.columns if c.is_time]
     if window and time_columns:
         preferred = next((c for c in time_columns if c.name.split("_")[0] in tokens), None)

@@ -134,7 +134,8 @@ class MemoryEntry(BaseModel):
     flagged_items: list[str] = Field(default_factory=list)
 
 
-# The 17 tools of the spec's registry and River's delegate_to_agent (18 in all). Agent
+# The 17 tools of the spec's registry and River's delegate_to_agent and transfer_to_agent
+# (19 in all). Agent
 # versions may only name these; a test in tests/executions checks the engine's
 # registry matches this list exactly.
 REASONING_TOOLS = (
@@ -144,6 +145,7 @@ REASONING_TOOLS = (
     "search_catalog",
     "recommend_visualization",
     "explain_results",
+    "transfer_to_agent",  # River's addition: hand a session to another agent of the team (docs/sessions.md)
 )
 EXECUTION_TOOLS = (
     "create_data_source",

@@ -120,7 +120,8 @@ WRITES = {"create_data_source", "update_data_source", "delete_data_source", "wri
 READS = {"test_connection", "discover_schema", "execute_query", "get_workspace_info", "get_storage_info",
          "search_catalog", "classify_intent", "check_governance", "generate_query", "recommend_visualization",
          "explain_results", "ask_user",
-         "delegate_to_agent"}  # starts a child run, itself governed by its own (capped) action level
+         "delegate_to_agent",  # starts a child run, itself governed by its own (capped) action level
+         "transfer_to_agent"}  # ends the run; the receiver's run is governed at its own (capped) level
 
 
 def test_every_builtin_tool_is_classified_and_the_writing_ones_say_so():

@@ -194,6 +194,10 @@ def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider
     ]
     trigger_fire(trigger=triggers[0], payload={"id": 1}, source="webhook:desk", dedupe_key="evt-1")
 
+    from executions.services.sessions import session_create
+
+    sessions = [session_create(workspace=workspace, agent=ours, user=owner),
+                session_create(workspace=other_workspace, agent=theirs, user=outsider)]
     approvals = [str(pk) for pk in ApprovalRequest.objects.values_list("pk", flat=True)]
     token = token_issue(user=owner)
     their_token = token_issue(user=outsider)
@@ -210,6 +214,7 @@ def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider
         "trigger_id": [str(trigger.pk) for trigger in triggers],
         "endpoint_id": [str(endpoint.pk) for endpoint in endpoints],
         "api_key_id": [key.pk for key in keys],
+        "session_id": [session.pk for session in sessions],
     }
     return {"token": token.plaintext, "ids": ids}
 

@@ -1,0 +1,85 @@
+"""A three-message session on the demo's support data, answered by the offline planner
+through the whole loop: the second and third messages are follow-ups ("and in the last
+7 days?", "and last month?") that only make sense against the first one's query, and are
+answered with the same query under a changed date filter (docs/sessions.md)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from agents.models import Agent
+from executions import services
+from executions.models import Execution
+from executions.services import sessions
+from executions.services.start import request_build
+from riverapp.demo import demo_database_path, demo_seed
+
+pytestmark = pytest.mark.django_db(transaction=True)  # tools run in worker threads
+
+FIRST = "How many open high-priority tickets were created in the last 24 hours?"
+
+
+@pytest.fixture
+def demo(settings, tmp_path):
+    settings.RIVER_SQLITE_DATA_DIR = tmp_path / "datasources"
+    settings.RIVER_ADMIN_PASSWORD = "demo-password-for-tests"
+    demo_seed()
+    return Agent.objects.get(name="Support Analyst"), get_user_model().objects.get(username="admin")
+
+
+def expected(window: str) -> int:
+    with sqlite3.connect(demo_database_path()) as db:
+        return db.execute(
+            "SELECT COUNT(*) FROM tickets WHERE priority = 'high' AND status = 'open' "
+            f"AND datetime(created_at) >= datetime('now', '{window}')").fetchone()[0]
+
+
+def ask(session, user, content: str) -> Execution:
+    _message, execution = sessions.session_message_send(session=session, user=user, content=content)
+    assert execution is not None
+    assert services.execution_run_segment(execution_id=execution.pk) == "success"
+    assert services.execution_post_process(execution_id=execution.pk) is True
+    execution.refresh_from_db()
+    return execution
+
+
+def query_of(execution: Execution) -> str:
+    return execution.steps.get(step_type="observation", tool_name="execute_query").input["query"]
+
+
+def test_follow_ups_reuse_the_first_query_with_a_new_date_filter(demo):
+    agent, admin = demo
+    counts = {window: expected(window) for window in ("-24 hours", "-7 days", "-1 months")}
+    assert counts["-24 hours"] < counts["-7 days"] <= counts["-1 months"]
+    session = sessions.session_create(workspace=agent.workspace, agent=agent, user=admin)
+
+    first = ask(session, admin, FIRST)
+    assert first.result["summary"].startswith(f"Answer: {counts['-24 hours']}.")
+    sql = query_of(first)
+    assert "'-24 hours'" in sql
+
+    second = ask(session, admin, "and in the last 7 days?")
+    assert request_build(second).session.previous_question.startswith("How many open high-priority tickets")
+    assert query_of(second) == sql.replace("'-24 hours'", "'-7 days'")
+    assert second.result["summary"].startswith(f"Answer: {counts['-7 days']}.")
+
+    third = ask(session, admin, "and last month?")
+    assert query_of(third) == sql.replace("'-24 hours'", "'-1 months'")
+    assert third.result["summary"].startswith(f"Answer: {counts['-1 months']}.")
+    # The third run read both earlier turns, with the queries behind their answers.
+    history = request_build(third).session
+    assert [turn.question for turn in history.turns] == [FIRST, "and in the last 7 days?"]
+    assert history.turns[1].queries[-1].query == query_of(second)
+    assert history.turns[1].answer.startswith(f"Answer: {counts['-7 days']}.")
+
+
+def test_a_question_of_its_own_is_not_read_as_a_follow_up(demo):
+    agent, admin = demo
+    session = sessions.session_create(workspace=agent.workspace, agent=agent, user=admin)
+    ask(session, admin, FIRST)
+    own = ask(session, admin, "How many customers are there?")
+    assert query_of(own) == 'SELECT COUNT(*) AS "count" FROM "customers" t0'
+    assert own.result["summary"].startswith("Answer: 120.")
