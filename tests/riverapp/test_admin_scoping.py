@@ -25,7 +25,7 @@ from django.utils import timezone
 from agents.models import Agent, AgentMemory, AgentVersion
 from common.crypto import encrypt_text
 from datasources.models import DataSource
-from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
+from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider, Session
 from governance.audit import audit_anchor, audit_record
 from governance.models import ApprovalRequest, AuditLogEntry, Notification, Policy, PolicyCounter, WorkspaceSettings
 from tenancy.admin_scoping import TenantScopedAdminMixin, organization_id_of
@@ -88,6 +88,7 @@ def seed(*, org: Organization, tag: str, n: int) -> dict:
     PipelineHandoff.objects.create(trigger=trigger, upstream_execution=execution, depth=1)
     api_key_issue(created_by=person, name=f"{title} key {n}", workspace=ws)
     webhook_endpoint_create(workspace=ws, slug=f"{tag}-hook-{n}", created_by=person)
+    Session.objects.create(workspace=ws, agent=agent, created_by=person, title=f"{title} conversation {n}")
     return {"workspace": ws, "person": person, "agent": agent}
 
 
