@@ -134,7 +134,7 @@ class MemoryEntry(BaseModel):
     flagged_items: list[str] = Field(default_factory=list)
 
 
-# The 17 tools of the spec's registry and River's delegate_to_agent (18 in all). Agent
+# The 17 tools of the spec's registry, River's delegate_to_agent and search_memory (19 in all). Agent
 # versions may only name these; a test in tests/executions checks the engine's
 # registry matches this list exactly.
 REASONING_TOOLS = (
@@ -144,6 +144,7 @@ REASONING_TOOLS = (
     "search_catalog",
     "recommend_visualization",
     "explain_results",
+    "search_memory",  # River's addition: the workspace's memory (docs/memory.md)
 )
 EXECUTION_TOOLS = (
     "create_data_source",
