@@ -1,7 +1,7 @@
 from django import forms
 from django.contrib import admin, messages
 
-from agents.models import Agent, AgentMemory, AgentVersion
+from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from agents.services import agent_transition, agent_version_create, agent_version_spec
 from common.formfields import BoundedJSONField
 from rivercore.errors import RiverError
@@ -173,4 +173,41 @@ class AgentMemoryAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(WorkspaceMemory)
+class WorkspaceMemoryAdmin(admin.ModelAdmin):
+    """Read-only: memories are deleted over the API, which checks who may and audits it."""
+
+    list_display = ["id", "workspace", "user", "agent", "source_execution_id", "created_at"]
+    list_filter = ["workspace"]
+    search_fields = ["content"]
+    readonly_fields = ["workspace", "user", "agent", "content", "keywords", "source_execution_id", "created_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(MemoryConsent)
+class MemoryConsentAdmin(admin.ModelAdmin):
+    """Read-only: a consent is the user's own to give or withdraw."""
+
+    list_display = ["workspace", "user", "personal", "updated_at"]
+    list_filter = ["workspace", "personal"]
+    readonly_fields = ["workspace", "user", "personal", "updated_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

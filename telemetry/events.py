@@ -211,13 +211,14 @@ def events_publish_committed(*, workspace_id: int, execution_id: int | None, eve
 # mid-run starts receiving pieces within this time (it has the stored events meanwhile).
 WATCHED_TTL_SECONDS = 1.0
 WATCHED_TIMEOUT_SECONDS = 0.25
+WATCHED_RETRY_SECONDS = 30.0  # after the layer failed to answer
 
 
 def groups_watched(groups: list[str]) -> list[str]:
     """Which of ``groups`` have a member now. Redis (River's layer): one pipelined round
     trip on the publisher's loop; the in-memory layer: its own table; no layer: none.
-    A layer that cannot tell, or fails to answer in time, counts as nobody watching:
-    the stored events still reach every client."""
+    A layer that cannot tell counts as nobody watching; one that fails, or does not
+    answer within ``WATCHED_TIMEOUT_SECONDS``, raises."""
     layer = get_channel_layer()
     if layer is None:
         return []
@@ -225,10 +226,9 @@ def groups_watched(groups: list[str]) -> list[str]:
         future = asyncio.run_coroutine_threadsafe(layer.groups_watched(groups), _publisher._running_loop())
         try:
             return list(future.result(WATCHED_TIMEOUT_SECONDS))
-        except Exception as exc:  # noqa: BLE001 - a live nicety, never a run's failure
+        except BaseException:
             future.cancel()
-            logger.debug("could not ask the channel layer who watches %s: %s", groups, exc.__class__.__name__)
-            return []
+            raise
     members = getattr(layer, "groups", None)
     if isinstance(members, dict):  # channels' InMemoryChannelLayer (a single process)
         return [group for group in groups if members.get(group)]
@@ -249,8 +249,15 @@ class RunPartials:
 
     def watched(self) -> bool:
         now = self._clock()
-        if self._watched is None or now - self._watched[0] >= WATCHED_TTL_SECONDS:
-            self._watched = (now, bool(groups_watched(self.groups)))
+        if self._watched is None or now >= self._watched[0]:
+            try:
+                self._watched = (now + WATCHED_TTL_SECONDS, bool(groups_watched(self.groups)))
+            except Exception as exc:  # noqa: BLE001 - a live nicety, never a run's failure
+                # The layer is down or slow: nobody is streamed to, and the run does not
+                # ask again for a while (its stored events still reach every client).
+                logger.debug("could not ask the channel layer who watches %s: %s", self.groups,
+                             exc.__class__.__name__)
+                self._watched = (now + WATCHED_RETRY_SECONDS, False)
         return self._watched[1]
 
     def send(self, event: dict) -> None:

@@ -233,3 +233,21 @@ def test_the_sink_asks_the_layer_once_per_interval(execution, token):
 
     cached, fresh = async_to_sync(scenario)()
     assert (cached, fresh) == (False, True)
+
+
+def test_a_layer_that_fails_to_answer_means_nobody_watches_for_a_while(execution, monkeypatch):
+    calls = []
+
+    def broken(groups):
+        calls.append(groups)
+        raise TimeoutError("layer stuck")
+
+    monkeypatch.setattr("telemetry.events.groups_watched", broken)
+    now = [0.0]
+    sink = RunPartials(execution.pk, clock=lambda: now[0])
+    assert sink.watched() is False
+    now[0] += 5  # past the usual interval, within the retry pause
+    assert sink.watched() is False
+    assert len(calls) == 1
+    now[0] += 30
+    assert sink.watched() is False and len(calls) == 2

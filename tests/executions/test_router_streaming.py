@@ -172,3 +172,58 @@ def test_text_pieces_join_back_exactly():
     assert "".join(pieces) == text
     assert all(piece.endswith(" ") for piece in pieces[:-1])
     assert text_pieces("") == []
+
+
+class Sink:
+    """A partial-event sink: whether it says someone watches, and what it was sent."""
+
+    def __init__(self, watched: bool):
+        self.is_watched = watched
+        self.asked = 0
+        self.events: list[dict] = []
+
+    def watched(self) -> bool:
+        self.asked += 1
+        return self.is_watched
+
+    def send(self, event: dict) -> None:
+        self.events.append(event)
+
+
+@pytest.mark.parametrize("hosted", [False, True], ids=["driven inline", "on an event loop"])
+def test_the_engine_streams_each_turn_to_a_watched_sink_and_stores_the_whole_reply(fake_openai, hosted):
+    from rivercore.runner import Engine, new_state, response_build
+    from tests.executions import engine_support as support
+
+    server = fake_openai()
+    server.tool_call("test_echo", {"text": "a"}, content="Echoing first.").text("Echoed a, as asked.")
+    state, _ = new_state(support.request_for(tools=["test_echo"]))
+    sink = Sink(watched=True)
+    engine = Engine(llm=router(provider(server)), partials=sink)
+
+    outcome = asyncio.run(engine.arun(state)) if hosted else engine.run(state)
+
+    assert response_build(state, outcome).result.summary == "Echoed a, as asked."
+    assert all(request["stream"] is True for request in server.requests)
+    by_turn: dict[int, str] = {}
+    for event in sink.events:
+        assert event["type"] == "answer_delta" and event["partial"] is True
+        assert event["execution_id"] == state.request.execution_id
+        by_turn[event["turn"]] = by_turn.get(event["turn"], "") + event["text"]
+    assert by_turn == {1: "Echoing first.", 2: "Echoed a, as asked."}
+    assert sink.asked == 2  # once per model call
+
+
+def test_the_engine_takes_the_plain_call_when_nobody_watches(fake_openai):
+    from rivercore.runner import Engine, new_state
+    from tests.executions import engine_support as support
+
+    server = fake_openai()
+    server.text("Nobody is watching.")
+    state, _ = new_state(support.request_for(tools=["test_echo"]))
+    sink = Sink(watched=False)
+
+    Engine(llm=router(provider(server)), partials=sink).run(state)
+
+    assert "stream" not in server.requests[0] and sink.events == [] and sink.asked == 1
+    assert state.final_answer == "Nobody is watching."
