@@ -1,7 +1,8 @@
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import Q
 
-from agents.models import Agent, AgentMemory, AgentVersion
+from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from agents.services import (
     agent_team_update,
     agent_transition,
@@ -261,4 +262,53 @@ class AgentMemoryAdmin(TenantScopedAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(WorkspaceMemory)
+class WorkspaceMemoryAdmin(TenantScopedAdmin):
+    """Read-only: memories are deleted over the API, which checks who may and audits it.
+    A personal memory is its owner's: organization admins see the shared ones and their
+    own (superusers see all)."""
+
+    tenant_path = "workspace__organization"
+
+    list_display = ["id", "workspace", "user", "agent", "source_execution_id", "created_at"]
+    list_filter = ["workspace"]
+    search_fields = ["content"]
+    readonly_fields = ["workspace", "user", "agent", "content", "keywords", "source_execution_id", "created_at"]
+
+    def get_queryset(self, request):
+        rows = super().get_queryset(request)
+        if request.user.is_superuser:
+            return rows
+        return rows.filter(Q(user__isnull=True) | Q(user=request.user))
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(MemoryConsent)
+class MemoryConsentAdmin(TenantScopedAdmin):
+    """Read-only: a consent is the user's own to give or withdraw."""
+
+    tenant_path = "workspace__organization"
+
+    list_display = ["workspace", "user", "personal", "updated_at"]
+    list_filter = ["workspace", "personal"]
+    readonly_fields = ["workspace", "user", "personal", "updated_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

@@ -19,7 +19,10 @@ from rest_framework.generics import GenericAPIView, ListAPIView
 from rest_framework.response import Response
 
 from agents import selectors, services
-from agents.models import Agent, AgentVersion
+from agents.models import Agent, AgentVersion, WorkspaceMemory
+from governance.models import WorkspaceSettings
+from governance.selectors import workspace_memory_mode
+from governance.services import workspace_memory_mode_set
 from rivercore import limits
 from rivercore.errors import InvalidInput, pydantic_details
 from rivercore.types.agents import (
@@ -28,7 +31,7 @@ from rivercore.types.agents import (
     ModelConfig,
     NotificationConfig,
 )
-from tenancy.permissions import AGENT_CREATE
+from tenancy.permissions import AGENT_CREATE, POLICY_CREATE
 from tenancy.selectors import require_permission, workspace_get_for_user
 
 # ---------------------------------------------------------------- fields
@@ -354,7 +357,124 @@ class AgentLifecycle(GenericAPIView):
         return Response(AgentSerializer(agent).data)
 
 
+# ---------------------------------------------------------------- workspace memory
+
+
+class WorkspaceMemorySerializer(serializers.ModelSerializer):
+    personal = serializers.BooleanField(read_only=True, help_text="True: only its user sees it and runs they start.")
+    agent = serializers.UUIDField(source="agent_id", read_only=True, allow_null=True)
+
+    class Meta:
+        model = WorkspaceMemory
+        fields = ["id", "workspace", "agent", "personal", "content", "source_execution_id", "created_at"]
+        read_only_fields = fields
+
+
+class MemorySettingsSerializer(serializers.Serializer):
+    workspace = serializers.IntegerField(read_only=True)
+    mode = serializers.ChoiceField(choices=WorkspaceSettings.MemoryMode.choices, read_only=True)
+    personal_consent = serializers.BooleanField(read_only=True, help_text="The caller's own consent.")
+
+
+class MemorySettingsUpdateSerializer(_StrictInput):
+    workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+    mode = serializers.ChoiceField(choices=WorkspaceSettings.MemoryMode.choices, required=False,
+                                   help_text="Needs policy:create (workspace admins).")
+    personal_consent = serializers.BooleanField(required=False, help_text="The caller's own consent.")
+
+
+def _int_param(params, name: str) -> int | None:
+    if name not in params:
+        return None
+    try:
+        value = int(params[name])
+    except ValueError:
+        raise InvalidInput(f"{name} must be an id.", details={name: ["A valid integer is required."]}) from None
+    if not 1 <= value <= 2**63 - 1:
+        raise InvalidInput(f"{name} must be an id.", details={name: ["A valid integer is required."]})
+    return value
+
+
+class MemoryList(ListAPIView):
+    """The memories the caller may see: shared ones of their workspaces and their own personal ones."""
+
+    serializer_class = WorkspaceMemorySerializer
+
+    @extend_schema(parameters=[
+        OpenApiParameter("workspace", int), OpenApiParameter("agent", OpenApiTypes.UUID),
+        OpenApiParameter("q", str, description="Words the memory must all hold."),
+    ])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        params = self.request.query_params
+        agent_id = None
+        if params.get("agent"):
+            agent_id = selectors.agent_get_for_user(user=self.request.user, agent_id=params["agent"]).pk
+        query = params.get("q") or None
+        if query is not None and len(query) > limits.NAME:
+            raise InvalidInput("q is too long.", details={"q": [f"At most {limits.NAME} characters."]})
+        return selectors.memories_for_user(user=self.request.user, workspace_id=_int_param(params, "workspace"),
+                                           agent_id=agent_id, query=query)
+
+
+class MemoryDetail(GenericAPIView):
+    serializer_class = WorkspaceMemorySerializer
+
+    def get(self, request, memory_id):
+        return Response(WorkspaceMemorySerializer(selectors.memory_get_for_user(user=request.user,
+                                                                                memory_id=memory_id)).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, memory_id):
+        """Your own personal memory; a shared one needs agent:create in its workspace."""
+        memory = selectors.memory_get_for_user(user=request.user, memory_id=memory_id)
+        if not memory.personal:
+            require_permission(user=request.user, workspace=memory.workspace, permission=AGENT_CREATE)
+        services.workspace_memory_delete(memory=memory, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MemorySettings(GenericAPIView):
+    """What runs of a workspace remember (its mode) and the caller's consent to personal memory."""
+
+    serializer_class = MemorySettingsSerializer
+
+    @staticmethod
+    def _body(workspace, user) -> dict:
+        return {"workspace": workspace.pk, "mode": workspace_memory_mode(workspace_id=workspace.pk),
+                "personal_consent": selectors.memory_consent_given(workspace_id=workspace.pk, user_id=user.pk)}
+
+    @extend_schema(parameters=[OpenApiParameter("workspace", int, required=True)])
+    def get(self, request):
+        workspace_id = _int_param(request.query_params, "workspace")
+        if workspace_id is None:
+            raise InvalidInput("workspace is required.", details={"workspace": ["This field is required."]})
+        workspace = workspace_get_for_user(user=request.user, workspace_id=workspace_id)
+        return Response(self._body(workspace, request.user))
+
+    @extend_schema(request=MemorySettingsUpdateSerializer, responses=MemorySettingsSerializer)
+    def patch(self, request):
+        data = MemorySettingsUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        workspace = workspace_get_for_user(user=request.user, workspace_id=values["workspace"])
+        if "mode" in values:  # checked before anything is written
+            require_permission(user=request.user, workspace=workspace, permission=POLICY_CREATE)
+        with transaction.atomic():
+            if "mode" in values:
+                workspace_memory_mode_set(workspace=workspace, mode=values["mode"], actor=request.user)
+            if "personal_consent" in values:
+                services.memory_consent_set(workspace=workspace, user=request.user,
+                                            personal=values["personal_consent"])
+        return Response(self._body(workspace, request.user))
+
+
 urlpatterns = [
+    path("memory/", MemoryList.as_view(), name="memory-list"),
+    path("memory/settings/", MemorySettings.as_view(), name="memory-settings"),
+    path("memory/<str:memory_id>/", MemoryDetail.as_view(), name="memory-detail"),
     path("agents/", AgentList.as_view(), name="agent-list"),
     path("agents/<str:agent_id>/", AgentDetail.as_view(), name="agent-detail"),
     path("agents/<str:agent_id>/versions/", AgentVersionList.as_view(), name="agent-version-list"),

@@ -137,4 +137,53 @@ class AgentMemory(models.Model):
         return f"memory of {self.agent_id} from run {self.execution_id}"
 
 
-__all__ = ["Agent", "AgentVersion", "AgentMemory", "Tier"]
+class WorkspaceMemory(models.Model):
+    """What a workspace's runs learned, searchable by later runs (``search_memory``).
+
+    ``user`` empty: shared by the workspace; set: personal, found only by runs that user
+    started and listed only to that user. ``keywords`` holds the normalised words of the
+    content, space-separated with a space at each end, so a word is matched as
+    ``" word "`` on every database."""
+
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="memories")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="workspace_memories")
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="workspace_memories")
+    content = models.TextField()
+    keywords = models.TextField(blank=True)
+    source_execution_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["workspace", "-created_at"], name="wsmemory_workspace_recent_idx")]
+        constraints = [
+            # One memory per run: post-processing that runs again writes nothing new.
+            models.UniqueConstraint(fields=["source_execution_id"], name="uniq_wsmemory_source_execution"),
+        ]
+
+    def __str__(self) -> str:
+        return f"memory {self.pk} of workspace {self.workspace_id}"
+
+    @property
+    def personal(self) -> bool:
+        return self.user_id is not None
+
+
+class MemoryConsent(models.Model):
+    """A user's consent to personal memory in one workspace (no row: not given)."""
+
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="memory_consents")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memory_consents")
+    personal = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="uniq_memory_consent")]
+
+    def __str__(self) -> str:
+        return f"memory consent of {self.user_id} in {self.workspace_id}: {self.personal}"
+
+
+__all__ = ["Agent", "AgentVersion", "AgentMemory", "MemoryConsent", "Tier", "WorkspaceMemory"]

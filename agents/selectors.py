@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from agents.models import Agent, AgentMemory, AgentVersion
+from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from datasources.models import DataSource
 from rivercore.errors import InvalidInput, NotFound
 from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, workspaces_for_user
@@ -106,3 +108,110 @@ def agent_memories_exist(*, agent_ref: str) -> Exists:
 def version_data_sources_exist(*, version_ref: str) -> Exists:
     """An annotation: whether the row's agent version binds any data source."""
     return Exists(AgentVersion.data_sources.through.objects.filter(agentversion_id=OuterRef(version_ref)))
+
+
+# --- workspace memory ---------------------------------------------------------------------
+
+_WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
+_STOPWORDS = frozenset("""
+a about after again all also am an and any are as at be been before being below between both but by can could
+did do does doing down during each few for from further had has have having he her here hers him his how i if
+in into is it its itself just me more most my no nor not now of off on once only or other our ours out over own
+same she should so some such than that the their theirs them then there these they this those through to too
+under until up very was we were what when where which while who whom why will with would you your yours
+please tell show give many much last next
+""".split())
+MEMORY_KEYWORDS_MAX = 64
+MEMORY_QUERY_TERMS_MAX = 8
+MEMORY_SEARCH_CANDIDATES = 200
+
+
+def memory_keywords(text: str, *, limit: int = MEMORY_KEYWORDS_MAX) -> list[str]:
+    """The words a memory is found by, in order of first appearance: lower-cased, common
+    words dropped, a plural ``s`` folded (``tickets`` finds ``ticket``). The same
+    function reads a search, so both sides agree on every database."""
+    found: dict[str, None] = {}
+    for raw in _WORD.findall(text.lower()):
+        word = raw.removesuffix("'s")
+        if word in _STOPWORDS or (len(word) < 3 and not word.isdigit()):
+            continue
+        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        found.setdefault(word, None)
+        if len(found) >= limit:
+            break
+    return list(found)
+
+
+def memories_visible(*, user_id: int | None) -> Q:
+    """Shared memories, and the personal ones of ``user_id`` (none without a user)."""
+    return Q(user__isnull=True) | Q(user_id=user_id) if user_id is not None else Q(user__isnull=True)
+
+
+@dataclass(frozen=True)
+class MemoryMatch:
+    memory: WorkspaceMemory
+    score: float  # the share of the search's words the memory holds, 0..1
+
+
+def memory_search(*, workspace_id: int, user_id: int | None, query: str, top_k: int = 5,
+                  agent_id=None) -> list[MemoryMatch]:
+    """The workspace's memories that hold any word of ``query``, best first (more of its
+    words, then newer), that a run of ``user_id`` may read: shared ones and that user's
+    personal ones. Bounded whatever the memory's size: the newest
+    ``MEMORY_SEARCH_CANDIDATES`` matches are ranked."""
+    terms = memory_keywords(query, limit=MEMORY_QUERY_TERMS_MAX)
+    if not terms:
+        return []
+    any_term = Q()
+    for term in terms:
+        any_term |= Q(keywords__contains=f" {term} ")
+    rows = WorkspaceMemory.objects.filter(memories_visible(user_id=user_id), any_term, workspace_id=workspace_id)
+    if agent_id is not None:
+        rows = rows.filter(agent_id=agent_id)
+    candidates = list(rows.order_by("-created_at", "-id")[:MEMORY_SEARCH_CANDIDATES])
+    scored = [MemoryMatch(memory=row, score=sum(f" {t} " in row.keywords for t in terms) / len(terms))
+              for row in candidates]
+    scored.sort(key=lambda match: match.score, reverse=True)  # stable: newer first among equals
+    return scored[:top_k]
+
+
+def memories_for_user(*, user, workspace_id: int | None = None, agent_id=None,
+                      query: str | None = None) -> QuerySet[WorkspaceMemory]:
+    """The memories the user may see: shared ones of their workspaces and their own
+    personal ones, newest first; filtered by workspace, agent and words of ``query``."""
+    rows = WorkspaceMemory.objects.filter(memories_visible(user_id=user.pk),
+                                          workspace__in=workspaces_for_user(user=user))
+    if workspace_id is not None:
+        rows = rows.filter(workspace_id=workspace_id)
+    if agent_id is not None:
+        rows = rows.filter(agent_id=agent_id)
+    if query:
+        for term in memory_keywords(query, limit=MEMORY_QUERY_TERMS_MAX):
+            rows = rows.filter(keywords__contains=f" {term} ")
+    return rows.select_related("agent").order_by("-created_at", "-id")
+
+
+def memory_get_for_user(*, user, memory_id) -> WorkspaceMemory:
+    """A memory the user may see; another workspace's, or another user's personal one, is a 404."""
+    try:
+        pk = int(memory_id)
+        if not 1 <= pk <= 2**63 - 1:
+            raise ValueError(memory_id)
+        return memories_for_user(user=user).select_related("workspace").get(pk=pk)
+    except (WorkspaceMemory.DoesNotExist, TypeError, ValueError):
+        raise NotFound("Memory not found.") from None
+
+
+def agent_memories_for_user(*, user, agent: Agent, limit: int = 50) -> list[WorkspaceMemory]:
+    """For the agent's page: the newest memories its runs wrote that the user may see
+    (shared, and the user's own personal ones). ``agent`` comes from a tenant-scoped
+    selector (``agent_get_for_user``)."""
+    return list(memories_for_user(user=user, workspace_id=agent.workspace_id, agent_id=agent.pk)[:limit])
+
+
+def memory_consent_given(*, workspace_id: int, user_id: int | None) -> bool:
+    """Whether the user consented to personal memory in the workspace (not by default)."""
+    if user_id is None:
+        return False
+    return MemoryConsent.objects.filter(workspace_id=workspace_id, user_id=user_id, personal=True).exists()

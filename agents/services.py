@@ -13,12 +13,13 @@ import pydantic
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from agents.models import Agent, AgentMemory, AgentVersion
-from agents.selectors import data_source_ids_outside_workspace
+from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
+from agents.selectors import data_source_ids_outside_workspace, memory_consent_given, memory_keywords
 from governance.audit import audit_record
 from governance.checker import auto_approve_condition_validate
 from governance.expressions import ExpressionError
-from governance.selectors import approval_channels_active
+from governance.models import WorkspaceSettings
+from governance.selectors import approval_channels_active, workspace_memory_mode
 from rivercore.errors import Conflict, InvalidInput, pydantic_details
 from rivercore.types.agents import (
     TOOL_NAMES,
@@ -473,3 +474,61 @@ def agent_memory_record(*, agent_id: int, execution_id: int, summary: str, learn
     AgentMemory.objects.bulk_create([memory], update_conflicts=True, unique_fields=["execution_id"],
                                     update_fields=["agent", "summary", "learnings", "flagged_items"])
     return memory
+
+
+# --- workspace memory ---------------------------------------------------------------------
+
+MemoryMode = WorkspaceSettings.MemoryMode
+MEMORY_QUESTION_CHARS = 1000
+MEMORY_ANSWER_CHARS = 2000
+
+
+def workspace_memory_from_run(*, workspace_id: int, agent_id, user_id: int | None, execution_id: int,
+                              question: str, answer: str, facts: Sequence[str] = ()) -> WorkspaceMemory | None:
+    """What a completed run leaves in the workspace's memory, as the workspace's
+    ``memory_mode`` allows: nothing (``off``); a personal memory of the user who started
+    it, if that user consented (``personal``); a memory shared with the workspace
+    (``shared``). The content is the question, the answer and the facts the run
+    established, never its raw log. One per run: calling it again writes nothing."""
+    question, answer = question.strip(), answer.strip()
+    if not question or not answer:
+        return None
+    mode = workspace_memory_mode(workspace_id=workspace_id)
+    if mode == MemoryMode.SHARED:
+        owner_id = None
+    elif mode == MemoryMode.PERSONAL and memory_consent_given(workspace_id=workspace_id, user_id=user_id):
+        owner_id = user_id
+    else:
+        return None
+    lines = [f"Question: {question[:MEMORY_QUESTION_CHARS]}", f"Answer: {answer[:MEMORY_ANSWER_CHARS]}"]
+    lines += [f"Fact: {fact[:300]}" for fact in list(facts)[:10]]
+    content = "\n".join(lines)
+    memory = WorkspaceMemory(workspace_id=workspace_id, user_id=owner_id, agent_id=agent_id, content=content,
+                             keywords=" " + " ".join(memory_keywords(content)) + " ",
+                             source_execution_id=execution_id)
+    try:
+        with transaction.atomic():
+            memory.save()
+    except IntegrityError:  # this run's memory is already written
+        return None
+    return memory
+
+
+def workspace_memory_delete(*, memory: WorkspaceMemory, actor) -> None:
+    """Forget one memory (caller checked the actor may: their own personal memory, or a
+    shared one with ``agent:create`` in its workspace). Audited without its content."""
+    audit_record(
+        organization_id=memory.workspace.organization_id, workspace_id=memory.workspace_id,
+        event_type="memory_deleted", actor=actor, agent_id=memory.agent_id,
+        details={"memory_id": memory.pk, "personal": memory.personal,
+                 "source_execution_id": memory.source_execution_id},
+    )
+    memory.delete()
+
+
+def memory_consent_set(*, workspace: Workspace, user, personal: bool) -> MemoryConsent:
+    """The user's own consent to personal memory in the workspace. Withdrawing it stops
+    new personal memories; those already written stay until deleted."""
+    consent, _ = MemoryConsent.objects.update_or_create(workspace=workspace, user=user,
+                                                        defaults={"personal": personal})
+    return consent

@@ -21,6 +21,9 @@ class ExecutionsConfig(AppConfig):
         from executions.metrics import run_ended_metrics
 
         run_end_handler_register("metrics", run_ended_metrics)  # runs by status, trigger type, queue wait
+        from executions.services.memory import workspace_memory_on_run_end
+
+        run_end_handler_register("workspace_memory", workspace_memory_on_run_end)  # docs/memory.md
 
         from executions.modelcalls import ModelCallRecorder
         from rivercore.observe import observer_install

@@ -179,8 +179,16 @@ class AuditAnchor(models.Model):
 
 
 class WorkspaceSettings(models.Model):
+    class MemoryMode(models.TextChoices):
+        """What a completed run leaves in the workspace's memory (docs/memory.md)."""
+
+        OFF = "off", "Nothing is remembered"
+        PERSONAL = "personal", "Personal memory, for users who consent"
+        SHARED = "shared", "Shared with the workspace"
+
     workspace = models.OneToOneField("tenancy.Workspace", on_delete=models.CASCADE, related_name="governance_settings")
     approval_notification_config = PydanticJSONField(schema=ApprovalNotificationConfig, default=dict)
+    memory_mode = models.CharField(max_length=20, choices=MemoryMode.choices, default=MemoryMode.PERSONAL)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

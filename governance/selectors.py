@@ -17,6 +17,12 @@ def approval_notification_config(*, workspace_id: int) -> ApprovalNotificationCo
     return ApprovalNotificationConfig.model_validate(settings_row.approval_notification_config if settings_row else {})
 
 
+def workspace_memory_mode(*, workspace_id: int) -> str:
+    """The workspace's ``WorkspaceSettings.MemoryMode`` (the default when it has no settings row)."""
+    mode = WorkspaceSettings.objects.filter(workspace_id=workspace_id).values_list("memory_mode", flat=True).first()
+    return mode or WorkspaceSettings.MemoryMode.PERSONAL.value
+
+
 def approval_channels_active(*, workspace_id: int) -> bool:
     """An act_with_approval agent may only be activated while this is true."""
     return approval_notification_config(workspace_id=workspace_id).any_active()

@@ -15,7 +15,7 @@ from django.db import transaction
 from governance import expressions
 from governance.audit import audit_record
 from governance.checker import QUERY_NAMES, conditions_expression, infer_policy_type
-from governance.models import Policy
+from governance.models import Policy, WorkspaceSettings
 from governance.selectors import policy_get_for_user
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
 from rivercore.types.governance import Enforcement, PolicyScope, PolicyType
@@ -269,3 +269,20 @@ def workspace_approval_settings_update(*, actor, workspace_id, allow_self_approv
                 details={"allow_self_approval": {"from": previous, "to": allow_self_approval}},
             )
     return locked
+
+
+def workspace_memory_mode_set(*, workspace: Workspace, mode: str, actor) -> str:
+    """Change what runs of the workspace remember (caller checked the actor administers
+    it); audited."""
+    if mode not in WorkspaceSettings.MemoryMode.values:
+        raise InvalidInput("Unknown memory mode.", details={"mode": [f'"{mode}" is not a valid choice.']})
+    with transaction.atomic():
+        row, _ = WorkspaceSettings.objects.select_for_update().get_or_create(workspace=workspace)
+        previous = row.memory_mode
+        if previous != mode:
+            row.memory_mode = mode
+            row.save(update_fields=["memory_mode", "updated_at"])
+            audit_record(organization_id=workspace.organization_id, workspace_id=workspace.pk,
+                         event_type="memory_mode_changed", actor=actor,
+                         details={"mode": mode, "previous_mode": previous})
+    return mode

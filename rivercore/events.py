@@ -31,6 +31,15 @@ class RunEventType(StrEnum):
     AGENT_TRANSFERRED = "agent_transferred"
 
 
+class PartialEventType(StrEnum):
+    """Pieces of a model reply while it is generated: sent live, never stored. The
+    complete reply arrives as the stored events above (``turn_reasoning``, and
+    ``run_completed`` with the answer)."""
+
+    ANSWER_DELTA = "answer_delta"
+    REASONING_DELTA = "reasoning_delta"
+
+
 class RunEvent(NamedTuple):
     """An event before it has a sequence number: ``emit(*event)`` or store its two parts."""
 
@@ -121,6 +130,15 @@ def agent_transferred_event(*, session_id: int, message_id: int, from_execution_
         "from_agent_id": str(from_agent_id), "from_agent_name": from_agent_name, "to_agent_id": str(to_agent_id),
         "to_agent_name": to_agent_name, "reason": reason, "depth": int(depth), "action_level": str(action_level),
     })
+
+
+def partial_event(*, event_type: PartialEventType, execution_id: int, turn: int, index: int,
+                  text: str) -> dict[str, Any]:
+    """A streamed piece as a client receives it. It has no ``seq`` (it is not in the
+    run's log); ``index`` counts the pieces of one kind in one turn from 0, and a piece
+    with index 0 starts that turn's text afresh (a retried model call streams again)."""
+    return {"type": str(event_type), "execution_id": int(execution_id), "turn": int(turn), "index": int(index),
+            "text": text, "partial": True}
 
 
 def event_message(*, event_type: str, seq: int, execution_id: int, payload: dict[str, Any]) -> dict[str, Any]:

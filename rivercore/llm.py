@@ -52,12 +52,29 @@ class LLMError(Exception):
         self.details = details or {}
 
 
+class DeltaKind(StrEnum):
+    """What a piece of streamed model output is. ``RESTART``: the attempt that produced
+    the pieces so far failed and another one starts (a retry or a failover), so what was
+    shown of this reply is to be thrown away."""
+
+    ANSWER = "answer"
+    REASONING = "reasoning"
+    RESTART = "restart"
+
+
+OnDelta = Callable[[DeltaKind, str], None]
+"""Called with each piece of a reply while the model generates it. It runs on the thread
+(or event loop) that receives the stream, so it must only hand the piece on."""
+
+
 class LLMClient(Protocol):
     """The engine's model port. A client may also set ``reads_view = True`` and accept a
     ``view`` keyword: a structured account of the request for a model that reads
     values instead of chat text (River's offline planner): ``{"run": RunView}`` on a
     turn of the loop, ``{"task": name, "payload": {...}}`` on a tool's sub-request.
-    Callers pass it only to such clients (``view_kwargs``)."""
+    Callers pass it only to such clients (``view_kwargs``). A client that can stream
+    sets ``streams = True`` and accepts an ``on_delta`` keyword (``OnDelta``); the reply
+    it returns is still the complete one (``delta_kwargs``)."""
 
     def complete(
         self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier, timeout_seconds: float
@@ -68,3 +85,8 @@ def view_kwargs(client: object, view: Callable[[], dict[str, Any]]) -> dict[str,
     """``{"view": view()}`` for a client that reads the structured view, else nothing
     (the view is only built when it is read)."""
     return {"view": view()} if getattr(client, "reads_view", False) else {}
+
+
+def delta_kwargs(client: object, on_delta: OnDelta | None) -> dict[str, Any]:
+    """``{"on_delta": on_delta}`` for a client that streams, else nothing."""
+    return {"on_delta": on_delta} if on_delta is not None and getattr(client, "streams", False) else {}

@@ -50,7 +50,7 @@ from litellm import exceptions as litellm_errors
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from rivercore import offline
-from rivercore.llm import LLMError, LLMErrorKind, LLMReply, LLMToolCall
+from rivercore.llm import DeltaKind, LLMError, LLMErrorKind, LLMReply, LLMToolCall, OnDelta
 from rivercore.ports import blocking_call, drive
 from rivercore.types.agents import Tier
 from rivercore.view import VIEW_KEY
@@ -172,20 +172,79 @@ def _failure_kind(exc: Exception) -> str | None:
 
 
 def _parse_tool_calls(raw_calls: Any) -> list[LLMToolCall]:
-    calls = []
-    for index, raw in enumerate(raw_calls or []):
-        function = raw.function
-        text = function.arguments or ""
-        try:
-            arguments = json.loads(text) if text.strip() else {}
-        except json.JSONDecodeError:
-            arguments = None
-        if isinstance(arguments, dict):
-            calls.append(LLMToolCall(id=raw.id or f"call_{index}", name=function.name or "", arguments=arguments))
-        else:  # invalid JSON: the runner's argument validation reports it to the model
-            calls.append(LLMToolCall(id=raw.id or f"call_{index}", name=function.name or "", arguments={},
-                                     raw_arguments=text))
-    return calls
+    return [_tool_call(index, raw.id, raw.function.name, raw.function.arguments)
+            for index, raw in enumerate(raw_calls or [])]
+
+
+def _tool_call(index: int, call_id: str | None, name: str | None, text: str | None) -> LLMToolCall:
+    text = text or ""
+    try:
+        arguments = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        arguments = None
+    if isinstance(arguments, dict):
+        return LLMToolCall(id=call_id or f"call_{index}", name=name or "", arguments=arguments)
+    # invalid JSON: the runner's argument validation reports it to the model
+    return LLMToolCall(id=call_id or f"call_{index}", name=name or "", arguments={}, raw_arguments=text)
+
+
+class _Relay:
+    """Hands streamed pieces to the caller's ``on_delta``, and tells it to start over
+    when an attempt that already sent some failed and another one begins."""
+
+    def __init__(self, on_delta: OnDelta):
+        self.on_delta = on_delta
+        self.sent = False
+
+    def begin(self) -> None:
+        if self.sent:
+            self.on_delta(DeltaKind.RESTART, "")
+            self.sent = False
+
+    def send(self, kind: DeltaKind, text: str) -> None:
+        if text:
+            self.sent = True
+            self.on_delta(kind, text)
+
+
+class StreamedReply:
+    """A reply put together from stream chunks: the content in order, each tool call
+    from the pieces with its ``index`` (its id and name come once, its arguments in
+    pieces that only form JSON together), the usage of the last chunk that had one."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: Any = None
+
+    def add(self, chunk: Any, relay: _Relay | None) -> None:
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
+        for choice in getattr(chunk, "choices", None) or []:
+            if getattr(choice, "index", 0):
+                continue  # River asks for one choice
+            delta = choice.delta
+            reasoning = getattr(delta, "reasoning_content", None)
+            if reasoning and relay is not None:
+                relay.send(DeltaKind.REASONING, reasoning)
+            if delta.content:
+                self.content.append(delta.content)
+                if relay is not None:
+                    relay.send(DeltaKind.ANSWER, delta.content)
+            for piece in getattr(delta, "tool_calls", None) or []:
+                position = piece.index if piece.index is not None else len(self.calls)
+                call = self.calls.setdefault(position, {"id": None, "name": None, "arguments": []})
+                function = piece.function
+                if piece.id:
+                    call["id"] = piece.id
+                if function is not None and function.name:
+                    call["name"] = function.name
+                if function is not None and function.arguments:
+                    call["arguments"].append(function.arguments)
+
+    def tool_calls(self) -> list[LLMToolCall]:
+        return [_tool_call(order, call["id"], call["name"], "".join(call["arguments"]))
+                for order, (_, call) in enumerate(sorted(self.calls.items()))]
 
 
 class Router:
@@ -243,20 +302,27 @@ class Router:
         window_start = int(self.clock() // RATE_WINDOW_SECONDS) * RATE_WINDOW_SECONDS
         return await self._io(blocking, self.rate_acquire, provider.window, provider.rate_limit_rpm, window_start)
 
+    # Every provider is reached through litellm, which streams from all of them.
+    streams = True
+
     def complete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
-                 timeout_seconds: float, view: dict[str, Any] | None = None) -> LLMReply:
-        """One model call with retries and failover, blocking the calling thread."""
-        return drive(self._run(True, messages, tools, tier, timeout_seconds, view))
+                 timeout_seconds: float, view: dict[str, Any] | None = None,
+                 on_delta: OnDelta | None = None) -> LLMReply:
+        """One model call with retries and failover, blocking the calling thread. With
+        ``on_delta`` the reply is streamed and each piece handed to it as it comes."""
+        return drive(self._run(True, messages, tools, tier, timeout_seconds, view, on_delta))
 
     async def acomplete(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
-                        timeout_seconds: float, view: dict[str, Any] | None = None) -> LLMReply:
+                        timeout_seconds: float, view: dict[str, Any] | None = None,
+                        on_delta: OnDelta | None = None) -> LLMReply:
         """One model call with retries and failover; the caller waits without holding a
         thread (litellm's async client)."""
-        return await self._run(False, messages, tools, tier, timeout_seconds, view)
+        return await self._run(False, messages, tools, tier, timeout_seconds, view, on_delta)
 
     async def _run(self, blocking: bool, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tier: Tier,
-                   timeout_seconds: float, view: dict[str, Any] | None) -> LLMReply:
+                   timeout_seconds: float, view: dict[str, Any] | None, on_delta: OnDelta | None = None) -> LLMReply:
         failures: list[dict[str, Any]] = []
+        relay = _Relay(on_delta) if on_delta is not None else None
         pending = await self.ordered(blocking)
         while True:
             limited: list[ProviderConfig] = []
@@ -267,7 +333,7 @@ class Router:
                     limited.append(provider)
                     continue
                 reply = await self._try_provider(blocking, provider, messages, tools, tier, timeout_seconds,
-                                                 failures, view)
+                                                 failures, view, relay)
                 if reply is not None:
                     return reply
             if not limited:
@@ -299,7 +365,7 @@ class Router:
 
     async def _try_provider(self, blocking: bool, provider: ProviderConfig, messages: list[dict[str, Any]],
                             tools: list[dict[str, Any]], tier: Tier, budget: float, failures: list[dict[str, Any]],
-                            view: dict[str, Any] | None = None) -> LLMReply | None:
+                            view: dict[str, Any] | None = None, relay: _Relay | None = None) -> LLMReply | None:
         """One provider with its retries, within ``budget`` seconds. The reply, or
         None after appending why it failed to ``failures``."""
         model, served_tier = provider.model_for(tier)
@@ -308,8 +374,10 @@ class Router:
         attempt_timeout = min(provider.timeout_seconds or budget, budget)
         while True:
             started = time.monotonic()
+            if relay is not None:
+                relay.begin()
             try:
-                response = await self._call(blocking, provider, model, messages, tools, attempt_timeout, view)
+                response = await self._call(blocking, provider, model, messages, tools, attempt_timeout, view, relay)
             except Exception as exc:  # noqa: BLE001 - every litellm failure is classified below
                 latency = (time.monotonic() - started) * 1000
                 kind = _failure_kind(exc)
@@ -339,7 +407,8 @@ class Router:
             return self._reply(response, provider, model, served_tier, messages, int(latency))
 
     async def _call(self, blocking: bool, provider: ProviderConfig, model: str, messages: list[dict[str, Any]],
-              tools: list[dict[str, Any]], timeout_seconds: float, view: dict[str, Any] | None = None) -> Any:
+                    tools: list[dict[str, Any]], timeout_seconds: float, view: dict[str, Any] | None = None,
+                    relay: _Relay | None = None) -> Any:
         kwargs: dict[str, Any] = {
             "model": _litellm_model(model, provider.base_url),
             "messages": messages,
@@ -357,6 +426,12 @@ class Router:
             kwargs["api_key"] = "not-needed"  # local servers (vLLM, Ollama) accept any key
         if view is not None and provider.name == offline.PROVIDER:
             kwargs["metadata"] = {VIEW_KEY: view}  # only the offline planner reads it; never sent to a provider
+        if relay is not None:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+            stream = litellm.completion(**kwargs) if blocking else await litellm.acompletion(**kwargs)
+            return await _collect(stream, blocking=blocking, relay=relay, timeout_seconds=timeout_seconds,
+                                  model=kwargs["model"], provider=provider.name)
         if blocking:
             return litellm.completion(**kwargs)
         return await litellm.acompletion(**kwargs)
@@ -364,11 +439,16 @@ class Router:
     @staticmethod
     def _reply(response: Any, provider: ProviderConfig, model: str, tier: Tier, messages: list[dict[str, Any]],
                latency_ms: int) -> LLMReply:
-        choice = response.choices[0] if response.choices else None
-        message = choice.message if choice is not None else None
-        content = getattr(message, "content", None)
-        calls = _parse_tool_calls(getattr(message, "tool_calls", None))
-        usage = getattr(response, "usage", None)
+        if isinstance(response, StreamedReply):
+            content = "".join(response.content) or None
+            calls = response.tool_calls()
+            usage = response.usage
+        else:
+            choice = response.choices[0] if response.choices else None
+            message = choice.message if choice is not None else None
+            content = getattr(message, "content", None)
+            calls = _parse_tool_calls(getattr(message, "tool_calls", None))
+            usage = getattr(response, "usage", None)
         input_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         output_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         if not input_tokens:
@@ -384,6 +464,33 @@ class Router:
             cost_usd=model_cost(model=model, input_tokens=input_tokens, output_tokens=output_tokens),
             latency_ms=latency_ms,
         )
+
+
+async def _collect(stream: Any, *, blocking: bool, relay: _Relay, timeout_seconds: float, model: str,
+                   provider: str) -> StreamedReply:
+    """Read a litellm stream to its end, relaying each piece. A stream that outlives the
+    attempt's timeout is a timeout; one that stops before the model said it had finished
+    (litellm then ends it as if it had) is a server error: both are retried or failed
+    over like any other failed attempt."""
+    reply = StreamedReply()
+    deadline = time.monotonic() + timeout_seconds
+
+    def take(chunk: Any) -> None:
+        reply.add(chunk, relay)
+        if time.monotonic() > deadline:
+            raise litellm_errors.Timeout(message=f"the stream ran past {timeout_seconds:g} s", model=model,
+                                         llm_provider=provider)
+
+    if blocking:
+        for chunk in stream:
+            take(chunk)
+    else:
+        async for chunk in stream:
+            take(chunk)
+    if getattr(stream, "received_finish_reason", "unknown") is None:
+        raise litellm_errors.InternalServerError(message="the stream ended before the model finished its reply",
+                                                 llm_provider=provider, model=model)
+    return reply
 
 
 def offline_provider() -> ProviderConfig:

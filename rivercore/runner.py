@@ -39,14 +39,26 @@ from rivercore.contracts import (
 )
 from rivercore.errors import pydantic_details
 from rivercore.events import (
+    PartialEventType,
     interaction_required_event,
     observation_received_event,
+    partial_event,
     tool_called_event,
     turn_complete_event,
     turn_reasoning_event,
 )
 from rivercore.fence import WriteFence, fence_bound
-from rivercore.llm import LLMClient, LLMError, LLMErrorKind, LLMReply, LLMToolCall, view_kwargs
+from rivercore.llm import (
+    DeltaKind,
+    LLMClient,
+    LLMError,
+    LLMErrorKind,
+    LLMReply,
+    LLMToolCall,
+    OnDelta,
+    delta_kwargs,
+    view_kwargs,
+)
 from rivercore.observation import observation_byte_limit, observation_fit
 from rivercore.ports import blocking_call, drive
 from rivercore.state import RUNNER_MODEL, RunState, call_hash, step
@@ -131,6 +143,39 @@ class MemoryJournal:
 
     def settle(self) -> None:
         return None
+
+
+class PartialSink(Protocol):
+    """Where a run's partial events go (port): straight to live listeners, never to the
+    journal. ``watched`` says whether anyone listens now; it is asked before each model
+    call, inline, so it must answer from memory or in one short round trip. The engine
+    streams a model call only when it says yes: a run nobody watches takes the plain
+    call. ``send`` must only hand the event on (it is called for every piece)."""
+
+    def watched(self) -> bool: ...
+
+    def send(self, event: dict[str, Any]) -> None: ...
+
+
+_PARTIAL_TYPES = {DeltaKind.ANSWER: PartialEventType.ANSWER_DELTA,
+                  DeltaKind.REASONING: PartialEventType.REASONING_DELTA}
+
+
+def partial_relay(sink: PartialSink, *, execution_id: int, turn: int) -> OnDelta:
+    """The ``on_delta`` of one model call: each piece as a partial event with its index
+    in the turn; a restart (the call is tried again) starts the indexes over."""
+    counts: dict[DeltaKind, int] = {}
+
+    def on_delta(kind: DeltaKind, text: str) -> None:
+        if kind == DeltaKind.RESTART:
+            counts.clear()
+            return
+        index = counts.get(kind, 0)
+        counts[kind] = index + 1
+        sink.send(partial_event(event_type=_PARTIAL_TYPES[kind], execution_id=execution_id, turn=turn, index=index,
+                                text=text))
+
+    return on_delta
 
 
 class EngineHooks(Protocol):
@@ -301,6 +346,8 @@ class Engine:
     # suspends (``run`` drives it without an event loop; a tool runs under
     # ``run_tool_in_thread``). False: the run is awaited on a live loop (a run host).
     blocking: bool = False
+    # Live listeners of the run's partial events (None: nobody; the model is not streamed).
+    partials: PartialSink | None = None
 
     # --- ports -------------------------------------------------------------------------
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -317,6 +364,14 @@ class Engine:
             reply: LLMReply = await acomplete(**request)
             return reply
         return await self._io(self.llm.complete, **request)
+
+    def _streaming(self, state: RunState, turn: int) -> dict[str, Any]:
+        """``on_delta`` for a model call when the client can stream and someone is
+        watching the run, else nothing (the plain call)."""
+        if self.partials is None or not getattr(self.llm, "streams", False) or not self.partials.watched():
+            return {}
+        return delta_kwargs(self.llm, partial_relay(self.partials, execution_id=state.request.execution_id,
+                                                    turn=turn))
 
     async def _run_tool(self, tool: Tool, ctx: ToolContext, parsed: pydantic.BaseModel, timeout: float) -> object:
         if self.blocking and self.tool_runner is run_tool:  # an injected runner (a replay) is used as given
@@ -455,6 +510,7 @@ class Engine:
             reply = await self._complete(
                 messages=messages, tools=state.tool_schemas, tier=tier,
                 timeout_seconds=timeout, **view_kwargs(self.llm, lambda: _view(state)),
+                **self._streaming(state, turn),
             )
         except LLMError as exc:
             duration = observed(error=exc)
@@ -872,7 +928,8 @@ class Engine:
         try:
             reply = await self._complete(messages=state.messages(), tools=[], tier=Tier.FAST,
                                       timeout_seconds=state.request.agent_config.model_settings.llm_timeout_seconds,
-                                      **view_kwargs(self.llm, lambda: _view(state)))
+                                      **view_kwargs(self.llm, lambda: _view(state)),
+                                      **self._streaming(state, state.turn))
             self._add(state, StepType.REASONING, turn=state.turn, model_used=reply.model, model_tier=reply.tier.value,
                       provider=reply.provider, tokens=Tokens(input=reply.input_tokens, output=reply.output_tokens),
                       output={"content": reply.content, "summary_request": True, "cost_usd": reply.cost_usd})

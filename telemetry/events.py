@@ -23,6 +23,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 
 from channels.layers import get_channel_layer
 from django.db import transaction
@@ -216,3 +217,62 @@ def user_event_publish(*, user_ids: list[int], event: dict) -> None:
     if groups:
         payload = dict(event)
         transaction.on_commit(lambda: _publisher.submit(groups, [payload]))
+
+
+# --- partial events: pieces of a model reply, live only ------------------------------------
+
+# How long a run trusts its last answer to "is anyone watching?": a client that connects
+# mid-run starts receiving pieces within this time (it has the stored events meanwhile).
+WATCHED_TTL_SECONDS = 1.0
+WATCHED_TIMEOUT_SECONDS = 0.25
+WATCHED_RETRY_SECONDS = 30.0  # after the layer failed to answer
+
+
+def groups_watched(groups: list[str]) -> list[str]:
+    """Which of ``groups`` have a member now. Redis (River's layer): one pipelined round
+    trip on the publisher's loop; the in-memory layer: its own table; no layer: none.
+    A layer that cannot tell counts as nobody watching; one that fails, or does not
+    answer within ``WATCHED_TIMEOUT_SECONDS``, raises."""
+    layer = get_channel_layer()
+    if layer is None:
+        return []
+    if hasattr(layer, "groups_watched"):
+        future = asyncio.run_coroutine_threadsafe(layer.groups_watched(groups), _publisher._running_loop())
+        try:
+            return list(future.result(WATCHED_TIMEOUT_SECONDS))
+        except BaseException:
+            future.cancel()
+            raise
+    members = getattr(layer, "groups", None)
+    if isinstance(members, dict):  # channels' InMemoryChannelLayer (a single process)
+        return [group for group in groups if members.get(group)]
+    return []
+
+
+class RunPartials:
+    """The partial-event sink of one run (``rivercore.runner.PartialSink``): pieces go to
+    the run's group only, never to the workspace feed and never into the event log.
+    They share the run's place on the publisher, so they keep their order with the
+    run's stored events as far as they were handed over in that order."""
+
+    def __init__(self, execution_id: int, *, clock=time.monotonic):
+        self.execution_id = int(execution_id)
+        self.groups = [execution_group(execution_id)]
+        self._clock = clock
+        self._watched: tuple[float, bool] | None = None
+
+    def watched(self) -> bool:
+        now = self._clock()
+        if self._watched is None or now >= self._watched[0]:
+            try:
+                self._watched = (now + WATCHED_TTL_SECONDS, bool(groups_watched(self.groups)))
+            except Exception as exc:  # noqa: BLE001 - a live nicety, never a run's failure
+                # The layer is down or slow: nobody is streamed to, and the run does not
+                # ask again for a while (its stored events still reach every client).
+                logger.debug("could not ask the channel layer who watches %s: %s", self.groups,
+                             exc.__class__.__name__)
+                self._watched = (now + WATCHED_RETRY_SECONDS, False)
+        return self._watched[1]
+
+    def send(self, event: dict) -> None:
+        _publisher.submit(self.groups, [event], key=self.execution_id)

@@ -17,6 +17,11 @@ from channels_redis.core import RedisChannelLayer
 
 class RiverChannelLayer(RedisChannelLayer):
     async def group_send_many(self, groups: list[str], message: dict) -> None:
+        watched = await self.groups_watched(groups)
+        await asyncio.gather(*(self.group_send(group, message) for group in watched))
+
+    async def groups_watched(self, groups: list[str]) -> list[str]:
+        """The groups that have members, asked in one pipelined round trip per host."""
         by_host: dict[int, list[str]] = defaultdict(list)
         for group in groups:
             assert self.require_valid_group_name(group), "Group name not valid"
@@ -31,4 +36,4 @@ class RiverChannelLayer(RedisChannelLayer):
                 pipe.zcard(key)
             answers = await pipe.execute()
             watched += [group for group, members in zip(host_groups, answers[1::2], strict=True) if members]
-        await asyncio.gather(*(self.group_send(group, message) for group in watched))
+        return watched

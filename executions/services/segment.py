@@ -33,7 +33,7 @@ from rivercore.ports import blocking_call, drive
 from rivercore.runner import Engine, Outcome, RunInterrupted, response_build
 from rivercore.state import RunState
 from telemetry import traces
-from telemetry.events import events_publish
+from telemetry.events import RunPartials, events_publish
 from telemetry.faults import infra_fault_record
 
 logger = logging.getLogger("river.executions")
@@ -303,6 +303,7 @@ async def _segment_loop(execution: Execution, token: str, llm, state: RunState, 
     engine = Engine(
         llm=llm or await _io(hosted, llm_for_execution, execution), journal=journal, hooks=_DurableHooks(execution),
         policy=checker, tool_thread_exit=lambda: connection.close(), blocking=not hosted,
+        partials=RunPartials(execution.pk),
     )
     try:
         # A hosted run's lease is renewed by the host's heartbeat, with every other one.

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import litellm
 from litellm.llms.custom_llm import CustomLLM
-from litellm.types.utils import ModelResponse
+from litellm.types.utils import GenericStreamingChunk, ModelResponse
 
 from rivercore.planner.brain import plan_next
 from rivercore.planner.rules import MODEL, PROVIDER
@@ -54,26 +55,80 @@ def respond(view: dict[str, Any] | None, tools: list[dict[str, Any]]) -> tuple[s
     return plan.thought, [call]
 
 
+# The streamed answer comes in pieces of about this many characters, cut after a space.
+STREAM_PIECE_CHARS = 24
+
+
+def text_pieces(text: str, size: int = STREAM_PIECE_CHARS) -> list[str]:
+    """``text`` in consecutive pieces of about ``size`` characters, each ending after a
+    space where there is one, so joined they give ``text`` back exactly."""
+    pieces, start = [], 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if end < len(text):
+            space = text.find(" ", end)
+            end = len(text) if space == -1 else space + 1
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+def _chunk(text: str = "", *, tool_use: dict[str, Any] | None = None, finish: str = "",
+           usage: dict[str, int] | None = None) -> GenericStreamingChunk:
+    chunk: dict[str, Any] = {"text": text, "tool_use": tool_use, "is_finished": bool(finish),
+                             "finish_reason": finish, "usage": usage, "index": 0}
+    return chunk  # type: ignore[return-value]  # litellm's TypedDicts; the shape is its custom-provider chunk
+
+
 class OfflinePlanner(CustomLLM):
+    def _answer(self, messages: list[dict[str, Any]], optional_params: dict[str, Any],
+                litellm_params: dict[str, Any] | None) -> tuple[str | None, list[dict[str, Any]], dict[str, int]]:
+        tools = optional_params.get("tools") or []
+        metadata = (litellm_params or {}).get("metadata") or {}
+        content, calls = respond(metadata.get(VIEW_KEY), tools)
+        prompt_tokens = _estimate_tokens(messages) + (_estimate_tokens(tools) if tools else 0)
+        completion_tokens = _estimate_tokens(content or calls)
+        return content, calls, {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                "total_tokens": prompt_tokens + completion_tokens}
+
     def completion(self, model: str, messages: list[dict[str, Any]], api_base: str | None,
                    custom_prompt_dict: dict[str, Any], model_response: ModelResponse, print_verbose: Any,
                    encoding: Any, api_key: str | None, logging_obj: Any, optional_params: dict[str, Any],
                    acompletion: Any = None, litellm_params: dict[str, Any] | None = None, logger_fn: Any = None,
                    headers: dict[str, Any] | None = None, timeout: Any = None, client: Any = None) -> ModelResponse:
-        tools = optional_params.get("tools") or []
-        metadata = (litellm_params or {}).get("metadata") or {}
-        content, calls = respond(metadata.get(VIEW_KEY), tools)
+        content, calls, usage = self._answer(messages, optional_params, litellm_params)
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
-        prompt_tokens = _estimate_tokens(messages) + (_estimate_tokens(tools) if tools else 0)
-        completion_tokens = _estimate_tokens(content or calls)
         return ModelResponse(
             model=MODEL, created=int(time.time()),
             choices=[{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-            usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                   "total_tokens": prompt_tokens + completion_tokens},
+            usage=usage,
         )
+
+    def streaming(self, model: str, messages: list[dict[str, Any]], api_base: str | None,
+                  custom_prompt_dict: dict[str, Any], model_response: ModelResponse, print_verbose: Any,
+                  encoding: Any, api_key: str | None, logging_obj: Any, optional_params: dict[str, Any],
+                  acompletion: Any = None, litellm_params: dict[str, Any] | None = None, logger_fn: Any = None,
+                  headers: dict[str, Any] | None = None, timeout: Any = None,
+                  client: Any = None) -> Iterator[GenericStreamingChunk]:
+        """The same answer as ``completion``, streamed: the text in pieces, then each tool
+        call with its arguments in two pieces (as real models send them), then the end."""
+        content, calls, usage = self._answer(messages, optional_params, litellm_params)
+        for piece in text_pieces(content or ""):
+            yield _chunk(piece)
+        for index, call in enumerate(calls):
+            arguments = call["function"]["arguments"]
+            half = len(arguments) // 2
+            yield _chunk(tool_use={"id": call["id"], "type": "function", "index": index,
+                                   "function": {"name": call["function"]["name"], "arguments": arguments[:half]}})
+            yield _chunk(tool_use={"id": None, "type": "function", "index": index,
+                                   "function": {"name": None, "arguments": arguments[half:]}})
+        yield _chunk(finish="tool_calls" if calls else "stop", usage=usage)
+
+    async def astreaming(self, *args: Any, **kwargs: Any) -> AsyncIterator[GenericStreamingChunk]:  # type: ignore[override]
+        for chunk in self.streaming(*args, **kwargs):
+            yield chunk
 
 
     async def acompletion(self, *args: Any, **kwargs: Any) -> ModelResponse:

@@ -134,8 +134,8 @@ class MemoryEntry(BaseModel):
     flagged_items: list[str] = Field(default_factory=list)
 
 
-# The 17 tools of the spec's registry and River's delegate_to_agent and transfer_to_agent
-# (19 in all). Agent
+# The 17 tools of the spec's registry and River's delegate_to_agent, transfer_to_agent and
+# search_memory (20 in all). Agent
 # versions may only name these; a test in tests/executions checks the engine's
 # registry matches this list exactly.
 REASONING_TOOLS = (
@@ -146,6 +146,7 @@ REASONING_TOOLS = (
     "recommend_visualization",
     "explain_results",
     "transfer_to_agent",  # River's addition: hand a session to another agent of the team (docs/sessions.md)
+    "search_memory",  # River's addition: the workspace's memory (docs/memory.md)
 )
 EXECUTION_TOOLS = (
     "create_data_source",

@@ -86,15 +86,15 @@ def test_generate_agent_spec_example_validates():
         GenerateAgentRequest.model_validate({**request.model_dump(), "prompt": ""})
 
 
-def test_registry_holds_the_seventeen_spec_tools_delegate_and_transfer():
+def test_registry_holds_the_seventeen_spec_tools_and_rivers_three():
     registry = all_tools()
     assert set(TOOL_NAMES) <= set(registry)
     # Anything else in the registry was registered by a test module, never by River.
     extra = {name: tool.handler.__module__ for name, tool in registry.items() if name not in TOOL_NAMES}
     assert all(module.startswith("tests.") for module in extra.values()), extra
-    # The spec's 17, plus River's delegate_to_agent (docs/delegation.md) and
-    # transfer_to_agent (docs/sessions.md).
-    assert len(TOOL_NAMES) == 19 and {"delegate_to_agent", "transfer_to_agent"} <= set(TOOL_NAMES)
+    # The spec's 17, plus River's delegate_to_agent (docs/delegation.md), transfer_to_agent
+    # (docs/sessions.md) and search_memory (docs/memory.md).
+    assert len(TOOL_NAMES) == 20 and {"delegate_to_agent", "transfer_to_agent", "search_memory"} <= set(TOOL_NAMES)
 
 
 def test_every_tool_schema_is_function_calling_format():

@@ -8,6 +8,13 @@ answers with its ``default`` response (unset: HTTP 500 "script exhausted", so a
 test that under-scripts fails loudly). Every request body and its headers are
 recorded.
 
+A request with ``"stream": true`` is answered as server-sent events, the way OpenAI
+streams: the content in small pieces, each tool call's id and name once and its
+arguments in several pieces, the finish reason, the usage when asked
+(``stream_options.include_usage``), then ``[DONE]``. ``cut_after=n`` drops the
+connection after n events (a stream cut mid-way); ``hold_after=n`` with ``resume`` (a
+``threading.Event``) stops after n events until the test sets it.
+
 Usage in a test::
 
     def test_something(fake_openai):
@@ -39,6 +46,11 @@ class Scripted:
     delay: float = 0.0
     model: str | None = None
     usage: dict | None = None
+    # Streaming only: see the module docstring.
+    piece_chars: int = 6
+    cut_after: int | None = None
+    hold_after: int | None = None
+    resume: threading.Event | None = None
 
 
 @dataclass
@@ -160,6 +172,32 @@ class FakeOpenAI:
             "usage": usage,
         }
 
+    def _stream_events(self, request: dict, item: Scripted) -> list[dict]:
+        """The reply of ``_body`` as stream chunks (without the final ``[DONE]``)."""
+        body = self._body(request, item)
+        message, size = body["choices"][0]["message"], max(1, item.piece_chars)
+        base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"],
+                "model": body["model"]}
+
+        def chunk(delta: dict, finish: str | None = None) -> dict:
+            return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        content = message.get("content") or ""
+        events = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": content[i:i + size]}) for i in range(0, len(content), size)]
+        for index, call in enumerate(message.get("tool_calls") or []):
+            arguments = call["function"]["arguments"]
+            pieces = [arguments[i:i + size] for i in range(0, len(arguments), size)] or [""]
+            events.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                                 "function": {"name": call["function"]["name"],
+                                                              "arguments": pieces[0]}}]}))
+            events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                       for piece in pieces[1:]]
+        events.append(chunk({}, body["choices"][0]["finish_reason"]))
+        if (request.get("stream_options") or {}).get("include_usage"):
+            events.append({**base, "choices": [], "usage": body["usage"]})
+        return events
+
     def _handler(self):
         server = self
 
@@ -187,7 +225,33 @@ class FakeOpenAI:
                     self._send(item.status, {"error": {"message": item.error, "type": "server_error",
                                                        "code": item.status}})
                     return
+                if request.get("stream"):
+                    self._stream(server._stream_events(request, item), item)
+                    return
                 self._send(200, server._body(request, item))
+
+            def _stream(self, events: list[dict], item: Scripted) -> None:
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for sent, event in enumerate(events):
+                        if sent == item.cut_after:
+                            self.close_connection = True
+                            self.connection.shutdown(2)  # mid-stream: no last chunk, no [DONE]
+                            return
+                        if sent == item.hold_after and item.resume is not None:
+                            item.resume.wait(10)
+                        self._chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+                    self._chunk(b"data: [DONE]\n\n")
+                    self._chunk(b"")
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass  # the client gave up
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
 
             def _send(self, status: int, payload: dict) -> None:
                 data = json.dumps(payload).encode()

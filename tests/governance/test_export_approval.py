@@ -120,6 +120,7 @@ WRITES = {"create_data_source", "update_data_source", "delete_data_source", "wri
 READS = {"test_connection", "discover_schema", "execute_query", "get_workspace_info", "get_storage_info",
          "search_catalog", "classify_intent", "check_governance", "generate_query", "recommend_visualization",
          "explain_results", "ask_user",
+         "search_memory",  # reads the workspace's memory, scoped to the run's user
          "delegate_to_agent",  # starts a child run, itself governed by its own (capped) action level
          "transfer_to_agent"}  # ends the run; the receiver's run is governed at its own (capped) level
 

@@ -22,7 +22,7 @@ from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents.models import Agent, AgentMemory, AgentVersion
+from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from common.crypto import encrypt_text
 from datasources.models import DataSource
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider, Session
@@ -89,6 +89,8 @@ def seed(*, org: Organization, tag: str, n: int) -> dict:
     api_key_issue(created_by=person, name=f"{title} key {n}", workspace=ws)
     webhook_endpoint_create(workspace=ws, slug=f"{tag}-hook-{n}", created_by=person)
     Session.objects.create(workspace=ws, agent=agent, created_by=person, title=f"{title} conversation {n}")
+    WorkspaceMemory.objects.create(workspace=ws, agent=agent, content=f"{title} shared memory {n}", keywords=tag)
+    MemoryConsent.objects.create(workspace=ws, user=person, personal=True)
     return {"workspace": ws, "person": person, "agent": agent}
 
 
