@@ -274,6 +274,7 @@ class WorkspaceMemoryAdmin(TenantScopedAdmin):
     tenant_path = "workspace__organization"
 
     list_display = ["id", "workspace", "user", "agent", "source_execution_id", "created_at"]
+    list_select_related = ["workspace", "user", "agent"]
     list_filter = ["workspace"]
     search_fields = ["content"]
     readonly_fields = ["workspace", "user", "agent", "content", "keywords", "source_execution_id", "created_at"]

@@ -175,4 +175,5 @@ class SessionAdmin(_ReadOnlyAdmin):
     list_filter = ["workspace"]
     search_fields = ["id", "title", "agent__name", "created_by__username"]
     raw_id_fields = ["active_execution"]
+    list_select_related = ["agent", "workspace", "created_by", "active_execution"]
     inlines = [SessionMessageInline]
