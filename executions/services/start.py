@@ -15,12 +15,14 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentVersion
 from agents.selectors import agent_memories_exist, agent_memories_recent, version_data_sources_exist
-from datasources.selectors import data_source_prompt_metadata
+from artifacts.selectors import artifact_data_source_ids, artifact_placeholder, artifacts_attachable
+from datasources.selectors import data_source_prompt_metadata, data_sources_in_workspace
 from executions.models import Execution
 from executions.services.queue import segment_queue_on_commit
 from governance.audit import audit_record
 from governance.selectors import active_policies, active_policies_exist
 from rivercore import context as ctxmod
+from rivercore import limits
 from rivercore.contracts import (
     AgentConfig,
     DataSourceMetadata,
@@ -78,6 +80,23 @@ def data_source_metadata_build(*, version: AgentVersion) -> list[DataSourceMetad
     ]
 
 
+MAX_ATTACHMENTS = 10  # artifacts one run may be started with
+
+
+def attached_data_source_metadata_build(*, workspace_id: int, artifact_ids: list[int],
+                                        bound: set[int]) -> list[DataSourceMetadata]:
+    """The data sources of the tabular artifacts a run was started with (those of its
+    workspace only), besides the ones its agent version binds: the run may query them
+    for this run only, with the same guard and limits as any source."""
+    wanted = [pk for pk in artifact_data_source_ids(workspace_id=workspace_id, artifact_ids=artifact_ids)
+              if pk not in bound]
+    if not wanted:
+        return []
+    sources = data_sources_in_workspace(workspace_id=workspace_id).filter(pk__in=wanted).select_related("workspace")
+    return [DataSourceMetadata.model_validate(data_source_prompt_metadata(data_source=source))
+            for source in sources.order_by("pk")]
+
+
 MEMORY_LIMIT = 10  # the latest memories a run's request reads
 
 
@@ -121,6 +140,11 @@ def request_build(execution: Execution) -> ExecutionRequest:
     cap = (stored.get("delegation") or {}).get("action_level_cap")
     if cap:  # a delegated run never runs above its parent's action level
         agent_config.action_level = action_level_at_most(agent_config.action_level, ActionLevel(cap))
+    sources = data_source_metadata_build(version=version) if execution.has_sources else []
+    if stored.get("artifact_ids"):
+        sources += attached_data_source_metadata_build(
+            workspace_id=workspace.pk, artifact_ids=list(stored["artifact_ids"]),
+            bound={source.data_source_id for source in sources})
     return ExecutionRequest(
         execution_id=execution.pk,
         agent_config=agent_config,
@@ -132,7 +156,7 @@ def request_build(execution: Execution) -> ExecutionRequest:
             triggered_by=str(execution.requested_by_id) if execution.requested_by_id else None,
             triggered_at=stored.get("triggered_at") or execution.queued_at,
         ),
-        data_source_metadata=data_source_metadata_build(version=version) if execution.has_sources else [],
+        data_source_metadata=sources,
         conversation_history=_memories(execution),
     )
 
@@ -171,6 +195,7 @@ def execution_start(
     parent_call_id: str = "",
     delegation: dict | None = None,
     triggered_at: datetime | None = None,
+    artifact_ids: list | None = None,
 ) -> Execution:
     """Create a queued run and hand it to a worker after commit (spec steps 1-3): one
     INSERT, plus an audit entry in the same transaction when the payload carried text
@@ -178,7 +203,10 @@ def execution_start(
 
     A delegated run (``executions.services.delegation``) names its parent run and call,
     and ``delegation`` holds its depth and the action level it may not exceed.
-    ``triggered_at`` is when the signal arrived (a cron slot, an event); now by default."""
+    ``triggered_at`` is when the signal arrived (a cron slot, an event); now by default.
+    ``artifact_ids`` attach files of the agent's workspace: a placeholder naming each is
+    added to the prompt, and the tables of tabular ones are queryable in this run
+    (``attached_data_source_metadata_build``)."""
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
@@ -196,6 +224,17 @@ def execution_start(
     context: dict = {"triggered_at": triggered_at.isoformat()}
     if delegation:
         context["delegation"] = delegation
+    if artifact_ids:
+        if len(artifact_ids) > MAX_ATTACHMENTS:
+            raise InvalidInput(f"A run takes at most {MAX_ATTACHMENTS} artifacts.",
+                               details={"artifacts": [f"at most {MAX_ATTACHMENTS}"]})
+        attached = artifacts_attachable(workspace_id=agent.workspace_id, artifact_ids=artifact_ids)
+        context["artifact_ids"] = [artifact.pk for artifact in attached]
+        notes = "\n".join(artifact_placeholder(artifact) for artifact in attached)
+        input_prompt = f"{input_prompt}\n\n{notes}" if input_prompt else notes
+        if len(input_prompt) > limits.PROMPT:
+            raise InvalidInput("input_prompt is too long once the attached files are named.",
+                               details={"input_prompt": [f"at most {limits.PROMPT} characters with the attachments"]})
     detections: list[dict] = []
     if payload is None:
         context["trigger_payload"] = None  # the column stores {}; the prompt says there was none

@@ -92,8 +92,9 @@ def test_registry_holds_the_seventeen_spec_tools_and_delegate_to_agent():
     # Anything else in the registry was registered by a test module, never by River.
     extra = {name: tool.handler.__module__ for name, tool in registry.items() if name not in TOOL_NAMES}
     assert all(module.startswith("tests.") for module in extra.values()), extra
-    # The spec's 17, plus River's delegate_to_agent (docs/delegation.md).
-    assert len(TOOL_NAMES) == 18 and "delegate_to_agent" in TOOL_NAMES
+    # The spec's 17, plus River's delegate_to_agent (docs/delegation.md), load_artifact and
+    # save_artifact (docs/artifacts.md).
+    assert len(TOOL_NAMES) == 20 and {"delegate_to_agent", "load_artifact", "save_artifact"} <= TOOL_NAMES
 
 
 def test_every_tool_schema_is_function_calling_format():
