@@ -39,7 +39,10 @@ EXCEL_MAX_ROWS = 1_048_576  # rows a worksheet can have at all (gaps included)
 IDENTIFIER_MAX = 63
 BATCH = 1_000
 _INTEGER = re.compile(r"[+-]?(?:0|[1-9][0-9]{0,17})")
-_REAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+_DIGITS = re.compile(r"[+-]?[0-9]+")
+# No leading zeros (a zip code or an account number is text) and no digits-only values
+# (too long for INTEGER: text, not a rounded REAL).
+_REAL = re.compile(r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 INT64 = 2**63 - 1
 
 Rows = Callable[[], Iterator[list[Any]]]  # a fresh pass over a table's rows
@@ -63,13 +66,27 @@ class _Shape:
 # --- names -----------------------------------------------------------------------------------
 
 
+def _sqlite_reads(sql: str) -> bool:
+    connection = sqlite3.connect(":memory:")
+    try:
+        connection.execute(sql).fetchall()
+        return True
+    except sqlite3.Error:
+        return False
+    finally:
+        connection.close()
+
+
 def _plain_column(name: str) -> bool:
+    """sqlglot (the guard) and SQLite both read ``name`` unquoted as this column."""
     try:
         tree = sqlglot.parse_one(f"SELECT {name} FROM t", read="sqlite")
     except sqlglot.errors.SqlglotError:
         return False
     first = tree.expressions[0] if tree.expressions else None
-    return isinstance(first, exp.Column) and first.name == name and not first.table
+    if not (isinstance(first, exp.Column) and first.name == name and not first.table):
+        return False
+    return _sqlite_reads(f'SELECT {name} FROM (SELECT 1 AS "{name}")')
 
 
 def _plain_table(name: str) -> bool:
@@ -78,7 +95,9 @@ def _plain_table(name: str) -> bool:
     except sqlglot.errors.SqlglotError:
         return False
     table = tree.find(exp.Table)
-    return isinstance(table, exp.Table) and table.name == name and not table.db
+    if not (isinstance(table, exp.Table) and table.name == name and not table.db):
+        return False
+    return _sqlite_reads(f'WITH "{name}" AS (SELECT 1 AS x) SELECT x FROM {name}')
 
 
 def identifier(raw: Any, *, fallback: str, taken: set[str], table: bool = False) -> str:
@@ -133,8 +152,8 @@ def _type_of(value: Any) -> str:
         return "INTEGER"
     if isinstance(value, float):
         return "REAL"
-    if _INTEGER.fullmatch(value):
-        return "INTEGER"
+    if _DIGITS.fullmatch(value):
+        return "INTEGER" if _INTEGER.fullmatch(value) else "TEXT"
     if _REAL.fullmatch(value) and math.isfinite(float(value)):
         return "REAL"
     return "TEXT"
@@ -168,23 +187,24 @@ def _trimmed(row: Iterable[Any]) -> list[Any]:
 # --- readers ---------------------------------------------------------------------------------
 
 
+def _csv_delimiter(first_line: bytes) -> str:
+    """The one of , ; tab | that the header line uses most (outside quotes); a header
+    with none of them is a one-column file."""
+    text = re.sub(r'"[^"]*"', "", first_line.decode("utf-8-sig", errors="replace"))
+    counts = {delimiter: text.count(delimiter) for delimiter in (",", ";", "\t", "|")}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
 def csv_tables(*, stream: BinaryIO, file_type: FileType, stem: str, field_name: str) -> list[tuple[str, Rows]]:
-    """One table: rows of a UTF-8 CSV (delimiter sniffed among , ; tab |) or TSV."""
-    sample = stream.read(32 * 1024).decode("utf-8-sig", errors="replace")
+    """One table: rows of a UTF-8 CSV (the header line's delimiter, of , ; tab |) or TSV."""
+    delimiter = "\t" if file_type.kind == "tsv" else _csv_delimiter(stream.readline(64 * 1024))
     stream.seek(0)
-    if file_type.kind == "tsv":
-        dialect: Any = csv.excel_tab
-    else:
-        cut = sample.rfind("\n")
-        try:
-            dialect = csv.Sniffer().sniff(sample[:cut] if cut > 0 else sample, delimiters=",;\t|")
-        except csv.Error:
-            dialect = csv.excel
 
     def rows() -> Iterator[list[Any]]:
         stream.seek(0)
         text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-        reader = csv.reader(text, dialect)
+        reader = csv.reader(text, csv.excel, delimiter=delimiter)
         try:
             yield from reader
         except csv.Error as exc:
@@ -221,7 +241,8 @@ def xlsx_tables(*, stream: BinaryIO, field_name: str) -> list[tuple[str, Rows]]:
                     scanned += 1
                     if scanned > EXCEL_MAX_ROWS:
                         raise refused(field_name, f"worksheet {sheet.title!r} has more rows than Excel allows")
-                    yield list(row)
+                    if row.count(None) != len(row):  # C-speed: gaps between rows come as empty tuples
+                        yield list(row)
             except InvalidInput:
                 raise
             except Exception:  # noqa: BLE001 - malformed sheet XML surfaces while iterating

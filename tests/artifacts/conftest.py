@@ -15,12 +15,12 @@ from tenancy.models import Membership
 from tenancy.permissions import Role
 
 SALES_CSV = (
-    "Region,Amount,Units,Order Date\n"
-    "North,120.50,3,2024-01-05\n"
-    "South,80,2,2024-01-06\n"
-    "North,99.50,1,2024-02-01\n"
-    "East,200,5,2024-02-03\n"
-).encode()
+    b"Region,Amount,Units,Order Date\n"
+    b"North,120.50,3,2024-01-05\n"
+    b"South,80,2,2024-01-06\n"
+    b"North,99.50,1,2024-02-01\n"
+    b"East,200,5,2024-02-03\n"
+)
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ def test_a_csv_upload_answers_with_its_data_source_and_table(api_client_for, own
 
 
 def test_a_text_upload_has_no_table(api_client_for, owner, workspace, artifact_dirs):
-    response = upload(api_client_for(owner), workspace, "notes.md", "# Notes\nRevenue is up.\n".encode())
+    response = upload(api_client_for(owner), workspace, "notes.md", b"# Notes\nRevenue is up.\n")
     assert response.status_code == 201
     body = response.json()
     assert (body["content_type"], body["data_source_id"], body["table"], body["tables"]) == (
