@@ -90,6 +90,14 @@ def artifact_data_source_ids(*, workspace_id: int, artifact_ids: list[int]) -> l
     )
 
 
+def artifact_files_usage(*, workspace_id: int) -> tuple[int, int]:
+    """(file count, total bytes) of the workspace's stored artifact files (one query)."""
+    from django.db.models import Count, Sum
+
+    usage = artifacts_in_workspace(workspace_id=workspace_id).aggregate(count=Count("id"), total=Sum("size"))
+    return int(usage["count"] or 0), int(usage["total"] or 0)
+
+
 def artifact_ref(artifact: Artifact) -> dict[str, Any]:
     """How a run, a hand-off or a payload names an artifact: a reference, never its data."""
     return {

@@ -182,3 +182,17 @@ def test_unknown_fields_and_bad_filters_are_400(api_client_for, owner, workspace
     as_json = client.post("/api/v1/artifacts/", {"workspace": workspace.pk, "file": "x"}, format="json")
     assert as_json.status_code == 415
     assert not Artifact.objects.exists()
+
+
+def test_storage_info_counts_artifact_files_and_their_tables(api_client_for, owner, workspace, artifact_dirs):
+    from executions.tools.data import storage_usage
+
+    client = api_client_for(owner)
+    before = storage_usage(workspace_id=workspace.pk)
+    upload(client, workspace, "notes.txt", b"x" * 1000)
+    upload(client, workspace, "sales.csv", SALES_CSV)
+    after = storage_usage(workspace_id=workspace.pk)
+    _, sqlite = artifact_dirs
+    [table_file] = [p for p in sqlite.rglob("*.sqlite3")]
+    assert after.file_count - before.file_count == 3  # two stored files and one table file
+    assert after.total_size_bytes - before.total_size_bytes == 1000 + len(SALES_CSV) + table_file.stat().st_size
