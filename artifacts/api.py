@@ -155,7 +155,7 @@ class ArtifactDetail(GenericAPIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-@extend_schema(parameters=[ARTIFACT_ID], responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+@extend_schema(parameters=[ARTIFACT_ID], responses={(200, "*/*"): OpenApiTypes.BINARY})
 class ArtifactDownload(GenericAPIView):
     """The stored file, always as an attachment with its recorded type, never sniffed."""
 
