@@ -35,8 +35,9 @@ class EdgeLimitsMiddleware:
       any header (a token, a cookie: each would otherwise reach a database lookup);
     - a query parameter value longer than ``RIVER_QUERY_PARAM_MAX_LENGTH``, or a query
       parameter given twice, which no API filter takes (API only);
-    - a declared body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE``: 413 before it is read.
-      DRF reads the body as a stream and so never applies Django's own limit itself.
+    - a declared body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (an upload path: its own
+      limit, ``body_limit``): 413 before it is read. DRF reads the body as a stream and
+      so never applies Django's own limit itself.
     """
 
     def __init__(self, get_response):
@@ -95,10 +96,21 @@ class EdgeLimitsMiddleware:
             return _bad_request(
                 api, "bad_request", "Content-Length is not a valid length.", {"Content-Length": ["Invalid."]}
             )
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        limit = body_limit(request)
         if limit is not None and length > limit:
             return request_too_large(request, limit=limit)
         return None
+
+
+def body_limit(request: HttpRequest) -> int | None:
+    """The largest body a request may declare: ``DATA_UPLOAD_MAX_MEMORY_SIZE``, or for a
+    POST to a file upload path its own limit (``RIVER_UPLOAD_BODY_LIMITS``). The upload
+    view still counts the file's bytes as they arrive (a body without Content-Length)."""
+    if request.method == "POST":
+        upload_limit = getattr(settings, "RIVER_UPLOAD_BODY_LIMITS", {}).get(request.path)
+        if upload_limit is not None:
+            return int(upload_limit)
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
 def _bad_request(api: bool, code: str, message: str, details: dict) -> HttpResponse:

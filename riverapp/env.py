@@ -7,6 +7,8 @@ stops River at startup instead of surfacing later as an obscure error.
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
@@ -239,3 +241,66 @@ def env_ip_networks(name: str) -> list:
         except ValueError:
             raise ImproperlyConfigured(f"{name}: {item!r} is not an IP address or CIDR network") from None
     return networks
+
+
+_S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+def artifact_storage_config(kind: str, *, directory: Path, debug: bool) -> dict:
+    """The STORAGES entry of the ``artifacts`` alias (docs/artifacts.md).
+
+    ``filesystem``: a FileSystemStorage under ``directory``, files readable by River's
+    user only. ``s3``: django-storages' S3 backend, configured by the
+    ``RIVER_ARTIFACT_S3_*`` variables; a missing bucket, half a key pair, a bad endpoint
+    URL or a missing package stops startup naming the variable. Secrets go into the
+    backend's options only, never into an error message."""
+    if kind == "filesystem":
+        return {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(directory), "file_permissions_mode": 0o600,
+                        "directory_permissions_mode": 0o700},
+        }
+    bucket = (os.environ.get("RIVER_ARTIFACT_S3_BUCKET") or "").strip()
+    if not bucket:
+        raise ImproperlyConfigured("RIVER_ARTIFACT_S3_BUCKET must be set when RIVER_ARTIFACT_STORAGE=s3")
+    if not _S3_BUCKET.fullmatch(bucket) or ".." in bucket:
+        raise ImproperlyConfigured(
+            f"RIVER_ARTIFACT_S3_BUCKET must be a bucket name (3-63 characters: a-z, 0-9, '.', '-'), got {bucket!r}")
+    options: dict = {"bucket_name": bucket, "default_acl": None, "file_overwrite": False,
+                     "querystring_auth": True, "signature_version": "s3v4"}
+    endpoint = (os.environ.get("RIVER_ARTIFACT_S3_ENDPOINT_URL") or "").strip()
+    if endpoint:
+        parsed = urlparse(endpoint)
+        if parsed.scheme not in {"http", "https"} or not parsed.hostname or parsed.username or parsed.password:
+            raise ImproperlyConfigured(
+                "RIVER_ARTIFACT_S3_ENDPOINT_URL must be an http:// or https:// URL without credentials, "
+                f"got {endpoint.split('@')[-1]!r}")
+        if parsed.scheme == "http" and not debug:
+            raise ImproperlyConfigured(
+                "RIVER_ARTIFACT_S3_ENDPOINT_URL must use https:// when DEBUG is off (files and keys would travel "
+                "in clear text)")
+        options["endpoint_url"] = endpoint
+    region = (os.environ.get("RIVER_ARTIFACT_S3_REGION") or "").strip()
+    if region:
+        options["region_name"] = region
+    access_key = os.environ.get("RIVER_ARTIFACT_S3_ACCESS_KEY_ID") or ""
+    secret_key = os.environ.get("RIVER_ARTIFACT_S3_SECRET_ACCESS_KEY") or ""
+    if bool(access_key) != bool(secret_key):
+        missing = "RIVER_ARTIFACT_S3_SECRET_ACCESS_KEY" if access_key else "RIVER_ARTIFACT_S3_ACCESS_KEY_ID"
+        raise ImproperlyConfigured(
+            f"{missing} must be set too: give both RIVER_ARTIFACT_S3_ACCESS_KEY_ID and "
+            "RIVER_ARTIFACT_S3_SECRET_ACCESS_KEY, or neither (boto3's default credentials)")
+    if access_key:
+        options.update(access_key=access_key, secret_key=secret_key)
+    prefix = (os.environ.get("RIVER_ARTIFACT_S3_PREFIX") or "artifacts").strip().strip("/")
+    if not prefix or ".." in prefix.split("/") or any(ord(ch) < 32 for ch in prefix):
+        raise ImproperlyConfigured(f"RIVER_ARTIFACT_S3_PREFIX must be a key prefix such as 'artifacts', got {prefix!r}")
+    options["location"] = prefix
+    options["addressing_style"] = env_choice("RIVER_ARTIFACT_S3_ADDRESSING_STYLE", "auto",
+                                             choices=("auto", "path", "virtual"))
+    try:
+        import storages.backends.s3  # noqa: F401 - django-storages with boto3, pinned in requirements.txt
+    except ImportError:
+        raise ImproperlyConfigured(
+            "RIVER_ARTIFACT_STORAGE=s3 needs the django-storages and boto3 packages (requirements.txt)") from None
+    return {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": options}

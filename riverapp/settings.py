@@ -13,6 +13,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from riverapp.env import (
+    artifact_storage_config,
     database_from_url,
     env_bool,
     env_choice,
@@ -106,6 +107,7 @@ INSTALLED_APPS = [
     "telemetry",
     "tenancy",
     "datasources",
+    "artifacts",
     "governance",
     "agents",
     "executions",
@@ -372,6 +374,20 @@ RIVER_SQLITE_DATA_DIR = Path(env_str("RIVER_SQLITE_DATA_DIR") or VAR_DIR / "data
 # address), IPs, CIDR ranges and host names. Loopback, private and link-local addresses
 # need an explicit entry; River's own database, cache and broker are refused always.
 RIVER_DATA_SOURCE_ALLOWED_HOSTS = env_network_allow_list("RIVER_DATA_SOURCE_ALLOWED_HOSTS", ["public"])
+
+# Artifacts (docs/artifacts.md): uploaded and run-produced files, kept through the storage
+# alias "artifacts": this machine's filesystem by default, an S3-compatible store by choice.
+RIVER_ARTIFACT_MAX_BYTES = env_int("RIVER_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
+RIVER_ARTIFACT_MAX_ROWS = env_int("RIVER_ARTIFACT_MAX_ROWS", 200_000, minimum=1)
+RIVER_ARTIFACT_XLSX_MAX_UNCOMPRESSED_BYTES = env_int(
+    "RIVER_ARTIFACT_XLSX_MAX_UNCOMPRESSED_BYTES", 100 * 1024 * 1024, minimum=1024)
+RIVER_ARTIFACT_STORAGE = env_choice("RIVER_ARTIFACT_STORAGE", "filesystem", choices=("filesystem", "s3"))
+RIVER_ARTIFACT_DIR = Path(env_str("RIVER_ARTIFACT_DIR") or VAR_DIR / "artifacts")
+STORAGES["artifacts"] = artifact_storage_config(
+    RIVER_ARTIFACT_STORAGE, directory=RIVER_ARTIFACT_DIR, debug=DEBUG)
+# The one path whose request body may be larger than RIVER_MAX_REQUEST_BYTES (common.edge):
+# a file upload, up to the artifact limit plus room for the multipart envelope.
+RIVER_UPLOAD_BODY_LIMITS = {"/api/v1/artifacts/": RIVER_ARTIFACT_MAX_BYTES + 64 * 1024}
 RIVER_ADMIN_PASSWORD = env_str("RIVER_ADMIN_PASSWORD") or None
 # The demo's second person, who approves what the admin's runs ask for (segregation of duties).
 RIVER_APPROVER_PASSWORD = env_password("RIVER_APPROVER_PASSWORD", min_length=12)

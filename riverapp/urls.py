@@ -22,6 +22,7 @@ api_v1 = [
     path("", include("tenancy.api")),
     path("", include("agents.api")),
     path("", include("datasources.api")),
+    path("", include("artifacts.api")),
     path("", include("governance.api")),
     path("", include("executions.api")),
     path("", include("triggers.api")),

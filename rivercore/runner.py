@@ -853,6 +853,9 @@ class Engine:
             if call.name == "execute_query" and not withheld:
                 observed["artifact"] = {"type": "query_result", "tool_name": call.name, "call_id": call.id,
                                         "columns": result.get("columns"), "total_rows": result.get("total_rows")}
+            elif call.name == "save_artifact":  # a file the run wrote: its reference joins output_artifacts
+                observed["artifact"] = {"type": "artifact", "tool_name": call.name, "call_id": call.id,
+                                        **{key: result.get(key) for key in ARTIFACT_REF_KEYS}}
             self._add(state, StepType.OBSERVATION, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args, status=StepStatus.BLOCKED if withheld else StepStatus.COMPLETED,
                       duration_ms=duration, output=observed,
@@ -955,6 +958,8 @@ class Engine:
 
 
 DATA_TOOLS = frozenset({"execute_query", "write_back"})
+# What a saved file's reference in output_artifacts carries (ids and names, never the data).
+ARTIFACT_REF_KEYS = ("artifact_id", "name", "version", "content_type", "data_source_id", "table")
 WRITE_DATA_TOOLS = frozenset({"write_back"})
 
 

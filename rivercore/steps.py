@@ -57,6 +57,8 @@ def answer_step(*, step_number: int, turn: int, call_id: str, arguments: dict[st
 
 CHILD_SUMMARY_CHARS = 2_000  # of a delegated run's summary, in its parent's observation
 CHILD_ARTIFACTS = 10  # artifact references passed back to the parent
+CHILD_ARTIFACT_KEYS = ("type", "tool_name", "call_id", "total_rows", "artifact_id", "name", "version",
+                       "data_source_id", "table")
 
 
 def child_result_step(*, step_number: int, turn: int, call_id: str, tool_name: str, arguments: dict[str, Any],
@@ -68,7 +70,7 @@ def child_result_step(*, step_number: int, turn: int, call_id: str, tool_name: s
     and error otherwise (failed, timeout, cancelled, budget or turns exhausted, approval
     expired). Either way the parent goes on reasoning."""
     summary = (summary or "")[:CHILD_SUMMARY_CHARS]
-    refs = [{key: item.get(key) for key in ("type", "tool_name", "call_id", "total_rows") if key in item}
+    refs = [{key: item.get(key) for key in CHILD_ARTIFACT_KEYS if key in item}
             for item in artifacts[:CHILD_ARTIFACTS] if isinstance(item, dict)]
     facts = {"child_execution_id": child_execution_id, "agent_id": agent_id, "agent_name": agent_name,
              "status": status.value, "summary": summary}

@@ -14,7 +14,9 @@ nothing starts twice: the hand-off is unique per (trigger, upstream run), the fi
 dedupe key is unique per trigger.
 
 The downstream payload is a reference, never the upstream's data: the upstream run's
-id, agent, status and a capped summary, and the pipeline depth.
+id, agent, status and a capped summary, references to the files it saved (artifact id,
+name, version, type, size and its table, if any; at most 20), and the pipeline depth.
+The downstream agent reads those files itself (``load_artifact``, ``execute_query``).
 
 Cycles are refused when a workflow trigger is saved (``pipeline_cycle_check``); the
 depth limit (``RIVER_MAX_PIPELINE_DEPTH``) guards what configuration cannot see: a run
@@ -31,6 +33,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from artifacts.selectors import artifact_refs_of_execution
 from executions.models import Execution
 from executions.runend import RunEnded
 from rivercore.contracts import TriggerType
@@ -86,7 +89,8 @@ def pipeline_run_ended(ended: RunEnded) -> None:
         summary = summary[: SUMMARY_MAX - 1] + "…"
     payload = {
         "upstream": {"execution_id": ended.execution_id, "agent_id": str(ended.agent_id),
-                     "status": str(ended.status), "summary": summary},
+                     "status": str(ended.status), "summary": summary,
+                     "artifacts": artifact_refs_of_execution(execution_id=ended.execution_id)},
         "pipeline": {"depth": depth},
     }
     dedupe_key = f"upstream:{ended.execution_id}"

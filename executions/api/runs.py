@@ -111,6 +111,9 @@ class EventSerializer(serializers.ModelSerializer):
 class RunInput(serializers.Serializer):
     input_prompt = serializers.CharField(allow_blank=True, required=False, default="", max_length=limits.PROMPT)
     payload = serializers.JSONField(required=False, default=None)
+    artifacts = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False, default=list,
+        max_length=10, help_text="Artifact ids of the agent's workspace to attach (docs/artifacts.md).")
 
 
 class RespondInput(serializers.Serializer):
@@ -129,6 +132,7 @@ class AgentRunView(APIView):
             agent=agent, user=request.user, input_prompt=body.validated_data["input_prompt"],
             payload=body.validated_data["payload"], trigger_type="manual",
             trigger_source="api" if request.auth is not None else "ui",
+            artifact_ids=body.validated_data["artifacts"],
         )
         return Response({"execution_id": execution.pk, "status": execution.status}, status=status.HTTP_202_ACCEPTED)
 

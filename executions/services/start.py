@@ -15,12 +15,14 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentVersion
 from agents.selectors import agent_memories_exist, agent_memories_recent, version_data_sources_exist
-from datasources.selectors import data_source_prompt_metadata
+from artifacts.selectors import artifact_data_source_ids, artifact_placeholder, artifacts_attachable
+from datasources.selectors import data_source_prompt_metadata, data_sources_in_workspace
 from executions.models import Execution
 from executions.services.queue import segment_queue_on_commit
 from governance.audit import audit_record
 from governance.selectors import active_policies, active_policies_exist
 from rivercore import context as ctxmod
+from rivercore import limits
 from rivercore.contracts import (
     AgentConfig,
     DataSourceMetadata,
@@ -79,6 +81,23 @@ def data_source_metadata_build(*, version: AgentVersion) -> list[DataSourceMetad
     ]
 
 
+MAX_ATTACHMENTS = 10  # artifacts one run may be started with
+
+
+def attached_data_source_metadata_build(*, workspace_id: int, artifact_ids: list[int],
+                                        bound: set[int]) -> list[DataSourceMetadata]:
+    """The data sources of the tabular artifacts a run was started with (those of its
+    workspace only), besides the ones its agent version binds: the run may query them
+    for this run only, with the same guard and limits as any source."""
+    wanted = [pk for pk in artifact_data_source_ids(workspace_id=workspace_id, artifact_ids=artifact_ids)
+              if pk not in bound]
+    if not wanted:
+        return []
+    sources = data_sources_in_workspace(workspace_id=workspace_id).filter(pk__in=wanted).select_related("workspace")
+    return [DataSourceMetadata.model_validate(data_source_prompt_metadata(data_source=source))
+            for source in sources.order_by("pk")]
+
+
 MEMORY_LIMIT = 10  # the latest memories a run's request reads
 
 
@@ -126,6 +145,11 @@ def request_build(execution: Execution) -> ExecutionRequest:
     session = SessionContext.model_validate(stored["session"]) if stored.get("session") else None
     if session is not None and session.team and TRANSFER_TOOL not in agent_config.tools:
         agent_config.tools.append(TRANSFER_TOOL)  # a team member in a session may always hand over
+    sources = data_source_metadata_build(version=version) if execution.has_sources else []
+    if stored.get("artifact_ids"):
+        sources += attached_data_source_metadata_build(
+            workspace_id=workspace.pk, artifact_ids=list(stored["artifact_ids"]),
+            bound={source.data_source_id for source in sources})
     return ExecutionRequest(
         execution_id=execution.pk,
         agent_config=agent_config,
@@ -137,7 +161,7 @@ def request_build(execution: Execution) -> ExecutionRequest:
             triggered_by=str(execution.requested_by_id) if execution.requested_by_id else None,
             triggered_at=stored.get("triggered_at") or execution.queued_at,
         ),
-        data_source_metadata=data_source_metadata_build(version=version) if execution.has_sources else [],
+        data_source_metadata=sources,
         conversation_history=_memories(execution),
         session=session,
     )
@@ -180,6 +204,7 @@ def execution_start(
     session_id: int | None = None,
     session_context: dict | None = None,
     handoff: dict | None = None,
+    artifact_ids: list | None = None,
 ) -> Execution:
     """Create a queued run and hand it to a worker after commit (spec steps 1-3): one
     INSERT, plus an audit entry in the same transaction when the payload carried text
@@ -190,7 +215,11 @@ def execution_start(
     ``triggered_at`` is when the signal arrived (a cron slot, an event); now by default.
     A session's run (``executions.services.sessions``) names its session and carries the
     conversation around it (``session_context``, a ``SessionContext``) and, after a
-    hand-off, the chain's depth and the action level it may not exceed (``handoff``)."""
+    hand-off, the chain's depth and the action level it may not exceed (``handoff``).
+
+    ``artifact_ids`` attach files of the agent's workspace: a placeholder naming each is
+    added to the prompt, and the tables of tabular ones are queryable in this run
+    (``attached_data_source_metadata_build``)."""
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
@@ -212,6 +241,17 @@ def execution_start(
         context["session"] = session_context
     if handoff:
         context["handoff"] = handoff
+    if artifact_ids:
+        if len(artifact_ids) > MAX_ATTACHMENTS:
+            raise InvalidInput(f"A run takes at most {MAX_ATTACHMENTS} artifacts.",
+                               details={"artifacts": [f"at most {MAX_ATTACHMENTS}"]})
+        attached = artifacts_attachable(workspace_id=agent.workspace_id, artifact_ids=artifact_ids)
+        context["artifact_ids"] = [artifact.pk for artifact in attached]
+        notes = "\n".join(artifact_placeholder(artifact) for artifact in attached)
+        input_prompt = f"{input_prompt}\n\n{notes}" if input_prompt else notes
+        if len(input_prompt) > limits.PROMPT:
+            raise InvalidInput("input_prompt is too long once the attached files are named.",
+                               details={"input_prompt": [f"at most {limits.PROMPT} characters with the attachments"]})
     detections: list[dict] = []
     if payload is None:
         context["trigger_payload"] = None  # the column stores {}; the prompt says there was none

@@ -1,3 +1,12 @@
 """Built-in tools. Each module registers its tools with the engine registry on import."""
 
-from executions.tools import data, delegation, governance_tools, interaction, memory, reasoning, team  # noqa: F401
+from executions.tools import (  # noqa: F401
+    artifacts,
+    data,
+    delegation,
+    governance_tools,
+    interaction,
+    memory,
+    reasoning,
+    team,
+)

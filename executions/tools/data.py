@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
 
+from artifacts.selectors import artifact_files_usage
 from datasources import services as ds_services
 from datasources.catalog import CatalogMatch, catalog_search
 from datasources.connectors import SUPPORTED_TYPES
@@ -318,18 +319,19 @@ class GetStorageInfoOutput(BaseModel):
 def storage_usage(*, workspace_id: int) -> GetStorageInfoOutput:
     """What the workspace stores: run results (Execution.result) and step outputs
     (ExecutionStep.output), measured as stored JSON bytes, plus the SQLite files of its
-    data sources. ``file_count`` is the number of runs with a stored result plus those
-    SQLite files."""
+    data sources (artifact tables among them) and its stored artifact files.
+    ``file_count`` is the number of runs with a stored result plus those files."""
     run_count, stored_bytes = execution_storage_usage(workspace_id=workspace_id)
     file_count, file_bytes = data_source_files_usage(workspace_id=workspace_id)
-    total = stored_bytes + file_bytes
+    artifact_count, artifact_bytes = artifact_files_usage(workspace_id=workspace_id)
+    total = stored_bytes + file_bytes + artifact_bytes
     quota = int(settings.RIVER_STORAGE_QUOTA_BYTES)
     percentage = round(total / quota * 100, 4) if quota else (100.0 if total else 0.0)
     return GetStorageInfoOutput(
         total_size_bytes=total,
         quota_bytes=quota,
         usage_percentage=percentage,
-        file_count=run_count + file_count,
+        file_count=run_count + file_count + artifact_count,
         remaining_bytes=max(quota - total, 0),
     )
 

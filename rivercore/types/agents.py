@@ -134,10 +134,9 @@ class MemoryEntry(BaseModel):
     flagged_items: list[str] = Field(default_factory=list)
 
 
-# The 17 tools of the spec's registry and River's delegate_to_agent, transfer_to_agent and
-# search_memory (20 in all). Agent
-# versions may only name these; a test in tests/executions checks the engine's
-# registry matches this list exactly.
+# The 17 tools of the spec's registry and River's delegate_to_agent, transfer_to_agent,
+# search_memory, load_artifact and save_artifact (22 in all). Agent versions may only name
+# these; a test in tests/executions checks the engine's registry matches this list exactly.
 REASONING_TOOLS = (
     "classify_intent",
     "check_governance",
@@ -160,6 +159,8 @@ EXECUTION_TOOLS = (
     "get_workspace_info",
     "get_storage_info",
     "delegate_to_agent",  # River's addition: a child run of another agent (docs/delegation.md)
+    "load_artifact",  # River's additions: read and write workspace files (docs/artifacts.md)
+    "save_artifact",
 )
 INTERACTION_TOOLS = ("ask_user",)
 TOOL_NAMES = frozenset(REASONING_TOOLS + EXECUTION_TOOLS + INTERACTION_TOOLS)

@@ -93,8 +93,11 @@ def test_registry_holds_the_seventeen_spec_tools_and_rivers_three():
     extra = {name: tool.handler.__module__ for name, tool in registry.items() if name not in TOOL_NAMES}
     assert all(module.startswith("tests.") for module in extra.values()), extra
     # The spec's 17, plus River's delegate_to_agent (docs/delegation.md), transfer_to_agent
-    # (docs/sessions.md) and search_memory (docs/memory.md).
-    assert len(TOOL_NAMES) == 20 and {"delegate_to_agent", "transfer_to_agent", "search_memory"} <= set(TOOL_NAMES)
+    # (docs/sessions.md), search_memory (docs/memory.md), load_artifact and save_artifact
+    # (docs/artifacts.md).
+    assert len(TOOL_NAMES) == 22
+    ours = {"delegate_to_agent", "transfer_to_agent", "search_memory", "load_artifact", "save_artifact"}
+    assert ours <= set(TOOL_NAMES)
 
 
 def test_every_tool_schema_is_function_calling_format():

@@ -116,10 +116,11 @@ def test_a_blocking_export_limit_still_withholds(workspace, owner, sqlite_source
 
 # Every tool River ships, and whether it changes anything outside the run. A new tool
 # must be added here, so someone decides how it is governed.
-WRITES = {"create_data_source", "update_data_source", "delete_data_source", "write_back", "apply_governance_policy"}
+WRITES = {"create_data_source", "update_data_source", "delete_data_source", "write_back", "apply_governance_policy",
+          "save_artifact"}
 READS = {"test_connection", "discover_schema", "execute_query", "get_workspace_info", "get_storage_info",
          "search_catalog", "classify_intent", "check_governance", "generate_query", "recommend_visualization",
-         "explain_results", "ask_user",
+         "explain_results", "ask_user", "load_artifact",
          "search_memory",  # reads the workspace's memory, scoped to the run's user
          "delegate_to_agent",  # starts a child run, itself governed by its own (capped) action level
          "transfer_to_agent"}  # ends the run; the receiver's run is governed at its own (capped) level

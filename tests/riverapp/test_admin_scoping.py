@@ -23,6 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
+from artifacts.models import Artifact
 from common.crypto import encrypt_text
 from datasources.models import DataSource
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider, Session
@@ -91,6 +92,9 @@ def seed(*, org: Organization, tag: str, n: int) -> dict:
     Session.objects.create(workspace=ws, agent=agent, created_by=person, title=f"{title} conversation {n}")
     WorkspaceMemory.objects.create(workspace=ws, agent=agent, content=f"{title} shared memory {n}", keywords=tag)
     MemoryConsent.objects.create(workspace=ws, user=person, personal=True)
+    Artifact.objects.create(workspace=ws, name=f"{title} notes {n}.txt", kind="text", content_type="text/plain",
+                            size=1, sha256="0" * 64, version=1, storage_name=f"{ws.pk}/{tag}-{n}.txt",
+                            created_by=person)
     return {"workspace": ws, "person": person, "agent": agent}
 
 

@@ -13,6 +13,7 @@ is not loopback before a packet is sent, whatever host a generated body names.
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import os
 import socket
@@ -141,8 +142,19 @@ def connection_kept():
 
 
 @pytest.fixture
-def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider):
+def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider, tmp_path, settings):
     OrganizationMember.objects.create(organization=org, user=owner, role=OrganizationMember.OrgRole.ADMIN)
+    settings.STORAGES = {**settings.STORAGES, "artifacts": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "store")}}}
+    settings.RIVER_SQLITE_DATA_DIR = tmp_path / "sqlite"
+    from artifacts.services import artifact_create
+
+    artifacts = [
+        artifact_create(workspace=workspace, stream=io.BytesIO(b"region,amount\nNorth,1\n"), file_name="ours.csv",
+                        created_by=owner),
+        artifact_create(workspace=other_workspace, stream=io.BytesIO(b"theirs"), file_name="theirs.txt",
+                        created_by=outsider),
+    ]
     ours = make_agent(
         workspace=workspace, owner=owner, name="Refunder", tools=[WRITE_TOOL], action_level="act_with_approval",
         require_approval_for=[WRITE_TOOL], approver_roles=["admin"],
@@ -215,6 +227,7 @@ def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider
         "endpoint_id": [str(endpoint.pk) for endpoint in endpoints],
         "api_key_id": [key.pk for key in keys],
         "session_id": [session.pk for session in sessions],
+        "artifact_id": [artifact.pk for artifact in artifacts],
     }
     return {"token": token.plaintext, "ids": ids}
 

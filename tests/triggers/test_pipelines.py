@@ -85,7 +85,7 @@ def test_a_three_stage_pipeline_runs_end_to_end(agents, owner, make_trigger, dja
         context = request_build(run).trigger_context
         assert context.trigger_payload == {
             "upstream": {"execution_id": upstream.pk, "agent_id": str(upstream.agent_id), "status": "completed",
-                         "summary": f"Stage {upstream.agent.name} done."},
+                         "summary": f"Stage {upstream.agent.name} done.", "artifacts": []},
             "pipeline": {"depth": depth},
         }
         assert run.input_prompt == f"Continue from run {upstream.pk}: Stage {upstream.agent.name} done."
