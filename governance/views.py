@@ -63,6 +63,38 @@ def _pretty(value) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def _shown(value) -> str:
+    """A value as a person reads it: text as is, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _flat(value, prefix: str = "") -> dict[str, object]:
+    """``{"a": {"b": 1}}`` as ``{"a.b": 1}``; lists and scalars are leaves."""
+    if isinstance(value, dict) and value:
+        flat: dict[str, object] = {}
+        for key in sorted(value):
+            flat.update(_flat(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix or "(arguments)": value}
+
+
+def json_changes(old: dict, new: dict) -> list[dict]:
+    """What an edit changed, field by field (dotted paths): ``change`` is ``changed``,
+    ``added`` or ``removed``. static/approvals.js shows the same list while one edits."""
+    before, after = _flat(old or {}), _flat(new or {})
+    changes = []
+    for key in sorted(before.keys() | after.keys()):
+        if key not in after:
+            changes.append({"path": key, "change": "removed", "old": _shown(before[key]), "new": ""})
+        elif key not in before:
+            changes.append({"path": key, "change": "added", "old": "", "new": _shown(after[key])})
+        elif before[key] != after[key]:
+            changes.append({"path": key, "change": "changed", "old": _shown(before[key]), "new": _shown(after[key])})
+    return changes
+
+
 def approval_card(
     *, user, approval: ApprovalRequest, error: dict | None = None, submitted: dict | None = None
 ) -> dict:
@@ -81,6 +113,10 @@ def approval_card(
         "comment": submitted.get("resolution_comment", ""),
         "schema_json": _pretty(tool.input_model.model_json_schema()) if tool else "",
         "edited_json": _pretty(resolution["modified_args"]) if resolution.get("modified_args") else "",
+        "changes": json_changes(approval.proposed_payload, resolution["modified_args"])
+        if resolution.get("modified_args") else [],
+        "proposed_script_id": f"approval-{approval.pk}-proposed",
+        "proposed_items": [(key, _shown(value)) for key, value in sorted((approval.proposed_payload or {}).items())],
         "error": error,
         "edit_open": bool(error) and submitted.get("decision") == ResolutionStatus.EDITED_APPROVED,
     }

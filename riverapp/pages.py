@@ -92,6 +92,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page=LOGIN_URL), name="logout"),
     path("", include("governance.views")),
     path("", include("riverapp.pages_runs")),
-    path("", include("executions.views")),
+    path("", include("riverapp.pages_run")),
     path("", include("triggers.views")),
 ]

@@ -61,7 +61,7 @@ def test_a_member_sees_the_workspaces_runs_newest_first_with_their_columns(agent
     assert response.status_code == 200
     assert _row_ids(html) == [newer.pk, older.pk]
     assert "Ticket triage" in html and "Completed" in html and "1,234" in html and "1 min 15 s" in html
-    assert 'data-workspace="%d"' % agent.workspace_id in html
+    assert f'data-workspace="{agent.workspace_id}"' in html
 
 
 def test_filters_by_status_agent_trigger_and_days(agent, workspace, owner, member):
