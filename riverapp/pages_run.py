@@ -59,7 +59,7 @@ def _head(execution: Execution) -> dict:
     block = execution_status_block(execution=execution)
     turn, tokens = block["turn"], block["tokens"]
     return {
-        "block": block,
+        "progress": block,
         "turn_percent": min(100, round(100 * turn["current"] / turn["max"])) if turn["max"] else 0,
         "token_percent": min(100, round(100 * tokens["used"] / tokens["budget"])) if tokens["budget"] else 0,
     }

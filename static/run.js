@@ -127,19 +127,23 @@
     item.setAttribute("data-seq", event.seq);
     var line = el("div", "run-event-line");
     line.appendChild(el("span", "run-event-kind", KIND[event.type] || event.type));
+    var body = el("div", "run-event-body");
+    var aside = el("div", "run-event-aside");
+    line.appendChild(body);
+    line.appendChild(aside);
     if (event.tool_name && (event.type === "tool_called" || event.type === "observation_received" ||
                             event.type === "approval_required")) {
-      line.appendChild(el("span", "badge badge-accent tool-badge", event.tool_name));
+      body.appendChild(el("span", "badge badge-accent tool-badge", event.tool_name));
     }
     if (event.type === "observation_received" && event.status && BAD_STEP[event.status]) {
-      line.appendChild(el("span", "badge badge-danger", event.status));
+      body.appendChild(el("span", "badge badge-danger", event.status));
     }
     if (event.type === "run_completed") {
-      line.appendChild(el("span", "badge " + (event.status === "completed" ? "badge-ok" :
+      body.appendChild(el("span", "badge " + (event.status === "completed" ? "badge-ok" :
         event.status === "cancelled" ? "" : "badge-danger"), statusLabel(event.status)));
     }
-    var text = el(event.type === "tool_called" ? "code" : "span", "run-event-text", describe(event));
-    line.appendChild(text);
+    var clamp = event.type === "tool_called" || event.type === "observation_received" ? " run-event-clamp" : "";
+    body.appendChild(el(event.type === "tool_called" ? "code" : "span", "run-event-text" + clamp, describe(event)));
     var meta = el("span", "run-event-meta");
     var bits = [];
     if (typeof event.turn === "number" && event.type !== "turn_complete") { bits.push("turn " + event.turn); }
@@ -153,11 +157,11 @@
       if (bits.length) { meta.appendChild(document.createTextNode(" · ")); }
       meta.appendChild(time);
     }
-    line.appendChild(meta);
+    aside.appendChild(meta);
     if (event.type === "approval_required" && event.approval_id) {
       var jump = el("a", "run-event-link", "Go to the request");
       jump.href = "#approval-" + event.approval_id;
-      line.appendChild(jump);
+      body.appendChild(jump);
     }
     if (typeof event.step_number === "number") {
       var why = el("button", "btn btn-quiet run-why-button", "Why?");
@@ -166,7 +170,7 @@
       why.setAttribute("aria-controls", "run-why-" + event.seq);
       why.setAttribute("data-step", event.step_number);
       why.setAttribute("aria-label", "Why: " + (KIND[event.type] || event.type) + ", step " + event.step_number);
-      line.appendChild(why);
+      aside.appendChild(why);
     }
     item.appendChild(line);
     if (typeof event.step_number === "number") {
