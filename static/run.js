@@ -142,7 +142,7 @@
       body.appendChild(el("span", "badge " + (event.status === "completed" ? "badge-ok" :
         event.status === "cancelled" ? "" : "badge-danger"), statusLabel(event.status)));
     }
-    var clamp = event.type === "tool_called" || event.type === "observation_received" ? " run-event-clamp" : "";
+    var clamp = {tool_called: 1, observation_received: 1, run_completed: 1}[event.type] ? " run-event-clamp" : "";
     body.appendChild(el(event.type === "tool_called" ? "code" : "span", "run-event-text" + clamp, describe(event)));
     var meta = el("span", "run-event-meta");
     var bits = [];
@@ -153,7 +153,11 @@
     if (event.created_at) {
       var time = el("time");
       time.setAttribute("datetime", event.created_at);
-      localTime(time);
+      var when = new Date(event.created_at);
+      if (!isNaN(when.getTime())) {
+        time.textContent = when.toLocaleTimeString(undefined, {timeStyle: "medium"});
+        time.title = when.toLocaleString();
+      }
       if (bits.length) { meta.appendChild(document.createTextNode(" · ")); }
       meta.appendChild(time);
     }
