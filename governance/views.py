@@ -1,4 +1,5 @@
-"""Pages of approvals: the inbox, one request's page and the inline approval card (htmx).
+"""Pages of approvals: one request's page and the inline approval card (htmx); the
+inbox, which shows the current workspace, is riverapp.pages_approvals.
 
 Session auth, login required. Each view parses (a Django form), authorizes through a
 tenant-scoped selector, calls one service and renders. The card endpoint answers an
@@ -19,15 +20,13 @@ from django.shortcuts import render
 from django.urls import path, reverse_lazy
 from django.views.decorators.http import require_GET, require_POST
 
-from governance.approvals import approval_get_for_user, approvals_for_user, may_resolve, self_approval_refused
+from governance.approvals import approval_get_for_user, may_resolve, self_approval_refused
 from governance.models import ApprovalRequest
 from governance.resolution import approval_resolve
 from rivercore.errors import NotFound, RiverError
 from rivercore.tools import get_tool
 from rivercore.types.governance import ResolutionStatus
 
-LOGIN_URL = reverse_lazy("login")
-RECENTLY_RESOLVED = 20
 LOGIN_URL = reverse_lazy("login")
 
 
@@ -96,17 +95,19 @@ def json_changes(old: dict, new: dict) -> list[dict]:
 
 
 def approval_card(
-    *, user, approval: ApprovalRequest, error: dict | None = None, submitted: dict | None = None
+    *, user, approval: ApprovalRequest, error: dict | None = None, submitted: dict | None = None,
+    can_resolve: bool | None = None,
 ) -> dict:
     """Everything ``approvals/_card.html`` shows for one request; pages that embed the
-    card (the inbox, the run page) build its context with this."""
+    card (the inbox, the run page) build its context with this. A page of cards passes
+    ``can_resolve`` from ``approval_resolver`` instead of asking per card."""
     tool = get_tool(approval.tool_name)
     submitted = submitted or {}
     resolution = approval.resolution or {}
     return {
         "approval": approval,
         "pending": approval.status == ApprovalRequest.Status.PENDING,
-        "can_resolve": may_resolve(user=user, approval=approval),
+        "can_resolve": may_resolve(user=user, approval=approval) if can_resolve is None else can_resolve,
         "self_started": self_approval_refused(user=user, approval=approval),
         "proposed_json": _pretty(approval.proposed_payload),
         "editor_text": submitted.get("modified_args") or _pretty(approval.proposed_payload),
@@ -127,19 +128,6 @@ def _approval_or_404(user, approval_id) -> ApprovalRequest:
         return approval_get_for_user(user=user, approval_id=approval_id)
     except NotFound as exc:
         raise Http404(exc.message) from None
-
-
-@login_required(login_url=LOGIN_URL)
-@require_GET
-def approvals_inbox(request):
-    user = request.user
-    pending = approvals_for_user(user=user, status=ApprovalRequest.Status.PENDING, resolvable_only=True)
-    resolved = approvals_for_user(user=user).exclude(status=ApprovalRequest.Status.PENDING).select_related(
-        "resolved_by")[:RECENTLY_RESOLVED]
-    return render(request, "approvals/inbox.html", {
-        "cards": [approval_card(user=user, approval=approval) for approval in pending],
-        "resolved": resolved,
-    })
 
 
 @login_required(login_url=LOGIN_URL)
@@ -178,7 +166,6 @@ def approval_resolve_card(request, approval_id):
 
 
 urlpatterns = [
-    path("approvals/", approvals_inbox, name="approvals-inbox"),
     path("approvals/<uuid:approval_id>/", approval_page, name="approval-page"),
     path("approvals/<uuid:approval_id>/resolve", approval_resolve_card, name="approval-card-resolve"),
 ]

@@ -90,6 +90,7 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page=LOGIN_URL), name="logout"),
+    path("", include("riverapp.pages_approvals")),
     path("", include("governance.views")),
     path("", include("riverapp.pages_runs")),
     path("", include("riverapp.pages_run")),

@@ -26,7 +26,7 @@ from executions import services
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.progress import execution_status_block
 from executions.selectors import execution_children, execution_get_for_user
-from governance.approvals import approvals_for_user
+from governance.approvals import approval_resolver, approvals_for_user
 from governance.views import approval_card
 from rivercore.contracts import StepStatus
 from rivercore.errors import NotFound, RiverError
@@ -97,8 +97,9 @@ def _question(execution: Execution) -> dict | None:
 def _cards(user, execution: Execution, *, answer_error: dict | None = None, answer: str = "") -> dict:
     approvals = (approvals_for_user(user=user).filter(execution_id=execution.pk).select_related("resolved_by")
                  .order_by("created_at"))
+    allowed = approval_resolver(user=user, workspace=execution.workspace)
     return {
-        "cards": [approval_card(user=user, approval=approval) for approval in approvals],
+        "cards": [approval_card(user=user, approval=approval, can_resolve=allowed(approval)) for approval in approvals],
         "question": _question(execution),
         "answer_error": answer_error,
         "answer": answer,

@@ -187,4 +187,93 @@
 
   tick();
   setInterval(tick, 1000);
+
+  // --- the inbox, live: new requests appear, decided ones leave (the workspace feed) ---
+  var box = document.querySelector("[data-approvals-live]");
+  if (!box || !window.WebSocket) {
+    return;
+  }
+  var notice = document.getElementById("approvals-live");
+  var loading = false;
+  var again = false;
+
+  function cardsById(root) {
+    var found = {};
+    var cards = root.querySelectorAll("article.approval-card[id]");
+    for (var i = 0; i < cards.length; i++) { found[cards[i].id] = cards[i]; }
+    return found;
+  }
+
+  function refreshList() {
+    if (loading) {
+      again = true;
+      return;
+    }
+    loading = true;
+    fetch(box.getAttribute("data-list-url"), {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (!html) { return; }
+        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("[data-part='list']");
+        var current = box.querySelector("[data-part='list']");
+        if (!fresh || !current) { return; }
+        fresh = document.importNode(fresh, true);
+        var before = cardsById(current);
+        var after = cardsById(fresh);
+        var added = 0;
+        var left = 0;
+        Object.keys(after).forEach(function (id) {
+          var old = before[id];
+          if (!old) {
+            added += 1;
+          } else if (old.getAttribute("data-state") === after[id].getAttribute("data-state")) {
+            after[id].replaceWith(old);  // unchanged: kept as it is (someone may be editing it)
+          }
+        });
+        Object.keys(before).forEach(function (id) { if (!after[id]) { left += 1; } });
+        current.replaceWith(fresh);
+        if (window.htmx) { window.htmx.process(fresh); }
+        showAllDiffs();
+        tick();
+        var words = [];
+        if (added) { words.push(added === 1 ? "A new request is waiting." : added + " new requests are waiting."); }
+        if (left) { words.push(left === 1 ? "A request was decided." : left + " requests were decided."); }
+        if (notice && words.length) { notice.textContent = words.join(" "); }
+      })
+      .catch(function () { /* the next event refreshes it */ })
+      .then(function () {
+        loading = false;
+        if (again) {
+          again = false;
+          refreshList();
+        }
+      });
+  }
+
+  var delay = 1000;
+  var opened = false;
+  function connect() {
+    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    var socket = new WebSocket(scheme + window.location.host + "/ws/workspace/?workspace=" +
+                               encodeURIComponent(box.getAttribute("data-workspace")));
+    socket.addEventListener("open", function () {
+      if (opened) { refreshList(); }  // the feed has no replay: catch up after a reconnect
+      opened = true;
+      delay = 1000;
+      box.setAttribute("data-live", "1");
+    });
+    socket.addEventListener("message", function (message) {
+      var event;
+      try { event = JSON.parse(message.data); } catch (err) { return; }
+      if (event && (event.type === "approval_required" || event.type === "approval_resolved")) {
+        refreshList();
+      }
+    });
+    socket.addEventListener("close", function () {
+      box.removeAttribute("data-live");
+      window.setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 30000);
+    });
+  }
+  connect();
 })();
