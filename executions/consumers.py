@@ -45,8 +45,8 @@ def _execution_workspace_id(user, execution_id) -> int | None:
 def _stored_events(execution_id: int, after: int) -> list[dict]:
     rows = ExecutionEvent.objects.filter(execution_id=execution_id, seq__gt=after).order_by("seq")[:REPLAY_BATCH]
     # Same shape as the live events the journal publishes.
-    return [event_message(event_type=row.event_type, seq=row.seq, execution_id=execution_id, payload=row.payload)
-            for row in rows]
+    return [event_message(event_type=row.event_type, seq=row.seq, execution_id=execution_id,
+                          created_at=row.created_at, payload=row.payload) for row in rows]
 
 
 @database_sync_to_async

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from datetime import datetime
 from decimal import Decimal
 
 import orjson
@@ -13,6 +14,7 @@ import psycopg
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connections, transaction
+from django.utils import timezone
 
 from executions import modelcalls
 from executions.models import Execution, ExecutionEvent, ExecutionStep, ModelCallBlob, ModelCallRecord
@@ -88,8 +90,8 @@ def step_from_row(row: ExecutionStep) -> Step:
 def event_rows_publish(execution: Execution, rows: list[ExecutionEvent]) -> None:
     """Call inside the transaction that inserts ``rows``: they go out after commit,
     followed by the run's status update (its status as ``execution`` has it now)."""
-    messages = [event_message(event_type=row.event_type, seq=row.seq, execution_id=execution.pk, payload=row.payload)
-                for row in rows]
+    messages = [event_message(event_type=row.event_type, seq=row.seq, execution_id=execution.pk,
+                              created_at=row.created_at, payload=row.payload) for row in rows]
     events_publish(workspace_id=execution.workspace_id, execution_id=execution.pk,
                    events=[*messages, run_status_message(execution, last_event_seq=max((r.seq for r in rows),
                                                                                        default=None))])
@@ -177,7 +179,10 @@ class DbJournal:
         blobs, calls = modelcalls.calls_take(self.execution.pk)
         self.model_blobs += blobs
         self.model_calls += calls
-        events = [(self.seq + i, event_type, payload) for i, (event_type, payload) in enumerate(self.events)]
+        # One time for the flush's events, stored with them and sent with them, so a live
+        # event equals the same event read back (rivercore.events.event_message).
+        now = timezone.now()
+        events = [(self.seq + i, event_type, payload, now) for i, (event_type, payload) in enumerate(self.events)]
         # What clients receive once this commits: the events, then the run's status block as of them.
         block = status_block_of_state(state, last_event_seq=self.seq + len(events) - 1)
         messages = [*self._event_dicts(events), status_message(execution_id=self.execution.pk, block=block)]
@@ -253,7 +258,7 @@ class DbJournal:
                 journal_connection_release(self._connection)
                 self._connection = None
 
-    def _send(self, db, events: list[tuple[int, str, dict]], counters: dict, messages: list[dict]) -> None:
+    def _send(self, db, events: list[tuple[int, str, dict, datetime]], counters: dict, messages: list[dict]) -> None:
         if self._connection is None or not self._connection.usable():
             with db.wrap_database_errors:  # cannot connect: a DatabaseError, as for Django's connection
                 self._connection = journal_connection(db)
@@ -269,22 +274,23 @@ class DbJournal:
         # is sent; it runs on the journal's connection.
         _through_wrappers(db, send, _TURN_SQL, params)
 
-    def _params(self, events: list[tuple[int, str, dict]], counters: dict) -> dict:
+    def _params(self, events: list[tuple[int, str, dict, datetime]], counters: dict) -> dict:
         return {
             **counters,
             "execution_id": self.execution.pk,
             "lease_token": self.lease_token,
             "status": Execution.Status.RUNNING.value,
             "steps": _json([step_columns(s) for s in self.steps]),
-            "events": _json([{"seq": seq, "event_type": kind, "payload": payload} for seq, kind, payload in events]),
+            "events": _json([{"seq": seq, "event_type": kind, "payload": payload, "created_at": at.isoformat()}
+                             for seq, kind, payload, at in events]),
             "model_blobs": _json(self.model_blobs),
             "model_calls": _json(self.model_calls),
         }
 
-    def _event_dicts(self, events: list[tuple[int, str, dict]]) -> list[dict]:
+    def _event_dicts(self, events: list[tuple[int, str, dict, datetime]]) -> list[dict]:
         execution_id = self.execution.pk
-        return [event_message(event_type=kind, seq=seq, execution_id=execution_id, payload=payload)
-                for seq, kind, payload in events]
+        return [event_message(event_type=kind, seq=seq, execution_id=execution_id, created_at=at, payload=payload)
+                for seq, kind, payload, at in events]
 
     def _publish(self, messages: list[dict]) -> None:
         """For messages whose statement has committed (on any connection)."""
@@ -294,15 +300,15 @@ class DbJournal:
     def _publish_on_commit(self, messages: list[dict]) -> None:
         events_publish(workspace_id=self.execution.workspace_id, execution_id=self.execution.pk, events=messages)
 
-    def _write_orm(self, events: list[tuple[int, str, dict]], counters: dict) -> int:
+    def _write_orm(self, events: list[tuple[int, str, dict, datetime]], counters: dict) -> int:
         updated = Execution.objects.filter(
             pk=self.execution.pk, lease_token=self.lease_token, status=Execution.Status.RUNNING
         ).update(**counters)
         if updated:
             ExecutionStep.objects.bulk_create([step_row(self.execution.pk, s) for s in self.steps])
             ExecutionEvent.objects.bulk_create([
-                ExecutionEvent(execution_id=self.execution.pk, seq=seq, event_type=kind, payload=payload)
-                for seq, kind, payload in events
+                ExecutionEvent(execution_id=self.execution.pk, seq=seq, event_type=kind, payload=payload, created_at=at)
+                for seq, kind, payload, at in events
             ])
             modelcalls._rows_write_orm(self.execution.pk, self.model_blobs, self.model_calls)
         return updated
@@ -379,8 +385,9 @@ WITH lease AS (
         duration_ms integer, status text, governance_decision text, error text, messages jsonb)
 ), new_events AS (
     INSERT INTO {ExecutionEvent._meta.db_table} (execution_id, created_at, seq, event_type, payload)
-    SELECT lease.id, now(), e.seq, e.event_type, e.payload
-    FROM lease, jsonb_to_recordset(%(events)s::jsonb) AS e(seq integer, event_type text, payload jsonb)
+    SELECT lease.id, e.created_at, e.seq, e.event_type, e.payload
+    FROM lease, jsonb_to_recordset(%(events)s::jsonb) AS e(seq integer, event_type text, payload jsonb,
+        created_at timestamptz)
 ), new_model_blobs AS (
     INSERT INTO {ModelCallBlob._meta.db_table} (execution_id, digest, body)
     SELECT lease.id, b.digest, decode(b.body, 'base64')

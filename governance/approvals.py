@@ -122,6 +122,17 @@ def may_resolve(*, user, approval: ApprovalRequest) -> bool:
     return True
 
 
+def approval_resolver(*, user, workspace):
+    """``may_resolve`` for many requests of one workspace, the user's roles read once:
+    a page of cards costs the same queries as one card."""
+    roles = _resolver_roles(user=user, workspace=workspace)
+
+    def allowed(approval: ApprovalRequest) -> bool:
+        return _role_allows(roles, approval) and not self_approval_refused(user=user, approval=approval)
+
+    return allowed
+
+
 def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool = False) -> QuerySet:
     qs = ApprovalRequest.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related("workspace")
     if status:

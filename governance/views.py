@@ -1,4 +1,5 @@
-"""Pages of approvals: the inbox, one request's page and the inline approval card (htmx).
+"""Pages of approvals: one request's page and the inline approval card (htmx); the
+inbox, which shows the current workspace, is riverapp.pages_approvals.
 
 Session auth, login required. Each view parses (a Django form), authorizes through a
 tenant-scoped selector, calls one service and renders. The card endpoint answers an
@@ -19,15 +20,13 @@ from django.shortcuts import render
 from django.urls import path, reverse_lazy
 from django.views.decorators.http import require_GET, require_POST
 
-from governance.approvals import approval_get_for_user, approvals_for_user, may_resolve, self_approval_refused
+from governance.approvals import approval_get_for_user, may_resolve, self_approval_refused
 from governance.models import ApprovalRequest
 from governance.resolution import approval_resolve
 from rivercore.errors import NotFound, RiverError
 from rivercore.tools import get_tool
 from rivercore.types.governance import ResolutionStatus
 
-LOGIN_URL = reverse_lazy("login")
-RECENTLY_RESOLVED = 20
 LOGIN_URL = reverse_lazy("login")
 
 
@@ -63,24 +62,62 @@ def _pretty(value) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def _shown(value) -> str:
+    """A value as a person reads it: text as is, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _flat(value, prefix: str = "") -> dict[str, object]:
+    """``{"a": {"b": 1}}`` as ``{"a.b": 1}``; lists and scalars are leaves."""
+    if isinstance(value, dict) and value:
+        flat: dict[str, object] = {}
+        for key in sorted(value):
+            flat.update(_flat(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix or "(arguments)": value}
+
+
+def json_changes(old: dict, new: dict) -> list[dict]:
+    """What an edit changed, field by field (dotted paths): ``change`` is ``changed``,
+    ``added`` or ``removed``. static/approvals.js shows the same list while one edits."""
+    before, after = _flat(old or {}), _flat(new or {})
+    changes = []
+    for key in sorted(before.keys() | after.keys()):
+        if key not in after:
+            changes.append({"path": key, "change": "removed", "old": _shown(before[key]), "new": ""})
+        elif key not in before:
+            changes.append({"path": key, "change": "added", "old": "", "new": _shown(after[key])})
+        elif before[key] != after[key]:
+            changes.append({"path": key, "change": "changed", "old": _shown(before[key]), "new": _shown(after[key])})
+    return changes
+
+
 def approval_card(
-    *, user, approval: ApprovalRequest, error: dict | None = None, submitted: dict | None = None
+    *, user, approval: ApprovalRequest, error: dict | None = None, submitted: dict | None = None,
+    can_resolve: bool | None = None,
 ) -> dict:
     """Everything ``approvals/_card.html`` shows for one request; pages that embed the
-    card (the inbox, the run page) build its context with this."""
+    card (the inbox, the run page) build its context with this. A page of cards passes
+    ``can_resolve`` from ``approval_resolver`` instead of asking per card."""
     tool = get_tool(approval.tool_name)
     submitted = submitted or {}
     resolution = approval.resolution or {}
     return {
         "approval": approval,
         "pending": approval.status == ApprovalRequest.Status.PENDING,
-        "can_resolve": may_resolve(user=user, approval=approval),
+        "can_resolve": may_resolve(user=user, approval=approval) if can_resolve is None else can_resolve,
         "self_started": self_approval_refused(user=user, approval=approval),
         "proposed_json": _pretty(approval.proposed_payload),
         "editor_text": submitted.get("modified_args") or _pretty(approval.proposed_payload),
         "comment": submitted.get("resolution_comment", ""),
         "schema_json": _pretty(tool.input_model.model_json_schema()) if tool else "",
         "edited_json": _pretty(resolution["modified_args"]) if resolution.get("modified_args") else "",
+        "changes": json_changes(approval.proposed_payload, resolution["modified_args"])
+        if resolution.get("modified_args") else [],
+        "proposed_script_id": f"approval-{approval.pk}-proposed",
+        "proposed_items": [(key, _shown(value)) for key, value in sorted((approval.proposed_payload or {}).items())],
         "error": error,
         "edit_open": bool(error) and submitted.get("decision") == ResolutionStatus.EDITED_APPROVED,
     }
@@ -91,19 +128,6 @@ def _approval_or_404(user, approval_id) -> ApprovalRequest:
         return approval_get_for_user(user=user, approval_id=approval_id)
     except NotFound as exc:
         raise Http404(exc.message) from None
-
-
-@login_required(login_url=LOGIN_URL)
-@require_GET
-def approvals_inbox(request):
-    user = request.user
-    pending = approvals_for_user(user=user, status=ApprovalRequest.Status.PENDING, resolvable_only=True)
-    resolved = approvals_for_user(user=user).exclude(status=ApprovalRequest.Status.PENDING).select_related(
-        "resolved_by")[:RECENTLY_RESOLVED]
-    return render(request, "approvals/inbox.html", {
-        "cards": [approval_card(user=user, approval=approval) for approval in pending],
-        "resolved": resolved,
-    })
 
 
 @login_required(login_url=LOGIN_URL)
@@ -142,7 +166,6 @@ def approval_resolve_card(request, approval_id):
 
 
 urlpatterns = [
-    path("approvals/", approvals_inbox, name="approvals-inbox"),
     path("approvals/<uuid:approval_id>/", approval_page, name="approval-page"),
     path("approvals/<uuid:approval_id>/resolve", approval_resolve_card, name="approval-card-resolve"),
 ]

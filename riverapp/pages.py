@@ -141,7 +141,9 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page=LOGIN_URL), name="logout"),
+    path("", include("riverapp.pages_approvals")),
     path("", include("governance.views")),
-    path("", include("executions.views")),
+    path("", include("riverapp.pages_runs")),
+    path("", include("riverapp.pages_run")),
     path("", include("triggers.views")),
 ]

@@ -51,6 +51,10 @@ def _iso(value: dt.datetime | str) -> str:
     return value.isoformat() if isinstance(value, dt.datetime) else str(value)
 
 
+def _number(value: int | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def run_started_event(*, execution_id: int, agent_id: Any, trigger_type: str,
                       started_at: dt.datetime | str) -> RunEvent:
     return RunEvent(RunEventType.RUN_STARTED, {
@@ -59,18 +63,33 @@ def run_started_event(*, execution_id: int, agent_id: Any, trigger_type: str,
     })
 
 
-def turn_reasoning_event(*, turn: int, thought_summary: str, model_used: str | None) -> RunEvent:
-    return RunEvent(RunEventType.TURN_REASONING,
-                    {"turn": int(turn), "thought_summary": thought_summary, "model_used": model_used})
+def turn_reasoning_event(*, turn: int, thought_summary: str, model_used: str | None,
+                         step_number: int | None = None) -> RunEvent:
+    """``step_number`` (River's addition) names the reasoning step, for "why" (observability)."""
+    return RunEvent(RunEventType.TURN_REASONING, {
+        "turn": int(turn), "thought_summary": thought_summary, "model_used": model_used,
+        "step_number": _number(step_number),
+    })
 
 
-def tool_called_event(*, turn: int, tool_name: str, args_summary: str) -> RunEvent:
-    return RunEvent(RunEventType.TOOL_CALLED, {"turn": int(turn), "tool_name": tool_name, "args_summary": args_summary})
+def tool_called_event(*, turn: int, tool_name: str, args_summary: str, call_id: str | None = None,
+                      step_number: int | None = None) -> RunEvent:
+    """``call_id`` and ``step_number`` (River's additions) pair the call with its
+    observation and name a step of the call for "why"."""
+    return RunEvent(RunEventType.TOOL_CALLED, {
+        "turn": int(turn), "tool_name": tool_name, "args_summary": args_summary, "call_id": call_id,
+        "step_number": _number(step_number),
+    })
 
 
-def observation_received_event(*, turn: int, tool_name: str, result_summary: str, duration_ms: int) -> RunEvent:
+def observation_received_event(*, turn: int, tool_name: str, result_summary: str, duration_ms: int,
+                               call_id: str | None = None, step_number: int | None = None,
+                               status: str | None = None) -> RunEvent:
+    """``call_id``, ``step_number`` and the step's ``status`` (completed, failed,
+    blocked, ...) are River's additions."""
     return RunEvent(RunEventType.OBSERVATION_RECEIVED, {
         "turn": int(turn), "tool_name": tool_name, "result_summary": result_summary, "duration_ms": int(duration_ms),
+        "call_id": call_id, "step_number": _number(step_number), "status": status,
     })
 
 
@@ -141,7 +160,12 @@ def partial_event(*, event_type: PartialEventType, execution_id: int, turn: int,
             "text": text, "partial": True}
 
 
-def event_message(*, event_type: str, seq: int, execution_id: int, payload: dict[str, Any]) -> dict[str, Any]:
-    """What a client receives, live or replayed: the type, the run's sequence number
-    and id, then the payload's fields."""
-    return {"type": str(event_type), "seq": seq, "execution_id": execution_id, **payload}
+def event_message(*, event_type: str, seq: int, execution_id: int, created_at: dt.datetime | str,
+                  payload: dict[str, Any]) -> dict[str, Any]:
+    """The one JSON shape of a stored event, wherever a client reads it: the WebSocket
+    (live or replayed) and ``GET /api/v1/executions/{id}/events/``. The type, the run's
+    sequence number and id, when the event was stored (ISO 8601), then the payload's
+    fields. ``created_at`` is the stored row's time, so a live event and the same event
+    read back later are equal."""
+    return {"type": str(event_type), "seq": seq, "execution_id": execution_id, "created_at": _iso(created_at),
+            **payload}

@@ -552,7 +552,7 @@ class Engine:
         )
         self.journal.emit(*turn_reasoning_event(
             turn=turn, thought_summary=_summarise(reply.content or ", ".join(c.name for c in reply.tool_calls)),
-            model_used=reply.model,
+            model_used=reply.model, step_number=state.steps[-1].step_number,
         ))
         if not reply.tool_calls:
             self._add(state, StepType.FINAL_ANSWER, output={"answer": reply.content or ""})
@@ -771,7 +771,9 @@ class Engine:
         else:
             self._add(state, StepType.TOOL_CALL, tool_name=call.name, tool_category=tool.category.value,
                       call_id=call.id, input=args)
-        self.journal.emit(*tool_called_event(turn=state.turn, tool_name=call.name, args_summary=_summarise(args)))
+        called = state.steps[-1] if state.steps and state.steps[-1].call_id == call.id else None
+        self.journal.emit(*tool_called_event(turn=state.turn, tool_name=call.name, args_summary=_summarise(args),
+                                             call_id=call.id, step_number=called.step_number if called else None))
         sub_usage: list[dict[str, Any]] = []  # model calls made by the tool itself (sub-requests)
 
         def count_usage(reply: LLMReply) -> None:
@@ -860,9 +862,11 @@ class Engine:
                       call_id=call.id, input=args, status=StepStatus.BLOCKED if withheld else StepStatus.COMPLETED,
                       duration_ms=duration, output=observed,
                       messages=[tool_message(call.id, call.name, shown, ok=not withheld)])
+        observed_step = state.steps[-1]
         self.journal.emit(*observation_received_event(
             turn=state.turn, tool_name=call.name, duration_ms=duration,
-            result_summary=_summarise(state.steps[-1].output.get("summary", "")),
+            result_summary=_summarise(observed_step.output.get("summary", "")), call_id=call.id,
+            step_number=observed_step.step_number, status=observed_step.status.value,
         ))
         if tool.ends_run and error is None and state.steps[-1].status == StepStatus.COMPLETED:
             shown_result = state.steps[-1].output.get("result")

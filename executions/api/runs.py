@@ -24,6 +24,7 @@ from rivercore.contracts import (
     GenerateAgentRequest,
 )
 from rivercore.errors import InvalidInput
+from rivercore.events import event_message
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
 from tenancy.selectors import require_granted, require_permission, workspace_get_for_user
 
@@ -102,10 +103,21 @@ class ExecutionDetailSerializer(ExecutionSerializer):
         return ChildExecutionSerializer(execution_children(execution=obj), many=True).data
 
 
-class EventSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = ExecutionEvent
-        fields = ["seq", "event_type", "payload", "created_at"]
+class EventSerializer(serializers.Serializer):
+    """For the schema only: the shape ``rivercore.events.event_message`` writes, the same
+    JSON as the WebSocket sends. The event's payload fields follow these four."""
+
+    type = serializers.CharField(help_text="run_started, turn_reasoning, tool_called, observation_received, "
+                                           "turn_complete, approval_required, approval_resolved, "
+                                           "interaction_required, interaction_resolved, run_completed.")
+    seq = serializers.IntegerField(help_text="The run's sequence number of the event, from 1.")
+    execution_id = serializers.IntegerField()
+    created_at = serializers.CharField(help_text="When the event was stored, ISO 8601.")
+
+
+def event_json(row: ExecutionEvent) -> dict:
+    return event_message(event_type=row.event_type, seq=row.seq, execution_id=row.execution_id,
+                         created_at=row.created_at, payload=row.payload)
 
 
 class RunInput(serializers.Serializer):
@@ -176,7 +188,7 @@ class ExecutionEvents(APIView):
         except ValueError:
             raise InvalidInput("after must be an integer.", details={"after": ["not an integer"]}) from None
         events = execution.events.filter(seq__gt=after).order_by("seq")[:1000]
-        return Response(EventSerializer(events, many=True).data)
+        return Response([event_json(row) for row in events])
 
 
 class StepWhy(APIView):

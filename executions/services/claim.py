@@ -81,7 +81,8 @@ def execution_claim_load(*, execution_id: int) -> tuple[str, Execution] | None:
     if execution.started_event is not None:
         payload = execution.started_event
         execution.started_event = ExecutionEvent(execution_id=execution.pk, seq=1, event_type=RUN_STARTED,
-                                               payload=json.loads(payload) if isinstance(payload, str) else payload)
+                                               payload=json.loads(payload) if isinstance(payload, str) else payload,
+                                               created_at=now)
         execution.last_seq = 1
     return token, execution
 

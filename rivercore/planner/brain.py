@@ -134,6 +134,11 @@ def plan_next(view: dict[str, Any], offered: list[str]) -> Plan:
     if fresh("classify_intent"):
         return Plan(tool="classify_intent", arguments={"user_prompt": working},
                     thought="First I classify what the request asks for.")
+    # An answer to ask_user changes the request: it is classified once more, so the run's
+    # intent (and the turns the engine allows for it) follows what the user asked for.
+    if "classify_intent" in can and 0 < convo.called.count("classify_intent") <= len(convo.answers):
+        return Plan(tool="classify_intent", arguments={"user_prompt": working},
+                    thought="Your answer tells me what to do; I classify the request again with it.")
     classified = classify(working, tables)
     if intent_obs is not None and intent_obs.ok and isinstance(intent_obs.body, dict):
         intent = str(intent_obs.body.get("intent_type") or classified["intent_type"])

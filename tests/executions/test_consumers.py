@@ -206,7 +206,9 @@ def test_reconnect_replays_stored_events_after_seq_then_live_ones(run, token):
 
     replayed, live, nothing_else = async_to_sync(scenario)()
     assert [(e["seq"], e["type"]) for e in replayed] == [(3, "tool_called"), (4, "observation_received")]
-    assert replayed[0] == {"type": "tool_called", "seq": 3, "execution_id": run.pk, "turn": 1}
+    stored = ExecutionEvent.objects.get(execution=run, seq=3)
+    assert replayed[0] == {"type": "tool_called", "seq": 3, "execution_id": run.pk,
+                           "created_at": stored.created_at.isoformat(), "turn": 1}
     assert (live["seq"], live["type"]) == (5, "turn_complete")
     assert nothing_else is True
 

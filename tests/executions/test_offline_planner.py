@@ -173,6 +173,12 @@ def test_an_unclear_prompt_asks_the_user_then_continues_with_the_answer():
     assert "tickets" in call[2]["message"] and "customers" in call[2]["message"]
     observe(messages, call, {"user_response": "how many tickets are pending"})
 
+    # The answer changes the request: classified again (the run's intent and turn
+    # allowance follow it), then planned.
+    call = next_call(messages, offered)
+    assert call[1] == "classify_intent" and "pending" in call[2]["user_prompt"]
+    observe(messages, call, {"intent_type": "DATA_QUERY", "confidence": 0.9, "sub_intents": [], "entities": {}})
+
     call = next_call(messages, offered)
     assert call[1] == "generate_query"
     assert "pending" in call[2]["user_prompt"]

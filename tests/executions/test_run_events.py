@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from executions import services, tasks
-from executions.models import ExecutionEvent
+from executions.models import ExecutionEvent, ExecutionStep
 from governance.models import ApprovalRequest
 from governance.resolution import approval_resolve
 from rivercore import events as run_events
@@ -34,6 +34,16 @@ SPEC_EVENTS = {
     "approval_resolved": {"approval_id", "resolution", "resolved_by"},
     "run_completed": {"status", "duration_ms", "turns_used", "final_output_summary"},
 }
+# River's additions: the step each event is about (for "why") and the call it belongs to.
+RIVER_FIELDS = {
+    "turn_reasoning": {"step_number"},
+    "tool_called": {"call_id", "step_number"},
+    "observation_received": {"call_id", "step_number", "status"},
+}
+
+
+def fields(name: str) -> set[str]:
+    return SPEC_EVENTS[name] | RIVER_FIELDS.get(name, set())
 
 SAMPLES = {
     "run_started": {"execution_id": 7, "agent_id": "a-1", "trigger_type": "manual", "started_at": NOW},
@@ -55,9 +65,10 @@ def builder(name: str):
 def test_each_spec_event_has_one_builder_giving_the_spec_fields(name):
     kind, payload = builder(name)(**SAMPLES[name])
     assert kind == RunEventType(name) and kind == name
-    assert set(payload) == SPEC_EVENTS[name]
-    message = event_message(event_type=kind, seq=5, execution_id=7, payload=payload)
-    assert message == {"type": name, "seq": 5, "execution_id": 7, **payload}
+    assert set(payload) == fields(name)
+    message = event_message(event_type=kind, seq=5, execution_id=7, created_at=NOW, payload=payload)
+    assert message == {"type": name, "seq": 5, "execution_id": 7, "created_at": "2026-01-02T03:04:05+00:00",
+                       **payload}
 
 
 def test_timestamps_are_iso_text_and_ids_are_text():
@@ -132,7 +143,13 @@ def test_a_run_stores_every_spec_event_in_the_builders_shape(workspace, owner, s
     stored = _stored(execution.pk)
     assert {kind for kind, _ in stored} == set(SPEC_EVENTS)
     for kind, payload in stored:
-        assert set(payload) == SPEC_EVENTS[kind], kind
+        assert set(payload) == fields(kind), kind
+    steps = {s.step_number: s for s in ExecutionStep.objects.filter(execution_id=execution.pk)}
+    for kind, payload in stored:
+        if "step_number" in payload:  # names a step of the run, of the event's turn (and call)
+            step = steps[payload["step_number"]]
+            assert step.turn == payload["turn"], kind
+            assert payload.get("call_id") in (None, step.call_id), kind
     resolved = next(payload for kind, payload in stored if kind == "approval_resolved")
     assert resolved["approval_id"] == str(approval.pk) and resolved["resolution"] == "approved"
     completed = [payload for kind, payload in stored if kind == "run_completed"]

@@ -95,7 +95,7 @@ def test_detail_lists_steps_and_events_replay_after_a_seq(agent, owner, api_clie
     assert [s["step_type"] for s in detail["steps"]][-1] == "final_answer"
     events = client.get(f"/api/v1/executions/{execution.pk}/events/?after=2").json()
     assert [e["seq"] for e in events] == list(range(3, 3 + len(events)))
-    assert events[-1]["event_type"] == "run_completed"
+    assert events[-1]["type"] == "run_completed" and events[-1]["execution_id"] == execution.pk
     assert client.get("/api/v1/executions/?status=completed").json()["count"] == 1
     assert client.get("/api/v1/executions/?status=failed").json()["count"] == 0
 

@@ -196,5 +196,6 @@ def test_run_page_shows_status_steps_and_the_card(paused, owner):
     assert response.status_code == 200
     html = response.content.decode()
     assert "Awaiting approval" in html
-    assert "governance_check" in html and "APPROVAL_REQUIRED" in html
+    # The activity feed is rendered by static/run.js from the events the page embeds.
+    assert '"type": "approval_required"' in html and f'"approval_id": "{paused.pk}"' in html
     assert f'id="approval-{paused.pk}"' in html

@@ -80,3 +80,24 @@ def test_support_agent_write_back_meets_the_approval_gate_and_runs_once_approved
     write = execution.steps.get(step_type="observation", tool_name="write_back")
     assert write.output["result"]["rows_affected"] == expected
     assert _expected_count() == 0
+
+
+def test_an_answered_question_is_classified_again_and_the_run_completes(demo):
+    """A request the planner cannot place is classified as an explanation (3 turns); the
+    answer to its question names the data, so it classifies again and has the turns of
+    a data question to answer it."""
+    agent = Agent.objects.get(name="L1 Support Specialist")
+    execution = execution_start(agent=agent, user=demo, input_prompt="hello there")
+    assert execution_run_segment(execution_id=execution.pk) == "awaiting_interaction"
+    execution.refresh_from_db()
+    from executions.services import execution_respond
+
+    execution_respond(execution=execution, user=demo, user_response="Count the rows of tickets")
+    assert execution_run_segment(execution_id=execution.pk) == "success"
+    execution.refresh_from_db()
+    intents = [s.output["result"]["intent_type"] for s in execution.steps.filter(
+        step_type="observation", tool_name="classify_intent").order_by("step_number")]
+    assert intents[0] == "PLATFORM_EXPLANATION" and intents[-1] != "PLATFORM_EXPLANATION" and len(intents) == 2
+    with sqlite3.connect(demo_database_path()) as db:
+        tickets = db.execute("SELECT COUNT(*) FROM tickets").fetchone()[0]
+    assert execution.status == Execution.Status.COMPLETED and f"Answer: {tickets}" in execution.result["summary"]

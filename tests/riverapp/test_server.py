@@ -3,6 +3,7 @@ broker and channel layer, driven from outside over HTTP and WebSocket."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -163,7 +164,9 @@ def test_run_socket_replays_the_stored_events(server):
     with connect(url, subprotocols=["bearer", server["token"]], open_timeout=10) as ws:
         assert ws.subprotocol == "bearer"
         event = json.loads(ws.recv(timeout=10))
+    created_at = event.pop("created_at")
     assert event == {"type": "run_completed", "seq": 2, "execution_id": server["own_run"], "status": "completed"}
+    assert datetime.datetime.fromisoformat(created_at).tzinfo is not None  # the stored time, ISO 8601
 
 
 def test_bad_token_is_refused(server):

@@ -1,0 +1,273 @@
+"""The run page (/runs/<id>/): a run followed live, steered and explained.
+
+The page is server-rendered in parts (``PARTS``): the head (status, progress, Cancel), the
+cause (trigger, person, parent and delegated runs), the cards (approval requests and an
+open question) and the outcome (summary, result table, chart). ``static/run.js`` renders
+the activity feed from the run's stored events, embedded in the page, then follows the
+run's WebSocket from the last embedded sequence number and re-fetches a part
+(``run_parts``) when an event changes it. The page therefore reads the same after the
+run ended as while it ran: everything comes from the event log and the steps.
+
+Each view looks the run up through ``execution_get_for_user`` (another workspace's run is
+a 404), and writes through one service: ``execution_cancel``, ``execution_respond``.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import path, reverse, reverse_lazy
+from django.views.decorators.http import require_GET, require_POST
+
+from executions import services
+from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.progress import execution_status_block
+from executions.selectors import execution_children, execution_get_for_user
+from governance.approvals import approval_resolver, approvals_for_user
+from governance.views import approval_card
+from rivercore.contracts import StepStatus
+from rivercore.errors import NotFound, RiverError
+from rivercore.events import event_message
+from tenancy.permissions import AGENT_EXECUTE
+from tenancy.selectors import workspace_permissions
+from triggers.models import Trigger
+
+LOGIN_URL = reverse_lazy("login")
+PARTS = ("head", "cause", "cards", "outcome")
+# Events embedded in the page; the WebSocket replays any after them.
+FEED_EMBEDDED = 1000
+RESULT_ROWS = 100
+CHART_TYPES = {"bar", "line", "pie"}
+QUERY_TOOL, CHART_TOOL = "execute_query", "recommend_visualization"
+
+
+def _run_or_404(user, execution_id) -> Execution:
+    try:
+        return execution_get_for_user(user=user, execution_id=execution_id)
+    except NotFound as exc:
+        raise Http404(exc.message) from None
+
+
+def _may_steer(user, execution: Execution) -> bool:
+    return AGENT_EXECUTE in workspace_permissions(user=user, workspace=execution.workspace)
+
+
+def _head(execution: Execution) -> dict:
+    block = execution_status_block(execution=execution)
+    turn, tokens = block["turn"], block["tokens"]
+    return {
+        "progress": block,
+        "turn_percent": min(100, round(100 * turn["current"] / turn["max"])) if turn["max"] else 0,
+        "token_percent": min(100, round(100 * tokens["used"] / tokens["budget"])) if tokens["budget"] else 0,
+    }
+
+
+def _cause(user, execution: Execution) -> dict:
+    trigger = None
+    if execution.trigger_id:
+        trigger = Trigger.objects.filter(pk=execution.trigger_id, workspace_id=execution.workspace_id).only(
+            "pk", "name", "type").first()
+    requested_by = None
+    if execution.requested_by_id:
+        requested_by = get_user_model().objects.filter(pk=execution.requested_by_id).values_list(
+            "username", flat=True).first()
+    return {
+        "trigger": trigger,
+        "requested_by": requested_by,
+        "children": list(execution_children(execution=execution).select_related("agent").only(
+            "pk", "status", "parent_call_id", "agent__name")),
+    }
+
+
+def _question(execution: Execution) -> dict | None:
+    """The open ``ask_user`` question, from its pending interaction step."""
+    if execution.status != Execution.Status.AWAITING_INTERACTION:
+        return None
+    step = (ExecutionStep.objects.filter(execution_id=execution.pk, step_type=ExecutionStep.StepType.INTERACTION,
+                                         status=StepStatus.PENDING.value)
+            .order_by("-step_number").values("input", "step_number").first())
+    if step is None or not isinstance(step["input"], dict):
+        return None
+    return {**step["input"], "step_number": step["step_number"]}
+
+
+def _cards(user, execution: Execution, *, answer_error: dict | None = None, answer: str = "") -> dict:
+    approvals = (approvals_for_user(user=user).filter(execution_id=execution.pk).select_related("resolved_by")
+                 .order_by("created_at"))
+    allowed = approval_resolver(user=user, workspace=execution.workspace)
+    return {
+        "cards": [approval_card(user=user, approval=approval, can_resolve=allowed(approval)) for approval in approvals],
+        "question": _question(execution),
+        "answer_error": answer_error,
+        "answer": answer,
+    }
+
+
+def _outcome(execution: Execution) -> dict:
+    """The run's last query result as a table and the chart recommend_visualization asked
+    for, from their observation steps (at most a few rows read: newest first)."""
+    latest: dict[str, dict] = {}
+    observed = (ExecutionStep.objects.filter(execution_id=execution.pk, step_type=ExecutionStep.StepType.OBSERVATION,
+                                             tool_name__in=[QUERY_TOOL, CHART_TOOL],
+                                             status=StepStatus.COMPLETED.value)
+                .order_by("-step_number").values("tool_name", "output")[:20])
+    for step in observed:
+        result = (step["output"] or {}).get("result") if isinstance(step["output"], dict) else None
+        if isinstance(result, dict):
+            latest.setdefault(step["tool_name"], result)
+    table = None
+    query = latest.get(QUERY_TOOL)
+    if query and isinstance(query.get("columns"), list) and isinstance(query.get("rows"), list):
+        rows = [row for row in query["rows"] if isinstance(row, list)]
+        table = {"columns": [str(c) for c in query["columns"]], "rows": rows[:RESULT_ROWS],
+                 "total": query.get("total_rows", len(rows)), "shown": min(len(rows), RESULT_ROWS)}
+    return {"table": table, "chart": _chart(table, latest.get(CHART_TOOL)),
+            "summary": (execution.result or {}).get("summary", "") if execution.is_terminal else ""}
+
+
+def _chart(table: dict | None, advice: dict | None) -> dict | None:
+    """Chart.js's data for the recommended chart, when it names two of the table's columns."""
+    if not table or not advice or advice.get("recommended_type") not in CHART_TYPES:
+        return None
+    columns = table["columns"]
+    x, y = advice.get("x_axis"), advice.get("y_axis")
+    if x not in columns or y not in columns:
+        return None
+    xi, yi = columns.index(x), columns.index(y)
+    points = [(row[xi], row[yi]) for row in table["rows"] if len(row) > max(xi, yi)]
+    if (advice.get("config") or {}).get("sort") == "x_ascending":
+        points.sort(key=lambda p: str(p[0]))
+    return {"type": advice["recommended_type"], "title": str(advice.get("title") or ""), "x": x, "y": y,
+            "labels": [str(p[0]) for p in points],
+            "values": [p[1] if isinstance(p[1], int | float) else None for p in points]}
+
+
+def _parts_context(request, execution: Execution, parts, **card_state) -> dict:
+    context: dict = {"execution": execution, "may_steer": _may_steer(request.user, execution)}
+    if "head" in parts:
+        context.update(_head(execution))
+    if "cause" in parts:
+        context.update(_cause(request.user, execution))
+    if "cards" in parts:
+        context.update(_cards(request.user, execution, **card_state))
+    if "outcome" in parts:
+        context.update(_outcome(execution))
+    return context
+
+
+def _events(execution: Execution) -> list[dict]:
+    rows = ExecutionEvent.objects.filter(execution_id=execution.pk).order_by("seq")[:FEED_EMBEDDED]
+    return [event_message(event_type=row.event_type, seq=row.seq, execution_id=execution.pk,
+                          created_at=row.created_at, payload=row.payload) for row in rows]
+
+
+@login_required(login_url=LOGIN_URL)
+@require_GET
+def run_page(request, execution_id):
+    execution = _run_or_404(request.user, execution_id)
+    events = _events(execution)
+    context = _parts_context(request, execution, PARTS)
+    context.update({
+        "events": events,
+        "last_seq": events[-1]["seq"] if events else 0,
+        "status_labels": dict(Execution.Status.choices),
+    })
+    return render(request, "runs/run.html", context)
+
+
+@login_required(login_url=LOGIN_URL)
+@require_GET
+def run_parts(request, execution_id):
+    """Some parts of the page (``?part=head&part=cards``), re-rendered for run.js."""
+    execution = _run_or_404(request.user, execution_id)
+    parts = [p for p in request.GET.getlist("part") if p in PARTS] or list(PARTS)
+    return render(request, "runs/_parts.html", {**_parts_context(request, execution, parts), "parts": parts})
+
+
+class AnswerForm(forms.Form):
+    answer = forms.CharField(max_length=4000, required=False, strip=True)
+
+    def __init__(self, *args, question: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.question = question
+
+    def clean_answer(self):
+        answer = self.cleaned_data["answer"]
+        options = [str(o) for o in self.question.get("options") or []]
+        if self.question.get("required", True) and not answer:
+            raise forms.ValidationError("Choose an answer." if options else "Write an answer.")
+        if options and answer and answer not in options:
+            raise forms.ValidationError("Choose one of the offered answers.")
+        return answer
+
+
+@login_required(login_url=LOGIN_URL)
+@require_POST
+def run_answer(request, execution_id):
+    """Answer the run's open question (``execution_respond``); the run continues. An htmx
+    request gets the cards part back (with the error and its status code when refused)."""
+    from django.contrib import messages
+
+    execution = _run_or_404(request.user, execution_id)
+    form = AnswerForm(request.POST, question=_question(execution) or {})
+    status_code, error = 200, None
+    if not form.is_valid():
+        status_code = 400
+        error = {"message": "Nothing was sent: the answer has errors.",
+                 "details": {name: list(problems) for name, problems in form.errors.items()}}
+    elif not _may_steer(request.user, execution):
+        status_code = 403
+        error = {"message": "Your role in this workspace may not answer for this run.", "details": {}}
+    else:
+        try:
+            services.execution_respond(execution=execution, user=request.user,
+                                       user_response=form.cleaned_data["answer"])
+        except RiverError as exc:
+            details = exc.details if isinstance(exc.details, dict) else {}
+            status_code = exc.status_code
+            error = {"message": exc.message,
+                     "details": {("answer" if name == "user_response" else name): problems
+                                 for name, problems in details.items()}}
+    if not request.headers.get("HX-Request"):
+        if error is not None:
+            messages.error(request, error["message"])
+        return redirect(reverse("run-page", args=[execution.pk]))
+    execution.refresh_from_db()
+    context = _parts_context(request, execution, ["cards"], answer_error=error,
+                             answer=request.POST.get("answer", "") if error else "")
+    response = render(request, "runs/_parts.html", {**context, "parts": ["cards"]}, status=status_code)
+    response["X-River-Card"] = "1"  # approvals.js lets htmx swap 4xx responses that carry it
+    return response
+
+
+@login_required(login_url=LOGIN_URL)
+@require_POST
+def run_cancel(request, execution_id):
+    """Cancel the run (``execution_cancel``); back to its page either way, with a message."""
+    from django.contrib import messages
+
+    execution = _run_or_404(request.user, execution_id)
+    if request.POST.get("confirm") != "yes":
+        messages.error(request, "The run was not cancelled: confirm the cancellation first.")
+    elif not _may_steer(request.user, execution):
+        messages.error(request, "Your role in this workspace may not cancel runs.")
+    else:
+        try:
+            services.execution_cancel(execution=execution, user=request.user)
+        except RiverError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Run #{execution.pk} was cancelled.")
+    return redirect(reverse("run-page", args=[execution.pk]))
+
+
+urlpatterns = [
+    path("runs/<int:execution_id>/", run_page, name="run-page"),
+    path("runs/<int:execution_id>/parts", run_parts, name="run-parts"),
+    path("runs/<int:execution_id>/answer", run_answer, name="run-answer"),
+    path("runs/<int:execution_id>/cancel", run_cancel, name="run-cancel"),
+]
+

@@ -1,0 +1,136 @@
+/* The runs list: rows follow their run's status live (the workspace's WebSocket feed),
+   and times are shown in the reader's locale. No dependencies; River's CSP allows no
+   inline script, so this file is the page's only behaviour. */
+(function () {
+  "use strict";
+
+  function localTimes(root) {
+    var times = (root || document).querySelectorAll("time[data-local]");
+    for (var i = 0; i < times.length; i++) {
+      var when = new Date(times[i].getAttribute("datetime"));
+      if (!isNaN(when.getTime())) {
+        times[i].textContent = when.toLocaleString(undefined, {dateStyle: "medium", timeStyle: "short"});
+      }
+    }
+  }
+  localTimes(document);
+
+  var table = document.querySelector("table[data-runs-live]");
+  if (!table || !window.WebSocket) {
+    return;
+  }
+  var rowUrl = table.getAttribute("data-row-url");  // .../runs/0/row
+  var notice = document.getElementById("runs-live");
+  var firstPage = table.getAttribute("data-first-page") === "1";
+  // Events after which a row's status, turns, tokens or cost may read differently.
+  var CHANGES = {
+    run_started: true, turn_complete: true, approval_required: true, approval_resolved: true,
+    interaction_required: true, interaction_resolved: true, run_completed: true
+  };
+  var TERMINAL = {
+    completed: true, failed: true, max_turns_exceeded: true, budget_exceeded: true, timeout: true,
+    cancelled: true, approval_expired: true
+  };
+  var loading = {};   // run id -> a fetch is in flight
+  var again = {};     // run id -> another change arrived meanwhile
+  var newRuns = {};
+
+  function refreshRow(id) {
+    if (loading[id]) {
+      again[id] = true;
+      return;
+    }
+    loading[id] = true;
+    fetch(rowUrl.replace("/0/", "/" + id + "/"), {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        var row = document.getElementById("run-row-" + id);
+        if (html && row) {
+          var holder = document.createElement("tbody");
+          holder.innerHTML = html.trim();
+          var fresh = holder.firstElementChild;
+          if (fresh) {
+            var changed = row.getAttribute("data-status") !== fresh.getAttribute("data-status");
+            row.replaceWith(fresh);
+            localTimes(fresh);
+            if (changed) {
+              fresh.classList.add("run-row-changed");
+              var badge = fresh.querySelector(".badge");
+              if (notice && badge) {
+                notice.textContent = "Run #" + id + " is now " + badge.textContent.trim().toLowerCase() + ".";
+              }
+            }
+          }
+        }
+      })
+      .catch(function () { /* the next event or reconnect refreshes it */ })
+      .then(function () {
+        loading[id] = false;
+        if (again[id]) {
+          again[id] = false;
+          refreshRow(id);
+        }
+      });
+  }
+
+  function announceNew(id) {
+    if (!firstPage || !notice || newRuns[id]) {
+      return;
+    }
+    newRuns[id] = true;
+    var count = Object.keys(newRuns).length;
+    notice.textContent = "";
+    notice.appendChild(document.createTextNode(count === 1 ? "A new run started. " : count + " new runs started. "));
+    var link = document.createElement("a");
+    link.href = window.location.pathname + window.location.search;
+    link.textContent = "Show " + (count === 1 ? "it" : "them");
+    notice.appendChild(link);
+  }
+
+  function onEvent(event) {
+    if (!event || typeof event.execution_id !== "number" || !CHANGES[event.type]) {
+      return;
+    }
+    if (document.getElementById("run-row-" + event.execution_id)) {
+      refreshRow(event.execution_id);
+    } else if (event.type === "run_started") {
+      announceNew(event.execution_id);
+    }
+  }
+
+  function refreshOpenRows() {
+    var rows = table.querySelectorAll("tr[data-run-id]");
+    for (var i = 0; i < rows.length; i++) {
+      if (!TERMINAL[rows[i].getAttribute("data-status")]) {
+        refreshRow(rows[i].getAttribute("data-run-id"));
+      }
+    }
+  }
+
+  var delay = 1000;
+  var opened = false;
+  function connect() {
+    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    var socket = new WebSocket(scheme + window.location.host + "/ws/workspace/?workspace=" +
+                               encodeURIComponent(table.getAttribute("data-workspace")));
+    socket.addEventListener("open", function () {
+      if (opened) {
+        refreshOpenRows();  // the workspace feed has no replay: catch up on what was missed
+      }
+      opened = true;
+      delay = 1000;
+      table.setAttribute("data-live", "1");
+    });
+    socket.addEventListener("message", function (message) {
+      try {
+        onEvent(JSON.parse(message.data));
+      } catch (err) { /* not an event */ }
+    });
+    socket.addEventListener("close", function () {
+      table.removeAttribute("data-live");
+      window.setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 30000);
+    });
+  }
+  connect();
+})();
