@@ -140,7 +140,7 @@ def test_pieces_arrive_live_before_the_complete_events_and_are_never_stored(exec
     assert stored[0] == "run_started" and stored[-1] == "run_completed" and not DELTAS & set(stored)
     listed = api_client_for(owner).get(f"/api/v1/executions/{execution.pk}/events/?after=0")
     assert listed.status_code == 200
-    assert [e["event_type"] for e in listed.json()] == stored
+    assert [e["type"] for e in listed.json()] == stored
 
 
 @live_layer
