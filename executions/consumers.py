@@ -14,12 +14,13 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db.models import Q
 
 from executions.models import ExecutionEvent
-from executions.selectors import execution_get_for_user
+from executions.selectors import execution_get_for_user, session_event_message, session_events, session_get_for_user
 from rivercore.errors import NotFound
 from rivercore.events import event_message
-from telemetry.events import execution_group, workspace_group
+from telemetry.events import execution_group, session_group, workspace_group
 from tenancy.selectors import workspace_get_for_user, workspaces_for_user
 
 logger = logging.getLogger(__name__)
@@ -150,3 +151,83 @@ class WorkspaceConsumer(_EventConsumer):
             return None
         self.workspace_id = workspace_id
         return workspace_group(workspace_id)
+
+
+@database_sync_to_async
+def _session_id_for(user, session_id) -> int | None:
+    try:
+        return session_get_for_user(user=user, session_id=session_id).pk
+    except NotFound:
+        return None
+
+
+@database_sync_to_async
+def _stored_session_events(session_id: int, after: int) -> list[dict]:
+    rows = session_events(session_id=session_id, after=after, limit=REPLAY_BATCH)
+    return [session_event_message(row) for row in rows]
+
+
+@database_sync_to_async
+def _session_seqs(session_id: int, keys: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """The ids (``session_seq``) of stored events named by (run, seq): one query per batch."""
+    by_run: dict[int, list[int]] = {}
+    for execution_id, seq in keys:
+        by_run.setdefault(execution_id, []).append(seq)
+    match = Q()
+    for execution_id, seqs in by_run.items():
+        match |= Q(execution_id=execution_id, seq__in=seqs)
+    rows = ExecutionEvent.objects.filter(match, execution__session_id=session_id).values_list(
+        "execution_id", "seq", "pk")
+    return {(execution_id, seq): pk for execution_id, seq, pk in rows}
+
+
+class SessionConsumer(_EventConsumer):
+    """``/ws/sessions/<id>/?after=<session_seq>``: the session's stored events after the
+    cursor (the REST stream's items), then live ones: every event of its runs with its
+    ``session_seq``, their streamed pieces and status messages (no ``session_seq``: not
+    stored), and ``message_queued`` notices. Only the session's creator may listen.
+
+    Joins the group before replaying, like ``ExecutionConsumer``: an event committed in
+    between arrives both ways and ``session_seq`` drops the duplicate."""
+
+    last_session_seq: int = 0
+
+    async def _authorized_group(self) -> str | None:
+        session_id = await _session_id_for(self.scope["user"], self.scope["url_route"]["kwargs"]["session_id"])
+        if session_id is None:
+            return None
+        self.session_id = session_id
+        try:
+            self.last_session_seq = max(int(_query_param(self.scope, "after") or 0), 0)
+        except ValueError:
+            self.last_session_seq = 0
+        return session_group(session_id)
+
+    async def after_accept(self) -> None:
+        while True:
+            batch = await _stored_session_events(self.session_id, self.last_session_seq)
+            for event in batch:
+                await self.send_event(event)
+            if len(batch) < REPLAY_BATCH:
+                return
+
+    async def river_events(self, message):
+        events = message["events"]
+        stored = [(e["execution_id"], e["seq"]) for e in events
+                  if isinstance(e.get("seq"), int) and isinstance(e.get("execution_id"), int)]
+        seqs = await _session_seqs(self.session_id, stored) if stored else {}
+        for event in events:
+            if isinstance(event.get("seq"), int) and "session_seq" not in event:
+                session_seq = seqs.get((event.get("execution_id"), event["seq"]))
+                if session_seq is None:
+                    continue  # not this session's (cannot happen: the group is the session's)
+                event = {**event, "session_seq": session_seq}
+            await self.send_event(event)
+
+    async def send_event(self, event: dict) -> None:
+        session_seq = event.get("session_seq")
+        if isinstance(session_seq, int):
+            if session_seq <= self.last_session_seq:
+                return
+            self.last_session_seq = session_seq
+        await super().send_event(event)

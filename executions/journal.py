@@ -92,7 +92,7 @@ def event_rows_publish(execution: Execution, rows: list[ExecutionEvent]) -> None
     followed by the run's status update (its status as ``execution`` has it now)."""
     messages = [event_message(event_type=row.event_type, seq=row.seq, execution_id=execution.pk,
                               created_at=row.created_at, payload=row.payload) for row in rows]
-    events_publish(workspace_id=execution.workspace_id, execution_id=execution.pk,
+    events_publish(workspace_id=execution.workspace_id, execution_id=execution.pk, session_id=execution.session_id,
                    events=[*messages, run_status_message(execution, last_event_seq=max((r.seq for r in rows),
                                                                                        default=None))])
 
@@ -295,10 +295,11 @@ class DbJournal:
     def _publish(self, messages: list[dict]) -> None:
         """For messages whose statement has committed (on any connection)."""
         events_publish_committed(workspace_id=self.execution.workspace_id, execution_id=self.execution.pk,
-                                 events=messages)
+                                 session_id=self.execution.session_id, events=messages)
 
     def _publish_on_commit(self, messages: list[dict]) -> None:
-        events_publish(workspace_id=self.execution.workspace_id, execution_id=self.execution.pk, events=messages)
+        events_publish(workspace_id=self.execution.workspace_id, execution_id=self.execution.pk,
+                       session_id=self.execution.session_id, events=messages)
 
     def _write_orm(self, events: list[tuple[int, str, dict, datetime]], counters: dict) -> int:
         updated = Execution.objects.filter(

@@ -7,6 +7,7 @@ from django.db.models.functions import Coalesce
 
 from executions.models import Execution, ExecutionEvent, ExecutionStep, Session
 from rivercore.errors import NotFound
+from rivercore.events import event_message
 from tenancy.selectors import workspaces_for_user
 
 
@@ -69,10 +70,19 @@ def session_get_for_user(*, user, session_id) -> Session:
         raise NotFound("Session not found.") from None
 
 
-def session_events(*, session: Session, after: int, limit: int = 1000) -> QuerySet[ExecutionEvent]:
+def session_events(*, session_id: int, after: int, limit: int = 1000) -> QuerySet[ExecutionEvent]:
     """The events of the session's runs after ``after``, oldest first. Their order is
     the events' ids: one run of a session is active at a time, so the ids of a session's
     events grow in the order the conversation happened."""
-    return (ExecutionEvent.objects.filter(execution__session_id=session.pk, pk__gt=after)
+    return (ExecutionEvent.objects.filter(execution__session_id=session_id, pk__gt=after)
             .select_related(None).only("pk", "execution_id", "seq", "event_type", "payload", "created_at")
             .order_by("pk")[:limit])
+
+
+def session_event_message(row: ExecutionEvent) -> dict:
+    """A session's event as every client reads it (REST and ``/ws/sessions/<id>/``): the
+    run event shape (``event_message``: type, the run's ``seq``, ``execution_id``,
+    ``created_at``, the payload's fields) plus ``session_seq``, the event's place in the
+    session's stream (its id: increasing, with gaps), the cursor ``after=`` takes."""
+    return {**event_message(event_type=row.event_type, seq=row.seq, execution_id=row.execution_id,
+                            created_at=row.created_at, payload=row.payload), "session_seq": row.pk}

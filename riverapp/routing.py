@@ -20,7 +20,7 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.contrib.auth.models import AnonymousUser
 from django.urls import path
 
-from executions.consumers import BEARER_SUBPROTOCOL, ExecutionConsumer, WorkspaceConsumer
+from executions.consumers import BEARER_SUBPROTOCOL, ExecutionConsumer, SessionConsumer, WorkspaceConsumer
 from riverapp.consumers import FrameConsumer
 from tenancy.services import token_authenticate
 
@@ -59,5 +59,6 @@ class WebSocketAuth:
 websocket_urlpatterns = [
     path("ws/executions/<int:execution_id>/", WebSocketAuth(ExecutionConsumer.as_asgi())),
     path("ws/workspace/", WebSocketAuth(WorkspaceConsumer.as_asgi())),
+    path("ws/sessions/<int:session_id>/", WebSocketAuth(SessionConsumer.as_asgi())),
     path("ws/frame/", WebSocketAuth(FrameConsumer.as_asgi())),
 ]

@@ -151,6 +151,18 @@ def agent_transferred_event(*, session_id: int, message_id: int, from_execution_
     })
 
 
+MESSAGE_QUEUED = "message_queued"
+
+
+def message_queued_notice(*, session_id: int, message_id: int, sequence: int, content: str,
+                          attachments: list[int]) -> dict[str, Any]:
+    """A session's message waiting behind the active run, as the session's WebSocket
+    sends it. Not stored and without ``seq``: the message enters the event stream as its
+    run's ``user_message`` once that run starts."""
+    return {"type": MESSAGE_QUEUED, "session_id": int(session_id), "message_id": int(message_id),
+            "sequence": int(sequence), "content": content, "attachments": [int(a) for a in attachments]}
+
+
 def partial_event(*, event_type: PartialEventType, execution_id: int, turn: int, index: int,
                   text: str) -> dict[str, Any]:
     """A streamed piece as a client receives it. It has no ``seq`` (it is not in the

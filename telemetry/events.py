@@ -50,6 +50,11 @@ def workspace_group(workspace_id: int) -> str:
     return f"workspace.{int(workspace_id)}"
 
 
+def session_group(session_id: int) -> str:
+    """A conversation's feed: the events of every run of one session (docs/sessions.md)."""
+    return f"session.{int(session_id)}"
+
+
 def user_group(user_id: int) -> str:
     """One person's feed: what changed for them alone (their notifications)."""
     return f"user.{int(user_id)}"
@@ -173,41 +178,57 @@ def events_flush(timeout: float = FLUSH_TIMEOUT_SECONDS) -> bool:
     return _publisher.flush(timeout)
 
 
-def _groups(workspace_id: int, execution_id: int | None) -> list[str]:
+def _groups(workspace_id: int, execution_id: int | None, session_id: int | None = None) -> list[str]:
     groups = [workspace_group(workspace_id)]
+    if session_id is not None:
+        groups.insert(0, session_group(session_id))
     if execution_id is not None:
         groups.insert(0, execution_group(execution_id))
     return groups
 
 
-def _submit_on_commit(workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
-    groups = _groups(workspace_id, execution_id)
+def _submit_on_commit(workspace_id: int, execution_id: int | None, events: list[dict],
+                      session_id: int | None = None) -> None:
+    groups = _groups(workspace_id, execution_id, session_id)
     payload = [dict(event) for event in events]
     transaction.on_commit(lambda: _publisher.submit(groups, payload, key=execution_id))
 
 
-def event_publish(*, workspace_id: int, execution_id: int | None, event: dict) -> None:
-    """Send ``event`` to the workspace's group (and the run's group) after commit.
+def event_publish(*, workspace_id: int, execution_id: int | None, event: dict,
+                  session_id: int | None = None) -> None:
+    """Send ``event`` to the workspace's group (and the run's group, and the session's
+    when the run belongs to one) after commit.
 
     Outside a transaction it is handed to the publisher at once. ``event`` must be
     JSON-serialisable.
     """
-    _submit_on_commit(workspace_id, execution_id, [event])
+    _submit_on_commit(workspace_id, execution_id, [event], session_id)
 
 
-def events_publish(*, workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
+def events_publish(*, workspace_id: int, execution_id: int | None, events: list[dict],
+                   session_id: int | None = None) -> None:
     """``event_publish`` for the events of one transaction, kept in order and handed
     over as one batch."""
     if events:
-        _submit_on_commit(workspace_id, execution_id, events)
+        _submit_on_commit(workspace_id, execution_id, events, session_id)
 
 
-def events_publish_committed(*, workspace_id: int, execution_id: int | None, events: list[dict]) -> None:
+def events_publish_committed(*, workspace_id: int, execution_id: int | None, events: list[dict],
+                             session_id: int | None = None) -> None:
     """Hand over events whose rows have already committed, possibly on another
     connection than this thread's (the journal's write-behind), so there is no
     transaction of this thread's to wait for."""
     if events:
-        _publisher.submit(_groups(workspace_id, execution_id), events, key=execution_id)
+        _publisher.submit(_groups(workspace_id, execution_id, session_id), events, key=execution_id)
+
+
+def session_event_publish(*, session_id: int, event: dict) -> None:
+    """A notice about a session that no run carries yet (a message queued behind the
+    active run), to the session's feed only, after commit. Not stored: the session's
+    messages are the record."""
+    payload = dict(event)
+    group = session_group(session_id)
+    transaction.on_commit(lambda: _publisher.submit([group], [payload]))
 
 
 def user_event_publish(*, user_ids: list[int], event: dict) -> None:
@@ -251,13 +272,16 @@ def groups_watched(groups: list[str]) -> list[str]:
 
 class RunPartials:
     """The partial-event sink of one run (``rivercore.runner.PartialSink``): pieces go to
-    the run's group only, never to the workspace feed and never into the event log.
+    the run's group (and its session's) only, never to the workspace feed and never into the event log.
     They share the run's place on the publisher, so they keep their order with the
     run's stored events as far as they were handed over in that order."""
 
-    def __init__(self, execution_id: int, *, clock=time.monotonic):
+    def __init__(self, execution_id: int, *, session_id: int | None = None, clock=time.monotonic):
         self.execution_id = int(execution_id)
+        # A session's run also streams to its conversation's page (``session.<id>``).
         self.groups = [execution_group(execution_id)]
+        if session_id is not None:
+            self.groups.append(session_group(session_id))
         self._clock = clock
         self._watched: tuple[float, bool] | None = None
 

@@ -17,8 +17,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_in_workspace
-from executions.models import ExecutionEvent, Session, SessionMessage
-from executions.selectors import session_events, session_get_for_user, sessions_for_user
+from executions.models import Session, SessionMessage
+from executions.selectors import session_event_message, session_events, session_get_for_user, sessions_for_user
 from executions.services import sessions as services
 from rivercore import limits
 from rivercore.errors import InvalidInput, NotFound
@@ -87,15 +87,20 @@ class MessageSerializer(serializers.ModelSerializer):
         return obj.state == SessionMessage.State.QUEUED
 
 
-class SessionEventSerializer(serializers.ModelSerializer):
-    seq = serializers.IntegerField(source="pk", help_text="The event's place in the session's stream: increasing, "
-                                                          "not contiguous. Pass the last one seen as after=.")
-    execution_id = serializers.IntegerField()
-    run_seq = serializers.IntegerField(source="seq", help_text="The event's seq in its run's own event log.")
+class SessionEventSerializer(serializers.Serializer):
+    """For the schema only: a run event (``rivercore.events.event_message``, the JSON the
+    run's WebSocket and event list send) plus ``session_seq``. The event's payload fields
+    follow these five."""
 
-    class Meta:
-        model = ExecutionEvent
-        fields = ["seq", "execution_id", "run_seq", "event_type", "payload", "created_at"]
+    type = serializers.CharField(help_text="user_message, agent_transferred, run_started, turn_reasoning, "
+                                           "tool_called, observation_received, turn_complete, approval_required, "
+                                           "approval_resolved, interaction_required, interaction_resolved, "
+                                           "run_completed.")
+    seq = serializers.IntegerField(help_text="The event's sequence number in its run's own log, from 1.")
+    execution_id = serializers.IntegerField()
+    created_at = serializers.CharField(help_text="When the event was stored, ISO 8601.")
+    session_seq = serializers.IntegerField(help_text="The event's place in the session's stream: increasing, not "
+                                                     "contiguous. Pass the last one seen as after=.")
 
 
 def _with_queue(queryset):
@@ -217,8 +222,8 @@ class SessionEvents(APIView):
             raise InvalidInput("after must be an integer.", details={"after": ["not an integer"]}) from None
         if after < 0:
             raise InvalidInput("after must be 0 or more.", details={"after": ["must be 0 or more"]})
-        events = session_events(session=session, after=after, limit=EVENTS_PAGE)
-        return Response(SessionEventSerializer(events, many=True).data)
+        events = session_events(session_id=session.pk, after=after, limit=EVENTS_PAGE)
+        return Response([session_event_message(row) for row in events])
 
 
 urlpatterns = [

@@ -303,7 +303,7 @@ async def _segment_loop(execution: Execution, token: str, llm, state: RunState, 
     engine = Engine(
         llm=llm or await _io(hosted, llm_for_execution, execution), journal=journal, hooks=_DurableHooks(execution),
         policy=checker, tool_thread_exit=lambda: connection.close(), blocking=not hosted,
-        partials=RunPartials(execution.pk),
+        partials=RunPartials(execution.pk, session_id=execution.session_id),
     )
     try:
         # A hosted run's lease is renewed by the host's heartbeat, with every other one.
@@ -378,7 +378,7 @@ def execution_segment_end(
             event = ExecutionEvent.objects.create(execution=row, seq=seq, event_type=kind, payload=payload)
             event_rows_publish(row, [event])
         else:  # a question or a child: no event of its own marks the pause, so the status says it
-            events_publish(workspace_id=row.workspace_id, execution_id=row.pk,
+            events_publish(workspace_id=row.workspace_id, execution_id=row.pk, session_id=row.session_id,
                            events=[run_status_message(row, last_event_seq=seq - 1)])
         if status == Execution.Status.AWAITING_CHILD:
             from executions.services.delegation import delegation_resume_if_ended

@@ -35,7 +35,7 @@ from governance.audit import audit_record
 from rivercore import limits
 from rivercore.contracts import StepStatus, StepType
 from rivercore.errors import Conflict, InvalidInput, NotFound
-from rivercore.events import RunEvent, agent_transferred_event, user_message_event
+from rivercore.events import RunEvent, agent_transferred_event, message_queued_notice, user_message_event
 from rivercore.types.agents import ActionLevel, action_level_at_most
 from rivercore.types.sessions import (
     TRANSFER_TOOL,
@@ -46,6 +46,7 @@ from rivercore.types.sessions import (
     TeamMember,
     TeamRelation,
 )
+from telemetry.events import session_event_publish
 
 logger = logging.getLogger("river.executions")
 
@@ -257,6 +258,10 @@ def session_message_send(*, session: Session, user, content: str,
         locked.updated_at = timezone.now()
         locked.save(update_fields=["next_sequence", "title", "active_execution", "summary", "summary_through",
                                    "updated_at"])
+        if execution is None:
+            session_event_publish(session_id=locked.pk, event=message_queued_notice(
+                session_id=locked.pk, message_id=message.pk, sequence=message.sequence, content=message.content,
+                attachments=list(message.attachments or [])))
     return message, execution
 
 

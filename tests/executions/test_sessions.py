@@ -229,16 +229,21 @@ def test_the_event_stream_holds_messages_and_runs_in_order(session, owner, api_c
     answer(run, text_reply("Hi."))
     client = api_client_for(owner)
     events = client.get(f"/api/v1/sessions/{session.pk}/events").json()
-    kinds = [(e["execution_id"], e["event_type"]) for e in events]
+    kinds = [(e["execution_id"], e["type"]) for e in events]
     second_run = Execution.objects.filter(session=session).exclude(pk=run.pk).get()
     assert kinds[:2] == [(run.pk, "user_message"), (run.pk, "run_started")]
     assert (run.pk, "run_completed") in kinds
     assert kinds[-1] == (second_run.pk, "user_message")
-    assert events[0]["payload"]["content"] == "Hello" and events[0]["run_seq"] == 1
-    seqs = [e["seq"] for e in events]
+    assert events[0]["content"] == "Hello" and events[0]["seq"] == 1
+    seqs = [e["session_seq"] for e in events]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     later = client.get(f"/api/v1/sessions/{session.pk}/events", {"after": seqs[-2]}).json()
-    assert [e["seq"] for e in later] == [seqs[-1]]
+    assert [e["session_seq"] for e in later] == [seqs[-1]]
+    # One shape: each item is the run's own event (REST and WebSocket) plus session_seq.
+    run_events = client.get(f"/api/v1/executions/{run.pk}/events/").json()
+    run_events = run_events.get("results", run_events) if isinstance(run_events, dict) else run_events
+    own = [{k: v for k, v in e.items() if k != "session_seq"} for e in events if e["execution_id"] == run.pk]
+    assert own == run_events
     # The run's own log has the message as its first event too.
     assert ExecutionEvent.objects.get(execution=run, seq=1).event_type == "user_message"
 
