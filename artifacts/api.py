@@ -125,6 +125,9 @@ class ArtifactList(ListAPIView):
         values = body.validated_data
         workspace = workspace_get_for_user(user=request.user, workspace_id=values["workspace"])
         require_permission(user=request.user, workspace=workspace, permission=perms.AGENT_EXECUTE)
+        if values.get("session") is not None:
+            selectors.artifact_session_check(user=request.user, workspace_id=workspace.pk,
+                                             session_id=values["session"])
         upload = values["file"]
         try:
             artifact = services.artifact_create(

@@ -38,8 +38,11 @@ class Artifact(models.Model):
     # The run that wrote it (save_artifact), or null for an upload. A plain id, as in the
     # audit trail: the executions app sits above this one.
     created_by_execution_id = models.BigIntegerField(null=True, blank=True, db_index=True)
-    # The session the file was sent with; no foreign key yet (docs/artifacts.md).
-    session_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    # The conversation the file was sent in (a string reference: no import of the
+    # executions app, which sits above this one). The upload checks it is the
+    # uploader's session in the same workspace (``artifact_session_check``).
+    session = models.ForeignKey("executions.Session", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="artifacts")
     data_source = models.ForeignKey(
         "datasources.DataSource", null=True, blank=True, on_delete=models.SET_NULL, related_name="artifacts"
     )

@@ -80,6 +80,17 @@ def artifacts_attachable(*, workspace_id: int, artifact_ids: list[Any], field: s
     return [found[pk] for pk in wanted]
 
 
+def artifact_session_check(*, user, workspace_id: int, session_id: int) -> None:
+    """A file is sent with a session only if it is ``user``'s own session in that
+    workspace (sessions are personal: anyone else's reads as one that does not exist).
+    The session model is reached through the foreign key, not imported: the executions
+    app sits above this one."""
+    sessions = Artifact._meta.get_field("session").related_model.objects
+    if not sessions.filter(pk=session_id, workspace_id=workspace_id, created_by=user).exists():
+        raise InvalidInput("No session with that id is yours in this workspace.",
+                           details={"session": ["not found in this workspace"]})
+
+
 def artifact_data_source_ids(*, workspace_id: int, artifact_ids: list[int]) -> list[int]:
     """The data sources of those of the workspace's artifacts that are tables."""
     return list(

@@ -27,10 +27,11 @@ from django.utils import timezone
 
 from agents.models import Agent
 from agents.services import TEAM_MAX_DEPTH
+from artifacts.selectors import artifact_placeholder, artifacts_attachable
 from executions.journal import event_rows_publish
 from executions.models import Execution, ExecutionEvent, ExecutionStep, Session, SessionMessage
 from executions.runend import RunEnded
-from executions.services.start import execution_start
+from executions.services.start import MAX_ATTACHMENTS, execution_start
 from governance.audit import audit_record
 from rivercore import limits
 from rivercore.contracts import StepStatus, StepType
@@ -51,7 +52,7 @@ from telemetry.events import session_event_publish
 logger = logging.getLogger("river.executions")
 
 Role, State = SessionMessage.Role, SessionMessage.State
-ATTACHMENTS_MAX = 20
+ATTACHMENTS_MAX = MAX_ATTACHMENTS  # the files one message (and so its run) may carry
 HISTORY_TURNS_MAX = 10  # the latest turns a run reads as they were (fewer when the token share is spent)
 QUERIES_PER_TURN = 3
 ROUTING_LOOKBACK = 50  # answers walked back when choosing the agent for the next message
@@ -232,9 +233,14 @@ def session_message_send(*, session: Session, user, content: str,
     if len(text) > limits.PROMPT:
         raise InvalidInput("The message is too long.", details={"content": [f"at most {limits.PROMPT} characters"]})
     attachments = list(attachments or [])
-    if len(attachments) > ATTACHMENTS_MAX or any(not isinstance(a, int) or a < 1 for a in attachments):
+    if len(attachments) > ATTACHMENTS_MAX or any(isinstance(a, bool) or not isinstance(a, int) or a < 1
+                                                 for a in attachments):
         raise InvalidInput("Attachments are a list of artifact ids.",
                            details={"attachments": [f"at most {ATTACHMENTS_MAX} positive artifact ids"]})
+    # Files of the session's workspace only (its members may read them all); another
+    # workspace's id reads like one that does not exist.
+    attached = artifacts_attachable(workspace_id=session.workspace_id, artifact_ids=attachments,
+                                    field="attachments") if attachments else []
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
         if locked.archived:
@@ -242,7 +248,8 @@ def session_message_send(*, session: Session, user, content: str,
                            code="session_archived", details={"session": ["archived"]})
         message = SessionMessage.objects.create(
             session=locked, sequence=locked.next_sequence, role=Role.USER, state=State.QUEUED, content=text,
-            attachments=attachments, created_by=user,
+            attachments=[a.pk for a in attached], created_by=user,
+            references={"attachments": [_attachment_ref(a) for a in attached]} if attached else {},
         )
         locked.next_sequence += 1
         if not locked.title:
@@ -263,6 +270,18 @@ def session_message_send(*, session: Session, user, content: str,
                 session_id=locked.pk, message_id=message.pk, sequence=message.sequence, content=message.content,
                 attachments=list(message.attachments or [])))
     return message, execution
+
+
+def _attachment_ref(artifact) -> dict:
+    """How a message names a file it carried: its placeholder (spec 002: the part that
+    held the file becomes text naming the artifact) and its name, for the history."""
+    return {"artifact_id": artifact.pk, "name": artifact.name, "placeholder": artifact_placeholder(artifact)}
+
+
+def message_text_with_attachments(message: SessionMessage) -> str:
+    """A user's message as later turns read it: its text, then a placeholder per file."""
+    notes = [str(ref.get("placeholder") or "") for ref in (message.references or {}).get("attachments") or []]
+    return "\n".join([message.content, *[note for note in notes if note]])
 
 
 def _active_run_settled(session: Session) -> bool:
@@ -291,7 +310,7 @@ def _session_run_ended(ended: RunEnded) -> None:
     message = SessionMessage.objects.filter(pk=message_id, session=session).first()
     if message is not None:
         transfer = _transfer_requested(execution)
-        _answer_record(session, message, execution)
+        _answer_record(session, message, execution, transfer=transfer)
         if transfer is not None and _handoff_start(session, message, execution, transfer):
             session.updated_at = timezone.now()
             session.save(update_fields=["next_sequence", "active_execution", "summary", "summary_through",
@@ -335,6 +354,7 @@ def _message_start(session: Session, message: SessionMessage) -> Execution:
         agent=agent, user=message.created_by, input_prompt=message.content, trigger_type="manual",
         trigger_source=f"session:{session.pk}", session_id=session.pk,
         session_context=_session_context(session, team, agent.pk, message.pk, handoff=None),
+        artifact_ids=list(message.attachments or []),
     )
     _first_event(execution, user_message_event(
         session_id=session.pk, message_id=message.pk, sequence=message.sequence, content=message.content,
@@ -363,8 +383,10 @@ def _append(session: Session, **fields) -> SessionMessage:
 # --- answers and hand-offs ------------------------------------------------------------------
 
 
-def _answer_record(session: Session, message: SessionMessage, execution: Execution) -> SessionMessage:
-    """The ended run's answer as the agent's entry in the session, with the queries it ran."""
+def _answer_record(session: Session, message: SessionMessage, execution: Execution, *,
+                   transfer: dict | None = None) -> SessionMessage:
+    """The ended run's answer as the agent's entry in the session, with the queries it ran
+    and, when it handed the conversation over, to whom and why (the page shows it)."""
     result = execution.result or {}
     content = str(result.get("summary") or "")
     if not content:
@@ -372,7 +394,10 @@ def _answer_record(session: Session, message: SessionMessage, execution: Executi
         content = str(error.get("message") or f"The run ended {execution.status}.")
     return _append(session, role=Role.AGENT, state=State.ANSWERED, reply_to=message, execution=execution,
                    agent_id=execution.agent_id, content=content[:limits.PROMPT],
-                   references={"status": execution.status, "queries": _queries_of(execution)})
+                   references={"status": execution.status, "queries": _queries_of(execution),
+                               **({"handoff": {"to_agent_name": str(transfer.get("agent_name") or "")[:limits.NAME],
+                                               "reason": str(transfer.get("reason") or "")[:limits.DESCRIPTION]}}
+                                  if transfer else {})})
 
 
 def _queries_of(execution: Execution) -> list[dict]:
@@ -446,6 +471,7 @@ def _handoff_start(session: Session, message: SessionMessage, sender: Execution,
                     session_context=_session_context(session, team, target.pk, message.pk, handoff=handoff),
                     handoff={"depth": depth, "action_level_cap": level.value, "from_execution_id": sender.pk,
                              "from_agent_id": str(sender.agent_id)},
+                    artifact_ids=list(message.attachments or []),  # the receiver gets the message's files too
                 )
         except InvalidInput as exc:
             problem = exc.message
@@ -589,7 +615,8 @@ def history_build(*, session: Session) -> tuple[str, list[SessionTurn]]:
         final = replies[-1] if replies else None
         queries = [q for reply in replies for q in (reply.references or {}).get("queries") or []]
         turns.append((user.sequence, SessionTurn(
-            question=user.content[:_TEXT_IN_TURN], answer=final.content[:_TEXT_IN_TURN] if final else "",
+            question=message_text_with_attachments(user)[:_TEXT_IN_TURN],
+            answer=final.content[:_TEXT_IN_TURN] if final else "",
             agent_name=(final.agent.name if final is not None and final.agent is not None else "")[:limits.NAME],
             queries=[SessionQuery.model_validate(q) for q in queries[-QUERIES_PER_TURN:]],
         )))

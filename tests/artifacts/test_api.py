@@ -58,13 +58,24 @@ def test_uploading_the_same_name_again_is_the_next_version(api_client_for, owner
     assert [item["version"] for item in listed["results"]] == [2, 1]
 
 
-def test_the_session_is_kept_as_given(api_client_for, owner, workspace, artifact_dirs):
+def test_the_session_must_be_the_uploaders_own_in_the_workspace(api_client_for, owner, editor, outsider, workspace,
+                                                                 other_workspace, artifact_dirs):
+    from executions.services.sessions import session_create
+    from tests.factories import make_agent
+
+    agent = make_agent(workspace=workspace, owner=owner, name="Helper")
+    mine = session_create(workspace=workspace, agent=agent, user=owner)
+    theirs = session_create(workspace=workspace, agent=agent, user=editor)
+    elsewhere = session_create(workspace=other_workspace, agent=make_agent(workspace=other_workspace, owner=outsider),
+                               user=outsider)
     client = api_client_for(owner)
-    body = upload(client, workspace, "a.txt", b"hello", session=42).json()
-    assert body["session"] == 42
-    assert [a["id"] for a in client.get("/api/v1/artifacts/", {"session": 42}).json()["results"]] == [body["id"]]
-    refused = upload(client, workspace, "b.txt", b"hello", session="x")
-    assert refused.status_code == 400 and "session" in refused.json()["error"]["details"]
+    body = upload(client, workspace, "a.txt", b"hello", session=mine.pk).json()
+    assert body["session"] == mine.pk and Artifact.objects.get(pk=body["id"]).session == mine
+    assert [a["id"] for a in client.get("/api/v1/artifacts/", {"session": mine.pk}).json()["results"]] == [body["id"]]
+    for session in ("x", theirs.pk, elsewhere.pk, mine.pk + 1000):
+        refused = upload(client, workspace, "b.txt", b"hello", session=session)
+        assert refused.status_code == 400 and "session" in refused.json()["error"]["details"], session
+    assert Artifact.objects.count() == 1 and len(files_under(artifact_dirs[0])) == 1  # only the first file
 
 
 def test_download_is_an_attachment_with_its_recorded_type(api_client_for, owner, workspace, artifact_dirs):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from artifacts.models import Artifact
 from executions import services
 from executions.models import Execution, ExecutionEvent, Session, SessionMessage
 from executions.services import sessions
@@ -259,7 +260,10 @@ def test_the_api_opens_lists_renames_archives_and_takes_messages(workspace, agen
     assert body["agent"] == str(agent.pk) and body["archived"] is False and body["active_execution"] is None
     url = f"/api/v1/sessions/{body['id']}/"
 
-    sent = client.post(f"{url}messages", {"content": "How many tickets?", "attachments": [3, 7]})
+    files = [Artifact.objects.create(workspace=workspace, name=f"f{n}.txt", kind="text", content_type="text/plain",
+                                     size=1, sha256="0" * 64, version=1, storage_name=f"x/{n}.txt").pk
+             for n in range(2)]
+    sent = client.post(f"{url}messages", {"content": "How many tickets?", "attachments": files})
     assert sent.status_code == 202, sent.content
     accepted = sent.json()
     assert accepted["queued"] is False and accepted["execution_id"]
@@ -267,7 +271,7 @@ def test_the_api_opens_lists_renames_archives_and_takes_messages(workspace, agen
     assert again == {"message_id": again["message_id"], "execution_id": None, "queued": True}
     listed = client.get(f"{url}messages").json()["results"]
     assert [(m["role"], m["queued"]) for m in listed] == [("user", False), ("user", True)]
-    assert listed[0]["attachments"] == [3, 7] and listed[0]["execution"] == accepted["execution_id"]
+    assert listed[0]["attachments"] == files and listed[0]["execution"] == accepted["execution_id"]
     detail = client.get(url).json()
     assert detail["queued_messages"] == 1 and detail["active_execution"] == accepted["execution_id"]
     assert detail["title"] == "How many tickets?"  # from the first message
