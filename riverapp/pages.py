@@ -145,5 +145,6 @@ urlpatterns = [
     path("", include("governance.views")),
     path("", include("riverapp.pages_runs")),
     path("", include("riverapp.pages_run")),
+    path("", include("riverapp.pages_sessions")),
     path("", include("triggers.views")),
 ]
