@@ -92,5 +92,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page=LOGIN_URL), name="logout"),
     path("", include("governance.views")),
     path("", include("executions.views")),
-    path("", include("triggers.views")),
+    path("", include("riverapp.pages_agents")),
+    path("", include("riverapp.pages_triggers")),
 ]
