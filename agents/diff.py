@@ -80,7 +80,8 @@ def _words(value) -> str:
     if isinstance(value, list) and all(isinstance(item, str | int | float) for item in value):
         return ", ".join(str(item).replace("_", " ") for item in value)
     if isinstance(value, str):
-        return value.replace("_", " ")
+        text = value.replace("_", " ")
+        return text[:1].upper() + text[1:]
     if isinstance(value, bool | int | float):
         return str(value)
     return json.dumps(value, sort_keys=True, ensure_ascii=False)

@@ -94,4 +94,6 @@ urlpatterns = [
     path("", include("executions.views")),
     path("", include("riverapp.pages_agents")),
     path("", include("riverapp.pages_triggers")),
+    path("", include("riverapp.pages_data")),
+    path("", include("riverapp.pages_audit")),
 ]
