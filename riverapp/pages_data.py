@@ -54,8 +54,8 @@ def data_sources_list(request):
         rows = data_sources_for_user(user=request.user).filter(workspace=workspace)
         page = paginate(request, data_sources_with_table_count(rows).order_by("name", "id"))
         if query:
-            search = catalog_search(data_sources=rows.only("pk", "name", "schema_cache"), query=query,
-                                    top_k=SEARCH_RESULTS)
+            searched = rows.select_related(None).only("pk", "name", "schema_cache")
+            search = catalog_search(data_sources=searched, query=query, top_k=SEARCH_RESULTS)
     return render(request, "datasources/list.html", {
         "workspace": workspace, "page": page, "q": query, "search": search,
         "query": query_without_page(request), "may_add": DATA_SOURCE_CREATE in granted,

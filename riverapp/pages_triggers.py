@@ -42,7 +42,7 @@ from triggers.selectors import (
     triggers_with_last_firing,
 )
 from triggers.services import DEFAULT_RUN_AS_ROLE, NAME_MAX, trigger_create, trigger_update
-from triggers.types import API_TYPE_NAMES, TERMINAL_STATUSES, TriggerType, type_from_api
+from triggers.types import API_TYPE_NAMES, TERMINAL_STATUSES, TriggerType, config_public, type_from_api
 
 FIRINGS_PER_PAGE = 25
 AGENT_CHOICES_MAX = 500
@@ -320,13 +320,13 @@ def trigger_page(request, trigger_id):
     trigger = or_404(trigger_get_for_user, user=request.user, trigger_id=trigger_id)
     granted = workspace_permissions(user=request.user, workspace=trigger.workspace)
     firings = paginate(request, trigger_firings(trigger=trigger).select_related(None), FIRINGS_PER_PAGE)
-    config = trigger.config
+    config = config_public(trigger.config)
     upstream = None
     if trigger.type == TriggerType.WORKFLOW:
-        upstream = Agent.objects.filter(pk=config.upstream_agent, workspace_id=trigger.workspace_id).first()
+        upstream = Agent.objects.filter(pk=config.get("upstream_agent"), workspace_id=trigger.workspace_id).first()
     endpoint = None
     if trigger.type == TriggerType.EVENT:
-        endpoint = trigger.workspace.webhook_endpoints.filter(slug=config.endpoint).first()
+        endpoint = trigger.workspace.webhook_endpoints.filter(slug=config.get("endpoint")).first()
     return render(request, "triggers/detail.html", {
         "trigger": trigger, "config": config, "type_label": _type_label(trigger.api_type), "page": firings,
         "may_manage": AGENT_CREATE in granted, "upstream": upstream, "endpoint": endpoint,
