@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Func, IntegerField, QuerySet
 
 from datasources.models import DataSource
 from rivercore.errors import InvalidInput, NotFound
@@ -125,3 +125,19 @@ def data_source_files_usage(*, workspace_id: int) -> tuple[int, int]:
         count += 1
         total += resolved.stat().st_size
     return count, total
+
+
+class _JsonArrayLength(Func):
+    """Items of a JSON array column, counted by the database (the array is not loaded)."""
+
+    output_field = IntegerField()
+    template = "COALESCE(JSON_ARRAY_LENGTH(%(expressions)s), 0)"
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="COALESCE(jsonb_array_length(%(expressions)s), 0)",
+                           **extra)
+
+
+def data_sources_with_table_count(rows: QuerySet[DataSource]) -> QuerySet[DataSource]:
+    """The rows without their cached schema, each with ``table_count`` (its cached tables)."""
+    return rows.defer("schema_cache").annotate(table_count=_JsonArrayLength("schema_cache"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Func, IntegerField, QuerySet, Sum, Value
+from django.db.models import Count, Func, IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
 from executions.models import Execution, ExecutionEvent, ExecutionStep, Session
@@ -86,3 +86,34 @@ def session_event_message(row: ExecutionEvent) -> dict:
     session's stream (its id: increasing, with gaps), the cursor ``after=`` takes."""
     return {**event_message(event_type=row.event_type, seq=row.seq, execution_id=row.execution_id,
                             created_at=row.created_at, payload=row.payload), "session_seq": row.pk}
+
+
+# Runs a success rate counts: finished by themselves (a cancelled run was stopped by a person).
+SUCCESS_RATE_COUNTED = sorted(Execution.TERMINAL - {Execution.Status.CANCELLED})
+
+
+def _count_of(runs: QuerySet[Execution]) -> Subquery:
+    counted = runs.order_by().values("agent_id").annotate(n=Count("pk")).values("n")
+    return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
+
+
+def agents_with_run_stats(agents, *, since) -> QuerySet:
+    """Agents annotated, in the same query, with their latest run (``last_run_id``,
+    ``last_run_at``, ``last_run_status``) and, for runs queued since ``since``, how many
+    finished by themselves (``runs_finished``) and how many of those completed
+    (``runs_completed``). Each is a subquery on the index (agent, -queued_at)."""
+    latest = Execution.objects.filter(agent_id=OuterRef("pk")).order_by("-queued_at", "-id")
+    recent = Execution.objects.filter(agent_id=OuterRef("pk"), queued_at__gte=since)
+    return agents.annotate(
+        last_run_id=Subquery(latest.values("pk")[:1]),
+        last_run_at=Subquery(latest.values("queued_at")[:1]),
+        last_run_status=Subquery(latest.values("status")[:1]),
+        runs_finished=_count_of(recent.filter(status__in=SUCCESS_RATE_COUNTED)),
+        runs_completed=_count_of(recent.filter(status=Execution.Status.COMPLETED)),
+    )
+
+
+def agent_runs_recent(*, agent_id, limit: int) -> list[Execution]:
+    """The agent's latest runs, newest first (index agent, -queued_at)."""
+    return list(Execution.objects.filter(agent_id=agent_id).select_related("requested_by", "agent_version")
+                .order_by("-queued_at", "-id")[:limit])

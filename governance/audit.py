@@ -518,6 +518,24 @@ def _trusted_anchors(organization_id: int, report: ChainReport) -> list[AuditAnc
     return trusted
 
 
+def _entry_problem(entry: AuditLogEntry, expected_seq: int, prev_hash: str) -> BrokenLink | None:
+    """Why ``entry`` does not continue a chain whose next entry should be
+    ``expected_seq`` linked to ``prev_hash``; None when it does."""
+    if entry.seq != expected_seq:
+        return BrokenLink(expected_seq, MISSING_SEQ, entry.pk, f"expected seq {expected_seq}, found {entry.seq}")
+    if entry.prev_hash != prev_hash:
+        return BrokenLink(entry.seq, PREV_HASH_MISMATCH, entry.pk, "prev_hash does not match the previous entry's MAC")
+    content, link = content_mac(entry), entry_mac(entry)
+    if content is None or link is None:
+        return BrokenLink(entry.seq, UNKNOWN_KEY, entry.pk, f"key id {entry.key_id!r} is not in RIVER_AUDIT_HMAC_KEYS")
+    if not hmac.compare_digest(content, entry.content_hash):
+        return BrokenLink(entry.seq, HASH_MISMATCH, entry.pk,
+                          "the entry's content does not match its MAC (edited, or not written by River)")
+    if not hmac.compare_digest(link, entry.entry_hash):
+        return BrokenLink(entry.seq, HASH_MISMATCH, entry.pk, "the entry's chain MAC does not match")
+    return None
+
+
 def _walk_chain(organization_id: int, report: ChainReport, anchored_seqs: set[int]) -> dict[int, str]:
     """Check every sealed entry in order; returns the MACs at the anchored positions."""
     expected_seq, prev_hash = 1, GENESIS
@@ -525,22 +543,7 @@ def _walk_chain(organization_id: int, report: ChainReport, anchored_seqs: set[in
     entries = AuditLogEntry.objects.filter(organization_id=organization_id, seq__isnull=False).order_by("seq")
     for entry in entries.iterator(chunk_size=1000):
         report.entries_checked += 1
-        broken = None
-        if entry.seq != expected_seq:
-            broken = BrokenLink(expected_seq, MISSING_SEQ, entry.pk, f"expected seq {expected_seq}, found {entry.seq}")
-        elif entry.prev_hash != prev_hash:
-            broken = BrokenLink(entry.seq, PREV_HASH_MISMATCH, entry.pk,
-                                "prev_hash does not match the previous entry's MAC")
-        else:
-            content, link = content_mac(entry), entry_mac(entry)
-            if content is None or link is None:
-                broken = BrokenLink(entry.seq, UNKNOWN_KEY, entry.pk,
-                                    f"key id {entry.key_id!r} is not in RIVER_AUDIT_HMAC_KEYS")
-            elif not hmac.compare_digest(content, entry.content_hash):
-                broken = BrokenLink(entry.seq, HASH_MISMATCH, entry.pk,
-                                    "the entry's content does not match its MAC (edited, or not written by River)")
-            elif not hmac.compare_digest(link, entry.entry_hash):
-                broken = BrokenLink(entry.seq, HASH_MISMATCH, entry.pk, "the entry's chain MAC does not match")
+        broken = _entry_problem(entry, expected_seq, prev_hash)
         if broken is not None:
             report.first_broken = broken
             break
@@ -594,3 +597,88 @@ def audit_verify(*, organization_id: int | None = None, organization_ids: list[i
     else:
         ids = audit_organization_ids()
     return AuditVerification(organizations=[_verify_organization(org_id) for org_id in sorted(set(ids))])
+
+
+# --- verification a page can afford ----------------------------------------------------
+
+PROGRESS_BUDGET = 2_000
+_PROGRESS_KEY = "river:audit:verified-up-to:{organization_id}"
+
+
+@dataclass
+class ChainProgress:
+    """How far one organization's chain is known to be intact (``audit_verify_progress``)."""
+
+    organization_id: int
+    verified_up_to: int = 0  # the last entry (seq) checked and found linked, from entry 1
+    head: int = 0  # the newest sealed entry
+    checked_now: int = 0
+    pending: int = 0
+    first_broken: BrokenLink | None = None
+    truncated_after_anchor: int | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.first_broken is None and self.truncated_after_anchor is None
+
+    @property
+    def caught_up(self) -> bool:
+        return self.verified_up_to >= self.head
+
+
+def audit_verify_progress(*, organization_id: int, budget: int = PROGRESS_BUDGET) -> ChainProgress:
+    """Carry the verification of one organization's chain forward by at most ``budget``
+    entries, from where the previous call stopped, and check its newest trusted anchor.
+
+    The position reached (a seq and that entry's MAC) is kept in the cache; it is used
+    only while the entry at that position still has that MAC, otherwise the walk starts
+    again at entry 1. So a page pays for at most ``budget`` entries whatever the trail's
+    size, and a trail of N entries is fully walked after N / budget calls. What this
+    cannot see: an entry changed *behind* the position reached after it was checked
+    (its own MAC no longer matches, but nothing re-reads it). ``audit_verify`` (the
+    ``verify_audit`` command and ``/api/v1/audit/verify``) walks everything."""
+    from django.core.cache import cache
+    from django.db.models import Max
+
+    progress = ChainProgress(organization_id=organization_id)
+    key = _PROGRESS_KEY.format(organization_id=organization_id)
+    sealed = AuditLogEntry.objects.filter(organization_id=organization_id, seq__isnull=False)
+    progress.head = sealed.aggregate(head=Max("seq"))["head"] or 0
+    progress.pending = AuditLogEntry.objects.filter(organization_id=organization_id, seq__isnull=True).count()
+    expected_seq, prev_hash = 1, GENESIS
+    saved = cache.get(key)
+    if isinstance(saved, dict) and isinstance(saved.get("seq"), int) and saved["seq"] > 0:
+        still = sealed.filter(seq=saved["seq"]).values_list("entry_hash", flat=True).first()
+        if still is not None and hmac.compare_digest(still, str(saved.get("hash", ""))):
+            expected_seq, prev_hash = saved["seq"] + 1, still
+    progress.verified_up_to = expected_seq - 1
+    for entry in sealed.filter(seq__gte=expected_seq).order_by("seq")[:max(budget, 0)]:
+        progress.checked_now += 1
+        broken = _entry_problem(entry, expected_seq, prev_hash)
+        if broken is not None:
+            progress.first_broken = broken
+            progress.detail = broken.detail
+            break
+        expected_seq, prev_hash = entry.seq + 1, entry.entry_hash
+    progress.verified_up_to = expected_seq - 1
+    if progress.verified_up_to:
+        cache.set(key, {"seq": progress.verified_up_to, "hash": prev_hash}, timeout=None)
+    if progress.first_broken is None:
+        _check_latest_anchor(progress, sealed)
+    return progress
+
+
+def _check_latest_anchor(progress: ChainProgress, sealed) -> None:
+    """The newest anchor River wrote must still find its head entry in the chain."""
+    anchor = AuditAnchor.objects.filter(organization_id=progress.organization_id).order_by("-number").first()
+    if anchor is None:
+        return
+    mac = anchor_mac(anchor)
+    if mac is None or not hmac.compare_digest(mac, anchor.anchor_hash):
+        return  # not written by River: it can move no verdict (as in audit_verify)
+    at_head = sealed.filter(seq=anchor.entry_count).values_list("entry_hash", flat=True).first()
+    if anchor.entry_count and (at_head is None or not hmac.compare_digest(at_head, anchor.head_hash)):
+        progress.truncated_after_anchor = anchor.number
+        progress.detail = (f"anchor {anchor.number} recorded {anchor.entry_count} entries; the chain now has "
+                           f"{progress.head}" + ("" if at_head is None else " and a different entry at that position"))

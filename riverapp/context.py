@@ -58,12 +58,21 @@ class Nav:
         return SECTIONS.get(first, "")
 
 
+def _nav(request) -> Nav:
+    """One Nav per request, so a view that asks for the workspace and the frame that
+    shows it read it once."""
+    nav = getattr(request, "_river_nav", None)
+    if nav is None:
+        nav = request._river_nav = Nav(request)
+    return nav
+
+
 def current_workspace(request):
     """The page's workspace (None for a user with none)."""
-    return Nav(request).workspace
+    return _nav(request).workspace
 
 
 def river_nav(request) -> dict:
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {}
-    return {"nav": Nav(request)}
+    return {"nav": _nav(request)}

@@ -146,5 +146,8 @@ urlpatterns = [
     path("", include("riverapp.pages_runs")),
     path("", include("riverapp.pages_run")),
     path("", include("riverapp.pages_sessions")),
-    path("", include("triggers.views")),
+    path("", include("riverapp.pages_agents")),
+    path("", include("riverapp.pages_triggers")),
+    path("", include("riverapp.pages_data")),
+    path("", include("riverapp.pages_audit")),
 ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models.functions import RowNumber
 
 from rivercore.errors import NotFound
 from tenancy.models import Membership
@@ -43,12 +44,26 @@ def trigger_firings(*, trigger: Trigger) -> QuerySet[TriggerFiring]:
 
 
 def trigger_firings_recent(*, trigger_ids, limit: int = 10) -> dict:
-    """The ``limit`` latest firings of each trigger, keyed by trigger id."""
-    recent: dict = {}
-    for trigger_id in trigger_ids:
-        recent[trigger_id] = list(TriggerFiring.objects.filter(trigger_id=trigger_id).order_by("-fired_at", "-id")
-                                  [:limit])
+    """The ``limit`` latest firings of each trigger, keyed by trigger id, in one query
+    (a row number per trigger, newest first, kept up to ``limit``)."""
+    ids = list(trigger_ids)
+    recent: dict = {trigger_id: [] for trigger_id in ids}
+    if not ids:
+        return recent
+    ranked = TriggerFiring.objects.filter(trigger_id__in=ids).annotate(
+        rank=Window(RowNumber(), partition_by=[F("trigger_id")], order_by=[F("fired_at").desc(), F("id").desc()]))
+    for firing in ranked.filter(rank__lte=limit).order_by("trigger_id", "rank"):
+        recent[firing.trigger_id].append(firing)
     return recent
+
+
+def triggers_with_last_firing(rows: QuerySet[Trigger]) -> QuerySet[Trigger]:
+    """Each trigger with its latest firing's time, outcome and reason (``last_fired_at``,
+    ``last_outcome``, ``last_reason``), read in the same query (index firing_trigger_latest)."""
+    latest = TriggerFiring.objects.filter(trigger_id=OuterRef("pk")).order_by("-fired_at", "-id")
+    return rows.annotate(last_fired_at=Subquery(latest.values("fired_at")[:1]),
+                         last_outcome=Subquery(latest.values("outcome")[:1]),
+                         last_reason=Subquery(latest.values("reason")[:1]))
 
 
 def triggers_enabled_of_type(*, workspace_id: int, trigger_type: str) -> QuerySet[Trigger]:

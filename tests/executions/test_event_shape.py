@@ -80,17 +80,46 @@ def test_live_replayed_and_rest_events_are_the_same_json_for_every_event_type(wo
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
 
     rest = api_client_for(owner).get(f"/api/v1/executions/{execution.pk}/events/").json()
-    # Every type a run outside a session writes (a session's first events, user_message and
-    # agent_transferred, are checked in the session's own shape: test_session_socket.py).
+    # Every type but the two that open a session's runs (the next test covers those).
     session_only = {RunEventType.USER_MESSAGE.value, RunEventType.AGENT_TRANSFERRED.value}
     assert {event["type"] for event in rest} == {kind.value for kind in RunEventType} - session_only
     assert [event["seq"] for event in rest] == list(range(1, len(rest) + 1))
 
-    live_by_seq = {event["seq"]: event for event in live  # status messages carry no seq
-                   if event["execution_id"] == execution.pk and "seq" in event}
+    live_by_seq = {event["seq"]: event for event in live if event["execution_id"] == execution.pk and "seq" in event}
     assert sorted(live_by_seq) == [event["seq"] for event in rest]
     for event in rest:
         assert live_by_seq[event["seq"]] == event, event["type"]
 
     replayed = _replayed(execution.pk, token_issue(user=owner).plaintext, len(rest))
     assert replayed == rest
+
+
+def test_a_sessions_events_are_the_same_json_live_replayed_and_listed(workspace, owner, live, api_client_for):
+    """The two event types only a session's runs emit: ``user_message`` opens the run that
+    answers a message, ``agent_transferred`` the run of the agent a message was handed to."""
+    from agents.services import agent_team_update
+    from executions.services import sessions
+
+    root = make_agent(workspace=workspace, owner=owner, name="Triage")
+    billing = make_agent(workspace=workspace, owner=owner, name="Billing")
+    agent_team_update(agent=billing, actor=owner, parent_agent_id=root.pk)
+    session = sessions.session_create(workspace=workspace, agent=root, user=owner)
+    _message, first = sessions.session_message_send(session=session, user=owner, content="I was charged twice")
+    services.execution_run_segment(execution_id=first.pk, llm=ScriptedLLM([
+        tool_reply("transfer_to_agent", {"agent": "Billing", "reason": "a duplicate charge"}, "t1")]))
+    assert services.execution_post_process(execution_id=first.pk) is True
+    session.refresh_from_db()
+    handed = session.active_execution
+    services.execution_run_segment(execution_id=handed.pk, llm=ScriptedLLM([text_reply("Refunded.")]))
+
+    token = token_issue(user=owner).plaintext
+    seen = set()
+    for execution in (first, handed):
+        rest = api_client_for(owner).get(f"/api/v1/executions/{execution.pk}/events/").json()
+        seen |= {event["type"] for event in rest}
+        live_by_seq = {event["seq"]: event for event in live if event.get("execution_id") == execution.pk
+                       and "seq" in event}
+        for event in rest:
+            assert live_by_seq[event["seq"]] == event, event["type"]
+        assert _replayed(execution.pk, token, len(rest)) == rest
+    assert {"user_message", "agent_transferred"} <= seen

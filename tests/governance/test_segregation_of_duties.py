@@ -93,7 +93,7 @@ def test_a_run_started_with_a_token_cannot_be_approved_by_the_same_person_in_the
     assert response.status_code == 403
     assert b"started this run" in response.content
     page = browser.get(f"/approvals/{approval.pk}/")
-    assert b"another approver must resolve" in page.content
+    assert b"another approver must decide" in page.content
     assert b'value="approved"' not in page.content  # no button offered
     _untouched(execution, approval)
 

@@ -35,7 +35,7 @@ def test_bad_json_is_shown_next_to_the_field_and_starts_nothing(member, active_a
     response = signed_in(member).post(f"/agents/{active_agent.pk}/", {"prompt": "x", "payload": payload})
     assert response.status_code == 400
     page = response.content.decode()
-    assert 'id="payload-error"' in page and message in page
+    assert 'id="id_payload_error"' in page and message in page
     assert not Execution.objects.exists()
 
 

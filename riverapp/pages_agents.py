@@ -1,0 +1,511 @@
+"""Pages of agents: the list, an agent's page (run it now, versions and their diff,
+deploy, activate and pause, triggers with their latest firings, memory, latest runs),
+a new version, and a new agent by hand or from a description.
+
+Views parse (Django forms), authorize (the agent through ``agent_get_with_permissions``,
+which 404s outside the user's workspaces; writes need ``agent:create``, running needs
+``agent:execute``, as the API asks), call the agents, executions and triggers services,
+and render. Writes answer with a redirect and a message (post/redirect/get).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+from django.contrib import messages
+from django.db import transaction
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import path, reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from agents.diff import version_diff
+from agents.models import Agent, AgentVersion
+from agents.selectors import (
+    agent_get_with_permissions,
+    agent_memories_recent,
+    agent_version_get,
+    agent_versions,
+    agents_for_user,
+)
+from agents.services import agent_create, agent_transition, agent_version_create, agent_version_deploy
+from datasources.selectors import data_sources_in_workspace
+from executions.selectors import agent_runs_recent, agents_with_run_stats
+from executions.services import execution_start
+from executions.services.replay import replay_batch_latest
+from riverapp.page_tools import (
+    errors_onto_form,
+    or_404,
+    page_login_required,
+    paginate,
+    query_without_page,
+    require,
+    workspace_and_permissions,
+)
+from rivercore import limits
+from rivercore.contracts import AvailableDataSource, GenerateAgentRequest, UserContext
+from rivercore.errors import InvalidInput, RiverError
+from rivercore.types.agents import (
+    MAX_TOKEN_BUDGET,
+    TOOL_NAMES,
+    ActionLevel,
+    BusinessFunction,
+    GovernanceLevel,
+    ModelConfig,
+)
+from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
+from tenancy.selectors import workspace_roles
+from triggers.selectors import trigger_firings_recent, triggers_for_user
+from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
+from triggers.types import TriggerType
+from triggers.webhooks import json_strict_parse
+
+RECENT_RUNS = 20
+RECENT_FIRINGS = 5
+VERSIONS_SHOWN = 20
+MEMORIES_SHOWN = 10
+SUCCESS_WINDOW = timedelta(days=30)
+
+# What a business user reads for each tool (the tool's name stays visible next to it).
+TOOL_LABELS = {
+    "classify_intent": "Understand the request",
+    "search_catalog": "Find tables and columns",
+    "generate_query": "Write SQL queries",
+    "execute_query": "Run read-only queries",
+    "explain_results": "Explain results",
+    "recommend_visualization": "Suggest a chart",
+    "check_governance": "Check policies",
+    "ask_user": "Ask a person a question",
+    "write_back": "Change records (approved first)",
+    "delegate_to_agent": "Hand work to another agent",
+}
+
+
+def _choices(enum) -> list[tuple[str, str]]:
+    return [(member.value, member.value.replace("_", " ").capitalize()) for member in enum]
+
+
+def _tool_choices() -> list[tuple[str, str]]:
+    return [(name, f"{TOOL_LABELS.get(name, name.replace('_', ' ').capitalize())} ({name})")
+            for name in sorted(TOOL_NAMES)]
+
+
+def _agent_or_404(request, agent_id) -> tuple[Agent, frozenset[str]]:
+    return or_404(agent_get_with_permissions, user=request.user, agent_id=agent_id)
+
+
+# --- the list ---------------------------------------------------------------------------
+
+
+class AgentFilterForm(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="Name contains")
+    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Agent.Status.choices])
+    health = forms.ChoiceField(required=False, choices=[("", "Any health"), *Agent.Health.choices])
+
+
+@page_login_required
+def agents_list(request):
+    workspace, granted = workspace_and_permissions(request)
+    form = AgentFilterForm(request.GET)
+    if not form.is_valid():
+        return render(request, "agents/list.html", {"form": form, "page": None, "workspace": workspace}, status=400)
+    page = None
+    if workspace is not None:
+        rows = agents_for_user(user=request.user, workspace_id=workspace.pk)
+        data = form.cleaned_data
+        if data["q"]:
+            rows = rows.filter(name__icontains=data["q"])
+        if data["status"]:
+            rows = rows.filter(status=data["status"])
+        if data["health"]:
+            rows = rows.filter(health=data["health"])
+        rows = agents_with_run_stats(rows, since=timezone.now() - SUCCESS_WINDOW).order_by("name", "id")
+        page = paginate(request, rows)
+        for agent in page.object_list:
+            agent.success_rate = (round(100 * agent.runs_completed / agent.runs_finished)
+                                  if agent.runs_finished else None)
+    return render(request, "agents/list.html", {
+        "form": form, "page": page, "query": query_without_page(request), "workspace": workspace,
+        "may_manage": AGENT_CREATE in granted, "window_days": SUCCESS_WINDOW.days,
+    })
+
+
+# --- an agent's page --------------------------------------------------------------------
+
+
+class RunNowForm(forms.Form):
+    preset = forms.ChoiceField(required=False, label="Manual trigger",
+                               help_text="Optional: run with one of the agent's manual triggers (its prompt, "
+                                         "filled from the payload).")
+    prompt = forms.CharField(required=False, max_length=limits.PROMPT, widget=forms.Textarea(attrs={"rows": 3}),
+                             help_text="What the agent should do this time.")
+    payload = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4, "data-json": "object"}),
+                              help_text='Optional JSON, for example {"ticket_id": 42}.')
+
+    def __init__(self, *args, manual_triggers=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.manual_triggers = {str(t.pk): t for t in manual_triggers}
+        self.fields["preset"].choices = [("", "— none: type a prompt —")] + [
+            (key, trigger.name) for key, trigger in self.manual_triggers.items()]
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("preset") and cleaned.get("prompt"):
+            self.add_error("prompt", "Leave the prompt empty when you pick a manual trigger: it brings its own.")
+        return cleaned
+
+    def clean_payload(self):
+        text = (self.cleaned_data.get("payload") or "").strip()
+        if not text:
+            return None
+        if len(text.encode()) > PAYLOAD_MAX_BYTES:
+            raise forms.ValidationError(f"At most {PAYLOAD_MAX_BYTES} bytes of JSON.")
+        try:
+            value = json_strict_parse(text.encode())
+        except InvalidInput as exc:
+            problem = "; ".join(f"{where}: {', '.join(msgs)}" for where, msgs in exc.details.items()
+                                if where != "body") or exc.message
+            raise forms.ValidationError(f"This is not valid JSON ({problem}).") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError('The payload must be a JSON object, for example {"ticket_id": 42}.')
+        return value
+
+
+class DiffForm(forms.Form):
+    a = forms.TypedChoiceField(coerce=int, label="Compare version")
+    b = forms.TypedChoiceField(coerce=int, label="with version")
+
+    def __init__(self, *args, numbers=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        choices = [(n, f"Version {n}") for n in numbers]
+        self.fields["a"].choices = choices
+        self.fields["b"].choices = choices
+
+
+def _manual_triggers(request, agent):
+    return triggers_for_user(user=request.user, agent_id=agent.pk).filter(
+        type=TriggerType.MANUAL, enabled=True).order_by("name")
+
+
+@page_login_required
+def agent_page(request, agent_id):
+    agent, granted = _agent_or_404(request, agent_id)
+    form = RunNowForm(request.POST or None, manual_triggers=_manual_triggers(request, agent))
+    status = 200
+    if request.method == "POST":
+        if AGENT_EXECUTE not in granted:
+            return render(request, "agents/detail.html", _detail_context(request, agent, form, granted), status=403)
+        if form.is_valid():
+            started = _run_now(request, agent, form)
+            if started is not None:
+                return redirect(f"/runs/{started}/")
+        status = 400
+    return render(request, "agents/detail.html", _detail_context(request, agent, form, granted), status=status)
+
+
+def _run_now(request, agent, form) -> int | None:
+    """The started run's id; otherwise None, with the reason on the form."""
+    preset = form.manual_triggers.get(form.cleaned_data["preset"])
+    if preset is not None:
+        firing = trigger_fire(trigger=preset, payload=form.cleaned_data["payload"], source="ui", user=request.user)
+        if firing.execution_id:
+            return firing.execution_id
+        form.add_error(None, f"Nothing started: {firing.get_reason_display()}. {firing.detail}")
+        return None
+    try:
+        execution = execution_start(agent=agent, user=request.user, input_prompt=form.cleaned_data["prompt"],
+                                    payload=form.cleaned_data["payload"], trigger_type="manual", trigger_source="ui")
+    except InvalidInput as exc:
+        form.add_error(None, exc.message)
+        return None
+    return execution.pk
+
+
+def _diff_for(request, versions_numbers: list[int], agent) -> tuple[DiffForm, object]:
+    """The diff the page shows: the two versions asked for (``a``, ``b``), else the
+    deployed version against the one before it."""
+    asked = "a" in request.GET or "b" in request.GET
+    current = agent.current_version.version if agent.current_version_id else None
+    initial_b = current if current is not None else (versions_numbers[0] if versions_numbers else None)
+    older = [n for n in versions_numbers if initial_b is not None and n < initial_b]
+    initial = {"a": older[0] if older else initial_b, "b": initial_b}
+    form = DiffForm(request.GET if asked else None, numbers=versions_numbers, initial=initial)
+    if asked and not form.is_valid():
+        return form, None
+    pair = (form.cleaned_data["a"], form.cleaned_data["b"]) if asked else (initial["a"], initial["b"])
+    if None in pair or pair[0] == pair[1]:
+        return form, None
+    old, new = (agent_version_get(agent=agent, version=n) for n in pair)
+    return form, version_diff(old=old, new=new)
+
+
+def _detail_context(request, agent, form, granted) -> dict:
+    triggers = list(triggers_for_user(user=request.user, agent_id=agent.pk).order_by("name"))
+    recent = trigger_firings_recent(trigger_ids=[t.pk for t in triggers], limit=RECENT_FIRINGS)
+    versions = agent_versions(agent=agent).select_related("created_by")
+    numbers = list(versions.values_list("version", flat=True))
+    diff_form, diff = _diff_for(request, numbers, agent)
+    return {
+        "agent": agent,
+        "form": form,
+        "may_run": AGENT_EXECUTE in granted,
+        "may_manage": AGENT_CREATE in granted,
+        "triggers": [{"trigger": t, "firings": recent.get(t.pk, [])} for t in triggers],
+        "replay_batch": replay_batch_latest(agent_id=agent.pk),
+        "runs": agent_runs_recent(agent_id=agent.pk, limit=RECENT_RUNS),
+        "versions": list(versions[:VERSIONS_SHOWN]),
+        "version_count": len(numbers),
+        "diff_form": diff_form,
+        "diff": diff,
+        "memories": list(reversed(agent_memories_recent(agent_id=agent.pk, limit=MEMORIES_SHOWN))),
+        # Issue 17 adds the workspace's memory: a template that renders it goes here.
+        "workspace_memory_template": None,
+        "can_activate": agent.can_transition_to(Agent.Status.ACTIVE),
+        "can_pause": agent.can_transition_to(Agent.Status.PAUSED),
+    }
+
+
+@require_POST
+@page_login_required
+def agent_deploy(request, agent_id, version):
+    agent, granted = _agent_or_404(request, agent_id)
+    require(granted, AGENT_CREATE)
+    chosen = or_404(agent_version_get, agent=agent, version=version)
+    try:
+        agent_version_deploy(agent=agent, version=chosen, actor=request.user)
+    except RiverError as exc:
+        messages.error(request, f"Version {chosen.version} was not deployed: {exc.message}")
+    else:
+        messages.success(request, f"Version {chosen.version} is deployed: new runs use it.")
+    return redirect("agent-page", agent_id=agent.pk)
+
+
+class StatusForm(forms.Form):
+    status = forms.ChoiceField(choices=[(Agent.Status.ACTIVE, "Activate"), (Agent.Status.PAUSED, "Pause")])
+
+
+@require_POST
+@page_login_required
+def agent_status(request, agent_id):
+    agent, granted = _agent_or_404(request, agent_id)
+    require(granted, AGENT_CREATE)
+    form = StatusForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose to activate or to pause the agent.")
+        return redirect("agent-page", agent_id=agent.pk)
+    try:
+        agent = agent_transition(agent=agent, target=form.cleaned_data["status"], actor=request.user)
+    except RiverError as exc:
+        messages.error(request, f"Nothing changed: {exc.message}")
+    else:
+        messages.success(request, f"{agent.name} is now {agent.get_status_display().lower()}.")
+    return redirect("agent-page", agent_id=agent.pk)
+
+
+# --- versions and new agents ------------------------------------------------------------
+
+
+class VersionForm(forms.Form):
+    goal = forms.CharField(max_length=limits.GOAL, widget=forms.Textarea(attrs={"rows": 2}),
+                           help_text="One or two sentences: what the agent is for.")
+    instructions = forms.CharField(max_length=limits.PROMPT, widget=forms.Textarea(attrs={"rows": 8}),
+                                   help_text="How it should work, step by step, in plain words.")
+    action_level = forms.ChoiceField(choices=_choices(ActionLevel), initial=ActionLevel.READ_ONLY,
+                                     help_text="Read only: it only reads. Recommend: it proposes, people act. Act "
+                                               "with approval: each change waits for a person. Automated: it acts "
+                                               "alone.")
+    governance_level = forms.ChoiceField(choices=_choices(GovernanceLevel), initial=GovernanceLevel.STANDARD)
+    tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                      help_text="What the agent may do.")
+    require_approval_for = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Ask a person before",
+        help_text="These tools wait for an approver's yes each time (they must be among the tools above).")
+    data_sources = forms.TypedMultipleChoiceField(coerce=int, required=False, widget=forms.CheckboxSelectMultiple,
+                                                  help_text="The databases it may read.")
+    max_turns = forms.IntegerField(min_value=1, max_value=100, initial=ModelConfig().max_turns,
+                                   label="Most steps per run")
+    token_budget = forms.IntegerField(min_value=100, max_value=MAX_TOKEN_BUDGET, initial=ModelConfig().token_budget,
+                                      label="Token budget per run")
+
+    def __init__(self, *args, workspace, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tools"].choices = _tool_choices()
+        self.fields["require_approval_for"].choices = _tool_choices()
+        self.fields["data_sources"].choices = [
+            (source.pk, source.name) for source in data_sources_in_workspace(workspace_id=workspace.pk).order_by(
+                "name")[:limits.LIST_ITEMS]]
+
+    def version_config(self, base: AgentVersion | None = None) -> dict:
+        """The keyword arguments of ``agent_version_create``; settings the form does not
+        show are carried over from ``base``."""
+        data = self.cleaned_data
+        model_config = dict(base.model_config or {}) if base else {}
+        model_config.update(max_turns=data["max_turns"], token_budget=data["token_budget"])
+        approval_rules = dict(base.approval_rules or {}) if base else {}
+        approval_rules["require_approval_for"] = list(data["require_approval_for"])
+        config = {
+            "goal": data["goal"], "instructions": data["instructions"], "action_level": data["action_level"],
+            "governance_level": data["governance_level"], "tools": list(data["tools"]),
+            "approval_rules": approval_rules, "model_config": model_config,
+            "data_source_ids": list(data["data_sources"]),
+        }
+        if base is not None:
+            config.update(system_prompt=base.system_prompt, notification_config=dict(base.notification_config or {}))
+        return config
+
+
+def _version_initial(version: AgentVersion) -> dict:
+    return {
+        "goal": version.goal, "instructions": version.instructions, "action_level": version.action_level,
+        "governance_level": version.governance_level, "tools": list(version.tools or []),
+        "require_approval_for": list(version.rules.require_approval_for),
+        "data_sources": [source.pk for source in version.data_sources.all()],
+        "max_turns": version.model_settings.max_turns, "token_budget": version.model_settings.token_budget,
+    }
+
+
+# Where a version service's error details land on the form.
+VERSION_FIELD_MAP = {"approval_rules": "require_approval_for", "model_config": "max_turns",
+                     "model_config.max_turns": "max_turns", "model_config.token_budget": "token_budget"}
+
+
+@page_login_required
+def version_new(request, agent_id):
+    agent, granted = _agent_or_404(request, agent_id)
+    require(granted, AGENT_CREATE)
+    base = agent.current_version or agent_versions(agent=agent).first()
+    if base is not None:
+        base = agent_version_get(agent=agent, version=base.version)  # with its data sources
+    form = VersionForm(request.POST or None, workspace=agent.workspace,
+                       initial=_version_initial(base) if base else None)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                version = agent_version_create(agent=agent, actor=request.user, **form.version_config(base))
+            except RiverError as exc:
+                errors_onto_form(form, exc, VERSION_FIELD_MAP)
+            else:
+                messages.success(request, f"Version {version.version} saved. Compare it below, then deploy it "
+                                          "when it is right.")
+                url = reverse("agent-page", kwargs={"agent_id": agent.pk})
+                compare = f"a={base.version}&b={version.version}" if base else ""
+                return redirect(f"{url}?{compare}#versions" if compare else f"{url}#versions")
+    return render(request, "agents/version_new.html", {"agent": agent, "form": form, "base": base}, status=status)
+
+
+class AgentForm(VersionForm):
+    name = forms.CharField(max_length=limits.NAME)
+    description = forms.CharField(required=False, max_length=limits.DESCRIPTION,
+                                  widget=forms.Textarea(attrs={"rows": 2}))
+    business_function = forms.ChoiceField(choices=_choices(BusinessFunction), label="Business function")
+    domain = forms.CharField(required=False, max_length=limits.NAME, help_text="Optional, for example EMEA billing.")
+
+    field_order = ["name", "description", "business_function", "domain"]
+
+
+@page_login_required
+def agent_new(request):
+    workspace, granted = workspace_and_permissions(request)
+    if workspace is None:
+        raise Http404("You belong to no workspace.")
+    require(granted, AGENT_CREATE)
+    form = AgentForm(request.POST or None, workspace=workspace)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            agent = _agent_save(request, workspace, form)
+            if agent is not None:
+                messages.success(request, f"{agent.name} is saved as a draft with version 1 deployed. Activate it "
+                                          "when you are ready.")
+                return redirect("agent-page", agent_id=agent.pk)
+    return render(request, "agents/new.html", {"form": form, "workspace": workspace}, status=status)
+
+
+def _agent_save(request, workspace, form) -> Agent | None:
+    """The agent, its first version and that version deployed, all or nothing."""
+    data = form.cleaned_data
+    try:
+        with transaction.atomic():
+            agent = agent_create(workspace=workspace, owner=request.user, name=data["name"],
+                                 business_function=data["business_function"], domain=data["domain"],
+                                 description=data["description"])
+            version = agent_version_create(agent=agent, actor=request.user, **form.version_config())
+            return agent_version_deploy(agent=agent, version=version, actor=request.user)
+    except RiverError as exc:
+        errors_onto_form(form, exc, VERSION_FIELD_MAP)
+        return None
+
+
+class DescribeForm(forms.Form):
+    description = forms.CharField(
+        max_length=limits.PROMPT, widget=forms.Textarea(attrs={"rows": 5}), label="Describe the agent",
+        help_text="What should it do, with which data, how often, and may it change anything? For example: "
+                  "monitor support tickets every hour and draft replies for urgent ones.")
+
+
+@page_login_required
+def agent_describe(request):
+    """A description in, a draft configuration out, shown in the new-agent form for
+    review: nothing is saved until the person saves that form."""
+    workspace, granted = workspace_and_permissions(request)
+    if workspace is None:
+        raise Http404("You belong to no workspace.")
+    require(granted, AGENT_CREATE)
+    form = DescribeForm(request.POST or None)
+    if request.method != "POST":
+        return render(request, "agents/describe.html", {"form": form})
+    if not form.is_valid():
+        return render(request, "agents/describe.html", {"form": form}, status=400)
+    try:
+        suggestion = _generate(request, workspace, granted, form.cleaned_data["description"])
+    except RiverError as exc:
+        form.add_error("description", f"River could not draft an agent from this: {exc.message} Try again, or "
+                                      "describe it in other words.")
+        return render(request, "agents/describe.html", {"form": form})
+    config = suggestion.agent_config
+    policies_tools = [str(p.conditions.get("tool")) for p in config.suggested_policies
+                      if p.enforcement == "require_approval" and p.conditions.get("tool")]
+    tools = [tool.tool_name for tool in config.suggested_tools]
+    draft = AgentForm(workspace=workspace, initial={
+        "name": config.name[:limits.NAME], "description": config.description[:limits.DESCRIPTION],
+        "business_function": config.category.value, "goal": config.goal, "instructions": config.instructions,
+        "action_level": config.action_level.value, "tools": tools,
+        "require_approval_for": [name for name in policies_tools if name in tools],
+        "data_sources": [source.data_source_id for source in config.suggested_data_sources],
+    })
+    return render(request, "agents/new.html", {"form": draft, "workspace": workspace, "suggestion": suggestion,
+                                               "description": form.cleaned_data["description"]})
+
+
+def _generate(request, workspace, granted, description: str):
+    from executions.routing import router_for_organization
+    from rivercore.generate import agent_generate
+
+    sources = data_sources_in_workspace(workspace_id=workspace.pk).order_by("name")[:limits.LIST_ITEMS]
+    body = GenerateAgentRequest(
+        prompt=description,
+        user_context=UserContext(user_id=request.user.pk, org_id=workspace.organization_id,
+                                 workspace_id=workspace.pk, roles=workspace_roles(user=request.user,
+                                                                                  workspace=workspace),
+                                 permissions=sorted(granted)),
+        available_data_sources=[AvailableDataSource(data_source_id=s.pk, name=s.name, type=s.type,
+                                                    description=s.description[:500]) for s in sources],
+        available_tools=sorted(TOOL_NAMES),
+    )
+    return agent_generate(request=body, llm=router_for_organization(organization_id=workspace.organization_id))
+
+
+urlpatterns = [
+    path("agents/", agents_list, name="agents"),
+    path("agents/new/", agent_new, name="agent-new"),
+    path("agents/new/describe/", agent_describe, name="agent-describe"),
+    path("agents/<str:agent_id>/", agent_page, name="agent-page"),
+    path("agents/<str:agent_id>/status", agent_status, name="agent-status"),
+    path("agents/<str:agent_id>/versions/new/", version_new, name="agent-version-new"),
+    path("agents/<str:agent_id>/versions/<int:version>/deploy", agent_deploy, name="agent-deploy"),
+]

@@ -1,0 +1,119 @@
+"""The audit page: the trail's entries with filters (who, what, which agent or run, when),
+paginated, and for organization admins the chain's verification verdict.
+
+The verdict comes from ``governance.audit.audit_verify_progress``: each view checks at
+most ``PROGRESS_BUDGET`` entries from where the last one stopped, so the page costs the
+same on a trail of a thousand entries or of millions (docs/ui-catalog.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+
+from django import forms
+from django.shortcuts import render
+from django.urls import path
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from agents.models import Agent
+from agents.selectors import agents_for_user
+from governance.audit import PROGRESS_BUDGET, audit_verify_progress
+from governance.selectors import audit_entries_for_user
+from riverapp.page_tools import page_login_required, paginate, query_without_page, workspace_and_permissions
+from tenancy.selectors import is_org_admin
+
+AGENT_CHOICES_MAX = 500
+
+# What each recorded action is called on the page.
+ACTIONS = {
+    "agent_version_deployed": "Agent version deployed",
+    "agent_lifecycle_changed": "Agent activated, paused or archived",
+    "agent_health_changed": "Agent health changed",
+    "approval_requested": "Approval requested",
+    "approval_auto_approved": "Approved automatically",
+    "approval_expired": "Approval expired",
+    "approved_action_failed": "Approved action failed",
+    "governance_decision": "Governance decision",
+    "delegation_started": "Work handed to another agent",
+    "prompt_injection_detected": "Prompt injection detected",
+    "organization_deleted": "Organization deleted",
+}
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.CharField(required=False, max_length=200, label="Who", help_text="Part of a name.")
+    action = forms.ChoiceField(required=False, label="What")
+    agent = forms.ChoiceField(required=False)
+    run = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1, label="Run number")
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+    scope = forms.ChoiceField(required=False, choices=[("", "This workspace"), ("organization", "Whole organization")],
+                              label="Entries of")
+
+    def __init__(self, *args, agents=(), org_admin=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["action"].choices = [("", "Any action"), *ACTIONS.items()]
+        self.fields["agent"].choices = [("", "Any agent"), *agents]
+        if not org_admin:
+            del self.fields["scope"]
+
+    def clean(self):
+        data = super().clean()
+        if data.get("since") and data.get("until") and data["until"] < data["since"]:
+            self.add_error("until", "The end comes before the start.")
+        return data
+
+
+def _day_start(day) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
+@page_login_required
+@require_GET
+def audit_page(request):
+    workspace, _ = workspace_and_permissions(request)
+    if workspace is None:
+        return render(request, "audit/list.html", {"workspace": None, "form": AuditFilterForm()})
+    org_admin = is_org_admin(user=request.user, organization_id=workspace.organization_id)
+    agents = [(str(pk), name) for pk, name in agents_for_user(user=request.user, workspace_id=workspace.pk)
+              .order_by("name").values_list("pk", "name")[:AGENT_CHOICES_MAX]]
+    form = AuditFilterForm(request.GET, agents=agents, org_admin=org_admin)
+    context = {"workspace": workspace, "form": form, "org_admin": org_admin, "actions": ACTIONS,
+               "query": query_without_page(request), "budget": PROGRESS_BUDGET}
+    if org_admin:
+        context["progress"] = audit_verify_progress(organization_id=workspace.organization_id)
+    if not form.is_valid():
+        return render(request, "audit/list.html", context, status=400)
+    data = form.cleaned_data
+    rows = audit_entries_for_user(user=request.user)
+    if data.get("scope") == "organization":
+        rows = rows.filter(organization_id=workspace.organization_id)
+    else:
+        rows = rows.filter(workspace_id=workspace.pk)
+    if data["actor"]:
+        rows = rows.filter(actor_label__icontains=data["actor"])
+    if data["action"]:
+        rows = rows.filter(event_type=data["action"])
+    if data["agent"]:
+        rows = rows.filter(agent_id=data["agent"])
+    if data["run"]:
+        rows = rows.filter(execution_id=data["run"])
+    if data["since"]:
+        rows = rows.filter(created_at__gte=_day_start(data["since"]))
+    if data["until"]:
+        rows = rows.filter(created_at__lt=_day_start(data["until"] + timedelta(days=1)))
+    page = paginate(request, rows.order_by("-created_at", "-id"))
+    ids = {entry.agent_id for entry in page.object_list if entry.agent_id}
+    names = dict(Agent.objects.filter(pk__in=ids, workspace__organization_id=workspace.organization_id)
+                 .values_list("pk", "name")) if ids else {}
+    for entry in page.object_list:
+        entry.action_label = ACTIONS.get(entry.event_type, entry.event_type.replace("_", " ").capitalize())
+        entry.agent_name = names.get(entry.agent_id)
+    context["page"] = page
+    return render(request, "audit/list.html", context)
+
+
+urlpatterns = [
+    path("audit/", audit_page, name="audit"),
+]

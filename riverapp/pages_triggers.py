@@ -1,0 +1,360 @@
+"""Pages of triggers: the list (every type, with its latest firing), a form per type,
+a trigger's page with its firings (paginated, with the reason a firing started
+nothing), and enabling or disabling it.
+
+A webhook's signing secret and an API key are shown once, on the page that answers the
+form that created them, and never again (River keeps the secret encrypted and only a
+digest of the key). That page is not cached.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.db import transaction
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path, reverse
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_GET, require_POST
+
+from agents.models import Agent
+from agents.selectors import agents_for_user
+from riverapp.page_tools import (
+    errors_onto_form,
+    or_404,
+    page_login_required,
+    paginate,
+    query_without_page,
+    require,
+    workspace_and_permissions,
+)
+from riverapp.templatetags.catalog import cron_words
+from rivercore.errors import RiverError
+from tenancy.permissions import AGENT_CREATE, ROLE_ORDER
+from tenancy.selectors import workspace_permissions
+from triggers import apikeys, webhooks
+from triggers.models import TriggerFiring
+from triggers.selectors import (
+    trigger_firings,
+    trigger_get_for_user,
+    triggers_for_user,
+    triggers_with_last_firing,
+)
+from triggers.services import DEFAULT_RUN_AS_ROLE, NAME_MAX, trigger_create, trigger_update
+from triggers.types import API_TYPE_NAMES, TERMINAL_STATUSES, TriggerType, config_public, type_from_api
+
+FIRINGS_PER_PAGE = 25
+AGENT_CHOICES_MAX = 500
+
+# Each type as the pages name and explain it, keyed by the API's type name.
+TYPE_LABELS = {
+    "manual": ("Manual", "A preset people start from the agent's page (Run now)."),
+    "schedule": ("Schedule", "Runs on a timetable, written as a cron expression."),
+    "event": ("Webhook event", "Runs when another system posts a signed event to River."),
+    "api": ("API call", "Runs when another system calls River with an API key."),
+    "threshold": ("Metric threshold", "Runs when a metric you send River crosses a line."),
+    "workflow": ("Pipeline", "Runs when another agent's run ends: agents in a chain."),
+}
+NEW_ENDPOINT = "__new__"
+
+
+def _type_label(api_type: str) -> str:
+    return TYPE_LABELS.get(api_type, (api_type, ""))[0]
+
+
+def _workspace_agents(user, workspace) -> list[tuple[str, str]]:
+    rows = agents_for_user(user=user, workspace_id=workspace.pk).exclude(status=Agent.Status.ARCHIVED)
+    return [(str(pk), name) for pk, name in rows.order_by("name").values_list("pk", "name")[:AGENT_CHOICES_MAX]]
+
+
+# --- the list ---------------------------------------------------------------------------
+
+
+class TriggerFilterForm(forms.Form):
+    q = forms.CharField(required=False, max_length=NAME_MAX, label="Name contains")
+    type = forms.ChoiceField(required=False, choices=[("", "Any type")] + [(k, v[0]) for k, v in TYPE_LABELS.items()])
+    enabled = forms.ChoiceField(required=False, label="Status",
+                                choices=[("", "Enabled or not"), ("yes", "Enabled"), ("no", "Disabled")])
+
+
+@page_login_required
+@require_GET
+def triggers_list(request):
+    workspace, granted = workspace_and_permissions(request)
+    form = TriggerFilterForm(request.GET)
+    page = None
+    if not form.is_valid():
+        return render(request, "triggers/list.html", {"form": form, "workspace": workspace}, status=400)
+    if workspace is not None:
+        rows = triggers_for_user(user=request.user, workspace_id=workspace.pk)
+        data = form.cleaned_data
+        if data["q"]:
+            rows = rows.filter(name__icontains=data["q"])
+        if data["type"]:
+            rows = rows.filter(type=type_from_api(data["type"]))
+        if data["enabled"]:
+            rows = rows.filter(enabled=data["enabled"] == "yes")
+        page = paginate(request, triggers_with_last_firing(rows).order_by("name", "id"))
+    return render(request, "triggers/list.html", {
+        "form": form, "page": page, "query": query_without_page(request), "workspace": workspace,
+        "may_manage": AGENT_CREATE in granted, "types": TYPE_LABELS,
+    })
+
+
+# --- creating ---------------------------------------------------------------------------
+
+
+class TriggerForm(forms.Form):
+    """The fields every type has; ``__init__`` adds the type's own."""
+
+    name = forms.CharField(max_length=NAME_MAX, help_text="Unique in the workspace, for example Nightly refund check.")
+    agent = forms.ChoiceField(help_text="The agent this trigger runs.")
+    prompt = forms.CharField(required=False, max_length=20_000, widget=forms.Textarea(attrs={"rows": 3}),
+                             help_text="What the agent is asked each time. {{ payload.field }} puts in a value of "
+                                       "the event or call, for example Check ticket {{ payload.ticket_id }}.")
+    run_as_role = forms.ChoiceField(choices=[(role, str(role).capitalize()) for role in ROLE_ORDER],
+                                    initial=DEFAULT_RUN_AS_ROLE, label="Runs with the role",
+                                    help_text="What its runs may do in the workspace; at most your own role.")
+    enabled = forms.BooleanField(required=False, initial=True, label="Enabled")
+
+    def __init__(self, *args, api_type: str, agents, endpoints=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.api_type = api_type
+        self.fields["agent"].choices = [("", "— choose an agent —"), *agents]
+        extra = getattr(self, f"_fields_{api_type}")(agents=agents, endpoints=endpoints)
+        self.type_fields = list(extra)
+        self.fields.update(extra)
+
+    # -- each type's fields
+
+    def _fields_manual(self, **_):
+        return {}
+
+    def _fields_schedule(self, **_):
+        return {
+            "cron": forms.CharField(max_length=200, label="When (cron)", widget=forms.TextInput(attrs={
+                "hx-get": reverse("trigger-cron-words"), "hx-trigger": "input changed delay:400ms",
+                "hx-target": "#cron-words", "autocomplete": "off", "spellcheck": "false"}),
+                help_text="Five fields: minute hour day-of-month month day-of-week. 0 8 * * 1-5 is 08:00 on "
+                          "weekdays; */15 * * * * is every 15 minutes."),
+            "timezone": forms.CharField(max_length=64, initial="UTC", label="Time zone",
+                                        help_text="An IANA time zone, for example Europe/Berlin or UTC."),
+        }
+
+    def _fields_event(self, *, endpoints, **_):
+        return {
+            "endpoint": forms.ChoiceField(label="Webhook endpoint", choices=[
+                *[(slug, slug) for slug in endpoints], (NEW_ENDPOINT, "A new endpoint (named below)")],
+                help_text="Where the other system posts its events."),
+            "new_endpoint": forms.SlugField(required=False, max_length=80, label="New endpoint name",
+                                            help_text="Lowercase letters, digits and hyphens, for example zendesk. "
+                                                      "Its signing secret is shown once, after saving."),
+            "event_type": forms.CharField(max_length=100, label="Event type",
+                                          help_text="The type of event to react to, for example ticket.created."),
+            "condition": forms.CharField(required=False, max_length=2_000, label="Only when",
+                                         help_text="A condition on the event, for example payload.priority == "
+                                                   "'high'. Empty: every event of this type."),
+        }
+
+    def _fields_api(self, **_):
+        return {
+            "input_schema": forms.CharField(required=False, label="Payload schema (JSON Schema)",
+                                            widget=forms.Textarea(attrs={"rows": 5, "data-json": "object",
+                                                                         "class": "code"}),
+                                            help_text="Optional: calls whose payload does not match are refused."),
+            "rate_limit_per_minute": forms.IntegerField(required=False, min_value=1, label="Calls per minute, at most",
+                                                        help_text="Optional; empty means only each key's own limit."),
+            "issue_key": forms.BooleanField(required=False, initial=True, label="Issue an API key for this workspace",
+                                            help_text="Shown once, after saving. Other systems send it in the "
+                                                      "X-API-Key header."),
+        }
+
+    def _fields_threshold(self, **_):
+        return {
+            "expression": forms.CharField(max_length=300, label="When the metric",
+                                          help_text="For example cpu_percent > 90 for 5m, or avg(latency_ms) > 500 "
+                                                    "for 10m."),
+            "cooldown_seconds": forms.IntegerField(min_value=0, max_value=7 * 86_400, initial=900,
+                                                   label="Wait before firing again (seconds)"),
+        }
+
+    def _fields_workflow(self, *, agents, **_):
+        return {
+            "upstream_agent": forms.ChoiceField(label="After a run of", choices=[("", "— choose an agent —"), *agents],
+                                                help_text="Another agent of this workspace."),
+            "on_statuses": forms.MultipleChoiceField(
+                label="When that run ends as", widget=forms.CheckboxSelectMultiple, initial=["completed"],
+                choices=[(status.value, status.value.replace("_", " ").capitalize())
+                         for status in sorted(TERMINAL_STATUSES)]),
+        }
+
+    # -- the service's arguments
+
+    def clean(self):
+        data = super().clean()
+        if self.api_type == "event" and data.get("endpoint") == NEW_ENDPOINT and not data.get("new_endpoint"):
+            self.add_error("new_endpoint", "Name the new endpoint, or choose an existing one.")
+        return data
+
+    def clean_input_schema(self):
+        import json
+
+        text = (self.cleaned_data.get("input_schema") or "").strip()
+        if not text:
+            return None
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"This is not valid JSON: {exc.msg} (line {exc.lineno}, column "
+                                        f"{exc.colno}).") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("A JSON Schema is a JSON object.")
+        return value
+
+    def config(self) -> dict:
+        data = self.cleaned_data
+        if self.api_type == "schedule":
+            return {"cron": data["cron"], "timezone": data["timezone"]}
+        if self.api_type == "event":
+            endpoint = data["new_endpoint"] if data["endpoint"] == NEW_ENDPOINT else data["endpoint"]
+            return {"endpoint": endpoint, "event_type": data["event_type"], "condition": data["condition"]}
+        if self.api_type == "api":
+            return {"input_schema": data["input_schema"], "rate_limit_per_minute": data["rate_limit_per_minute"]}
+        if self.api_type == "threshold":
+            return {"expression": data["expression"], "cooldown_seconds": data["cooldown_seconds"]}
+        if self.api_type == "workflow":
+            return {"upstream_agent": data["upstream_agent"], "on_statuses": list(data["on_statuses"])}
+        return {}
+
+    def field_map(self) -> dict[str, str]:
+        mapping = {f"config.{name}": name for name in self.type_fields}
+        if self.api_type == "event":
+            mapping["slug"] = "new_endpoint"
+        return mapping
+
+
+@page_login_required
+def trigger_new(request):
+    workspace, granted = workspace_and_permissions(request)
+    if workspace is None:
+        raise Http404("You belong to no workspace.")
+    require(granted, AGENT_CREATE)
+    api_type = request.GET.get("type") or "manual"
+    if api_type not in API_TYPE_NAMES.values():
+        raise Http404("No such trigger type.")
+    agents = _workspace_agents(request.user, workspace)
+    endpoints = list(workspace.webhook_endpoints.order_by("slug").values_list("slug", flat=True)[:200])
+    initial = {"agent": request.GET.get("agent", "")}
+    if api_type == "event":
+        initial["endpoint"] = endpoints[0] if endpoints else NEW_ENDPOINT
+    form = TriggerForm(request.POST or None, api_type=api_type, agents=agents, endpoints=endpoints, initial=initial)
+    context = {"form": form, "api_type": api_type, "types": TYPE_LABELS, "workspace": workspace,
+               "type_label": _type_label(api_type), "type_help": TYPE_LABELS[api_type][1]}
+    if request.method != "POST":
+        return render(request, "triggers/new.html", context)
+    if not form.is_valid():
+        return render(request, "triggers/new.html", context, status=400)
+    agent = agents_for_user(user=request.user, workspace_id=workspace.pk).filter(pk=form.cleaned_data["agent"]).first()
+    if agent is None:
+        form.add_error("agent", "Choose an agent of this workspace.")
+        return render(request, "triggers/new.html", context, status=400)
+    try:
+        created = _trigger_save(request, workspace, agent, form)
+    except RiverError as exc:
+        errors_onto_form(form, exc, form.field_map())
+        return render(request, "triggers/new.html", context, status=400)
+    trigger, secret, key = created
+    if secret is None and key is None:
+        messages.success(request, f"Trigger {trigger.name} saved.")
+        return redirect("trigger-page", trigger_id=trigger.pk)
+    response = render(request, "triggers/created.html", {
+        "trigger": trigger, "secret": secret, "key": key,
+        "hook_url": request.build_absolute_uri(f"/api/v1/hooks/{secret.endpoint.pk}") if secret else "",
+        "invoke_url": request.build_absolute_uri(f"/api/v1/triggers/{trigger.pk}/invoke"),
+    })
+    add_never_cache_headers(response)
+    return response
+
+
+def _trigger_save(request, workspace, agent, form):
+    """(trigger, the new endpoint's issued secret or None, the issued API key or None),
+    all saved together or none."""
+    data = form.cleaned_data
+    secret = key = None
+    with transaction.atomic():
+        if form.api_type == "event" and data["endpoint"] == NEW_ENDPOINT:
+            secret = webhooks.webhook_endpoint_create(workspace=workspace, slug=data["new_endpoint"],
+                                                      created_by=request.user)
+        trigger = trigger_create(actor=request.user, workspace=workspace, agent=agent, name=data["name"],
+                                 trigger_type=type_from_api(form.api_type), prompt=data["prompt"],
+                                 config=form.config(), enabled=data["enabled"], run_as_role=data["run_as_role"])
+        if form.api_type == "api" and data["issue_key"]:
+            key = apikeys.api_key_issue(created_by=request.user, name=f"Key for {trigger.name}"[:100],
+                                        workspace=workspace)
+    return trigger, secret, key
+
+
+@require_GET
+@page_login_required
+def cron_describe(request):
+    """The cron expression typed so far, in words (an htmx fragment for the schedule form)."""
+    from croniter import croniter
+
+    expression = " ".join((request.GET.get("cron") or "").split())[:200]
+    if not expression:
+        text = ""
+    elif len(expression.split(" ")) == 5 and croniter.is_valid(expression):
+        text = cron_words(expression) + "."
+    else:
+        text = "Not a complete cron expression yet: five fields, for example 0 8 * * 1-5."
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
+
+
+# --- a trigger's page -------------------------------------------------------------------
+
+
+@page_login_required
+@require_GET
+def trigger_page(request, trigger_id):
+    trigger = or_404(trigger_get_for_user, user=request.user, trigger_id=trigger_id)
+    granted = workspace_permissions(user=request.user, workspace=trigger.workspace)
+    firings = paginate(request, trigger_firings(trigger=trigger).select_related(None), FIRINGS_PER_PAGE)
+    config = config_public(trigger.config)
+    upstream = None
+    if trigger.type == TriggerType.WORKFLOW:
+        upstream = Agent.objects.filter(pk=config.get("upstream_agent"), workspace_id=trigger.workspace_id).first()
+    endpoint = None
+    if trigger.type == TriggerType.EVENT:
+        endpoint = trigger.workspace.webhook_endpoints.filter(slug=config.get("endpoint")).first()
+    return render(request, "triggers/detail.html", {
+        "trigger": trigger, "config": config, "type_label": _type_label(trigger.api_type), "page": firings,
+        "may_manage": AGENT_CREATE in granted, "upstream": upstream, "endpoint": endpoint,
+        "hook_url": request.build_absolute_uri(f"/api/v1/hooks/{endpoint.pk}") if endpoint else "",
+        "invoke_url": request.build_absolute_uri(f"/api/v1/triggers/{trigger.pk}/invoke"),
+        "reasons": TriggerFiring.Reason,
+    })
+
+
+@require_POST
+@page_login_required
+def trigger_enabled(request, trigger_id):
+    trigger = or_404(trigger_get_for_user, user=request.user, trigger_id=trigger_id)
+    require(workspace_permissions(user=request.user, workspace=trigger.workspace), AGENT_CREATE)
+    enable = request.POST.get("enabled") == "1"
+    try:
+        trigger = trigger_update(actor=request.user, trigger=trigger, enabled=enable)
+    except RiverError as exc:
+        messages.error(request, f"Nothing changed: {exc.message}")
+    else:
+        messages.success(request, f"{trigger.name} is {'enabled' if trigger.enabled else 'disabled'}.")
+    return redirect("trigger-page", trigger_id=trigger.pk)
+
+
+urlpatterns = [
+    path("triggers/", triggers_list, name="triggers"),
+    path("triggers/new/", trigger_new, name="trigger-new"),
+    path("triggers/cron-words", cron_describe, name="trigger-cron-words"),
+    path("triggers/<str:trigger_id>/", trigger_page, name="trigger-page"),
+    path("triggers/<str:trigger_id>/enabled", trigger_enabled, name="trigger-enabled"),
+]

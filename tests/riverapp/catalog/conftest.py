@@ -1,0 +1,44 @@
+"""Fixtures of the catalog pages' tests: signed-in clients, a viewer, an active agent."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from tenancy.models import Membership
+from tenancy.permissions import Role
+from tests.factories import make_agent
+
+
+@pytest.fixture
+def client_for():
+    def make(user) -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def viewer(workspace):
+    user = get_user_model().objects.create_user(username="viewer", password="pw-viewer")
+    Membership.objects.create(workspace=workspace, user=user, role=Role.VIEWER)
+    return user
+
+
+@pytest.fixture
+def agent(workspace, owner):
+    return make_agent(workspace=workspace, owner=owner, name="Triage", tools=["execute_query"])
+
+
+@pytest.fixture
+def runs_of():
+    """``runs_of(agent, n, status)`` bulk-creates n runs of the agent's current version."""
+    from executions.models import Execution
+
+    def make(agent, count: int, status: str = "completed"):
+        Execution.objects.bulk_create([
+            Execution(workspace_id=agent.workspace_id, agent=agent, agent_version_id=agent.current_version_id,
+                      status=status, input_prompt="x") for _ in range(count)], batch_size=2000)
+
+    return make
