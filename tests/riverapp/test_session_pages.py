@@ -170,3 +170,10 @@ def test_list_and_conversation_cost_the_same_queries_at_any_size(session, owner,
         html = client.get(f"/sessions/{session.pk}/").content.decode()
     assert len(many_list) == len(few_list) and len(many_page) == len(few_page)
     assert "message 1999" in html and "message 1800" not in html and "Older messages" in html
+
+
+def test_the_agent_page_links_to_its_conversations(agent, owner, workspace):
+    html = signed_in(owner, workspace).get(f"/agents/{agent.pk}/").content.decode()
+    assert f'href="/sessions/?agent={agent.pk}"' in html
+    listed = signed_in(owner, workspace).get("/sessions/", {"agent": str(agent.pk)}).content.decode()
+    assert f'<option value="{agent.pk}" selected>' in listed  # the new conversation form has it chosen
