@@ -25,12 +25,20 @@ from agents.diff import version_diff
 from agents.models import Agent, AgentVersion
 from agents.selectors import (
     agent_get_with_permissions,
+    agent_memories_for_user,
     agent_memories_recent,
     agent_version_get,
     agent_versions,
     agents_for_user,
+    memory_get_for_user,
 )
-from agents.services import agent_create, agent_transition, agent_version_create, agent_version_deploy
+from agents.services import (
+    agent_create,
+    agent_transition,
+    agent_version_create,
+    agent_version_deploy,
+    workspace_memory_delete,
+)
 from datasources.selectors import data_sources_in_workspace
 from executions.selectors import agent_runs_recent, agents_with_run_stats
 from executions.services import execution_start
@@ -260,8 +268,9 @@ def _detail_context(request, agent, form, granted) -> dict:
         "diff_form": diff_form,
         "diff": diff,
         "memories": list(reversed(agent_memories_recent(agent_id=agent.pk, limit=MEMORIES_SHOWN))),
-        # Issue 17 adds the workspace's memory: a template that renders it goes here.
-        "workspace_memory_template": None,
+        "workspace_memory_template": "agents/_workspace_memory.html",
+        "workspace_memories": [{"memory": memory, "may_delete": _may_delete_memory(memory, granted)}
+                               for memory in agent_memories_for_user(user=request.user, agent=agent)],
         "can_activate": agent.can_transition_to(Agent.Status.ACTIVE),
         "can_pause": agent.can_transition_to(Agent.Status.PAUSED),
     }
@@ -280,6 +289,29 @@ def agent_deploy(request, agent_id, version):
     else:
         messages.success(request, f"Version {chosen.version} is deployed: new runs use it.")
     return redirect("agent-page", agent_id=agent.pk)
+
+
+def _may_delete_memory(memory, granted) -> bool:
+    """The API's rule: your own personal memory (the only personal ones you can see), or a
+    shared one with ``agent:create`` in its workspace."""
+    return memory.personal or AGENT_CREATE in granted
+
+
+@require_POST
+@page_login_required
+def agent_memory_delete(request, agent_id, memory_id):
+    """Forget one workspace memory that this agent's runs wrote (the same rules and
+    audit entry as ``DELETE /api/v1/memory/{id}/``). Another workspace's memory, another
+    user's personal one, or one of another agent is a 404."""
+    agent, granted = _agent_or_404(request, agent_id)
+    memory = or_404(memory_get_for_user, user=request.user, memory_id=memory_id)
+    if memory.agent_id != agent.pk or memory.workspace_id != agent.workspace_id:
+        raise Http404("Memory not found.")
+    if not _may_delete_memory(memory, granted):
+        require(granted, AGENT_CREATE)
+    workspace_memory_delete(memory=memory, actor=request.user)
+    messages.success(request, "The memory is deleted: no agent will find it again.")
+    return redirect(reverse("agent-page", kwargs={"agent_id": agent.pk}) + "#memory-title")
 
 
 class StatusForm(forms.Form):
@@ -506,6 +538,7 @@ urlpatterns = [
     path("agents/new/describe/", agent_describe, name="agent-describe"),
     path("agents/<str:agent_id>/", agent_page, name="agent-page"),
     path("agents/<str:agent_id>/status", agent_status, name="agent-status"),
+    path("agents/<str:agent_id>/memory/<str:memory_id>/delete", agent_memory_delete, name="agent-memory-delete"),
     path("agents/<str:agent_id>/versions/new/", version_new, name="agent-version-new"),
     path("agents/<str:agent_id>/versions/<int:version>/deploy", agent_deploy, name="agent-deploy"),
 ]
