@@ -8,7 +8,8 @@ import re
 
 from playwright.sync_api import expect
 
-from agents.models import Agent
+from agents.models import Agent, WorkspaceMemory
+from governance.models import AuditLogEntry
 from agents.services import agent_version_create
 from tests.browser.catalog_support import check_and_capture, other_org_admin
 
@@ -93,3 +94,29 @@ def test_another_organization_sees_none_of_it(signed_in, demo, page_errors):
     response = page.goto(f"/agents/{agent.pk}/")
     assert response.status == 404
     page_errors.clear()  # the 404 is what the test asked for
+
+
+def test_the_workspace_memory_is_shown_and_deleted_on_the_agent_page(signed_in, demo):
+    agent = demo["agents"]["L1 Support Specialist"]
+    kept = WorkspaceMemory.objects.create(
+        workspace_id=agent.workspace_id, agent=agent, keywords=" oslo ticket ",
+        content="Question: How many open tickets does the Oslo office have?\n"
+                "Answer: The Oslo office has 17 open tickets, 4 of them urgent.")
+    forgotten = WorkspaceMemory.objects.create(
+        workspace_id=agent.workspace_id, agent=agent, user=demo["admin"], keywords=" refund ",
+        content="Question: Which refunds wait for a receipt?\nAnswer: Three refunds wait for a receipt.")
+    page = signed_in(demo["admin"])
+    page.goto(f"/agents/{agent.pk}/")
+    memory = page.get_by_role("list", name="Remembered for the workspace")
+    expect(memory.get_by_role("listitem")).to_have_count(2)
+    expect(memory).to_contain_text("The Oslo office has 17 open tickets")
+    item = memory.get_by_role("listitem").filter(has_text="Which refunds wait for a receipt?")
+    expect(item).to_contain_text("Personal: only you")
+    item.get_by_text("Delete…").click()
+    check_and_capture(page, "agent-memory")
+    item.get_by_role("button", name=re.compile("^Delete memory")).click()
+    expect(page.get_by_role("status").first).to_contain_text("The memory is deleted")
+    expect(memory.get_by_role("listitem")).to_have_count(1)
+    expect(page.get_by_text("Which refunds wait for a receipt?")).to_have_count(0)
+    assert list(WorkspaceMemory.objects.filter(agent=agent).values_list("pk", flat=True)) == [kept.pk]
+    assert AuditLogEntry.objects.filter(event_type="memory_deleted", details__memory_id=forgotten.pk).exists()
