@@ -9,8 +9,8 @@ import re
 from playwright.sync_api import expect
 
 from agents.models import Agent, WorkspaceMemory
-from governance.models import AuditLogEntry
 from agents.services import agent_version_create
+from governance.models import AuditLogEntry
 from tests.browser.catalog_support import check_and_capture, other_org_admin
 
 
