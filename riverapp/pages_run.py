@@ -169,6 +169,10 @@ def _events(execution: Execution) -> list[dict]:
 def run_page(request, execution_id):
     execution = _run_or_404(request.user, execution_id)
     events = _events(execution)
+    # The row again, read after the events: a run that moved on in between (a worker
+    # claimed it and wrote run_started) shows its status as of those events or later,
+    # never older; the socket replays from the last embedded event, so nothing is lost.
+    execution.refresh_from_db()
     context = _parts_context(request, execution, PARTS)
     context.update({
         "events": events,

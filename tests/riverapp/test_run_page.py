@@ -77,6 +77,30 @@ def test_the_page_embeds_the_stored_events_and_shows_the_question(asking, owner)
     assert "Turn 1 of 15" in html and "Started by hand" in html and "Cancel run" in html
 
 
+def test_a_run_claimed_while_the_page_renders_shows_its_new_status(workspace, owner, queued_segments):
+    """A worker claims the run (status ``running`` and ``run_started``, one commit)
+    between the page's read of the row and its read of the events: the page must not
+    show the event with the older status, since no later event would correct it."""
+    from riverapp import pages_run
+
+    agent = make_agent(workspace=workspace, owner=owner, name="Claimed")
+    run = services.execution_start(agent=agent, user=owner, input_prompt="Go")
+    read_events = pages_run._events
+
+    def claimed_meanwhile(execution):
+        Execution.objects.filter(pk=execution.pk).update(status=Execution.Status.RUNNING)
+        ExecutionEvent.objects.create(execution_id=execution.pk, seq=1, event_type="run_started",
+                                      payload={"execution_id": execution.pk, "agent_id": str(agent.pk),
+                                               "trigger_type": "manual", "started_at": "2026-01-01T10:00:00+00:00"})
+        return read_events(execution)
+
+    with mock.patch.object(pages_run, "_events", claimed_meanwhile):
+        html = signed_in(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert [e["type"] for e in _embedded_events(html)] == ["run_started"]
+    badge = re.search(r'run-status-badge">([^<]*)<', html).group(1)
+    assert badge == "Running"
+
+
 def test_parts_are_rendered_alone(asking, owner):
     response = signed_in(owner).get(f"/runs/{asking.pk}/parts", {"part": ["head", "cards"]})
     html = response.content.decode()
