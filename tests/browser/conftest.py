@@ -11,6 +11,9 @@ How the pieces fit:
   feed this worker and this worker never runs their tasks. Anything a test wants to see
   live in a page must therefore happen in those processes: through the browser, the HTTP
   API, or a run the worker executes.
+- The worker also imports ``tests.executions.durable_support``: test tools that record
+  each call in ``river_stack.marker_dir`` and that a test can hold open there, to catch
+  a run mid-turn. Only agents that list them use them (the demo's agents do not).
 - Tests are ``transaction=True``: rows the test writes are committed, so the server
   sees them, and the tables are emptied after each test.
 - ``page`` is a fresh browser context per test (1280×800 unless the test asks for
@@ -111,6 +114,10 @@ class RiverStack:
     url: str
     redis_url: str
     logs: dict[str, Path]
+    # The worker imports tests.executions.durable_support: its ``durable_*`` test tools
+    # record each call here and wait while a ``hold-<tool>`` file exists (only agents
+    # that list those tools use them; the demo's agents do not).
+    marker_dir: Path
 
     def log_tail(self, lines: int = 60) -> str:
         parts = []
@@ -151,6 +158,8 @@ def river_stack(django_db_setup, django_db_blocker, tmp_path_factory):
         f"postgres://{database['USER']}@{database['HOST'] or '127.0.0.1'}:{database['PORT'] or 5432}/{database['NAME']}"
     )
     tmp = tmp_path_factory.mktemp("river-stack")
+    marker_dir = tmp / "markers"
+    marker_dir.mkdir()
     env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_EXPORTER_OTLP")}
     env.update(
         DJANGO_SETTINGS_MODULE="tests.settings",
@@ -159,18 +168,20 @@ def river_stack(django_db_setup, django_db_blocker, tmp_path_factory):
         RIVER_VAR_DIR=str(settings.VAR_DIR),
         RIVER_SQLITE_DATA_DIR=str(settings.RIVER_SQLITE_DATA_DIR),
         RIVER_METRICS_DIR=str(tmp / "metrics"),
+        DURABLE_MARKER_DIR=str(marker_dir),
         LOG_LEVEL="INFO",
         PYTHONUNBUFFERED="1",
     )
     env.pop("RIVER_BROKER_URL", None)
     port = _free_port()
     logs = {"web": tmp / "web.log", "worker": tmp / "worker.log"}
-    stack = RiverStack(url=f"http://127.0.0.1:{port}", redis_url=redis_url, logs=logs)
+    stack = RiverStack(url=f"http://127.0.0.1:{port}", redis_url=redis_url, logs=logs, marker_dir=marker_dir)
     celery = Path(sys.executable).parent / "celery"
     commands = {
         "web": [sys.executable, "manage.py", "runriver", "--no-worker", "--host", "127.0.0.1", "--port", str(port)],
         "worker": [str(celery), "-A", "riverapp", "worker", "-P", "threads", "-c", "4", "--without-heartbeat",
-                   "--without-mingle", "--without-gossip", "-l", "info", "-n", f"browser-{port}@%h"],
+                   "--without-mingle", "--without-gossip", "-I", "tests.executions.durable_support",
+                   "-l", "info", "-n", f"browser-{port}@%h"],
     }
     processes: dict[str, subprocess.Popen] = {}
     handles = []

@@ -7,6 +7,9 @@ Redis), with the demo's agents on the offline planner, so every flow is determin
   "Count the rows of <table>" answers, and goes on with the one chosen;
 - the Support Analyst asked for tickets per priority answers with a table and a chart.
 
+One test instead runs an agent of its own on a scripted local model server, with a test
+tool the worker holds open, to cancel a run while the worker is busy in it.
+
 Runs are started where the worker sees them: the agent page's Run now form, or the API
 over HTTP. Each test checks the page did not reload (a marker on ``window`` survives)."""
 
@@ -215,6 +218,82 @@ def test_cancel_a_waiting_run(signed_in, demo):
     expect(page.locator("#run-feed .run-event-run_completed")).to_contain_text("Cancelled")
     expect(page.get_by_text("Cancel run")).to_have_count(0)
     _wait_status(run_id, Execution.Status.CANCELLED)
+
+
+def _wait_for(check, what: str):
+    import time
+
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return found
+
+
+def _log_since(path, offset: int) -> str:
+    with path.open("rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace")
+
+
+def test_cancel_a_running_run(signed_in, demo, river_stack):
+    """Cancel a run while the worker is busy in it: its first tool call is held open
+    (the ``hold-durable_slow_read`` file), the person cancels, the call is let go. The run
+    stays cancelled and the model's next request, a write, never runs: the worker finds
+    the run cancelled at its next journal write and stops without writing."""
+    from executions.models import ExecutionStep, LLMProvider
+    from tests.executions.durable_support import ScriptServer, completion_tool_call, marker_lines
+    from tests.factories import make_agent
+
+    worker_log = river_stack.logs["worker"]
+    log_start = worker_log.stat().st_size
+    markers = river_stack.marker_dir
+    for stale in markers.iterdir():
+        stale.unlink()
+    hold = markers / "hold-durable_slow_read"
+    hold.touch()
+    script = [completion_tool_call("durable_slow_read", {"marker": "before-cancel"}, "call_read"),
+              completion_tool_call("durable_write", {"marker": "after-cancel"}, "call_write")]
+    agent = make_agent(workspace=demo["workspace"], owner=demo["admin"], name="Slow reader",
+                       tools=["durable_slow_read", "durable_write"], action_level="automated")
+    try:
+        with ScriptServer(script) as server:
+            LLMProvider.objects.create(organization=demo["workspace"].organization, provider_name="scripted",
+                                       base_url=server.base_url, tier_models={"balanced": "scripted-model"},
+                                       max_retries=0)
+            page = signed_in(demo["admin"])
+            run_id = _start_from_agent_page(page, agent, "Read the slow thing")
+            # The worker is inside the tool call now (the tool wrote its line, then waits).
+            _wait_for(lambda: marker_lines(markers, "durable_slow_read"), "the held tool call")
+            expect(page.locator("#run-part-head .run-status-badge")).to_have_text("Running")
+            assert Execution.objects.get(pk=run_id).status == Execution.Status.RUNNING
+
+            page.get_by_text("Cancel run").click()
+            page.get_by_role("button", name="Yes, cancel the run").click()
+            expect(page.get_by_role("status").filter(has_text=f"Run #{run_id} was cancelled.")).to_be_visible()
+            expect(page.locator("#run-part-head .run-status-badge")).to_have_text("Cancelled")
+            expect(page.locator("#run-feed .run-event-run_completed")).to_contain_text("Cancelled")
+            expect(page.get_by_text("Cancel run")).to_have_count(0)
+            events_at_cancel = ExecutionEvent.objects.filter(execution_id=run_id).count()
+            steps_at_cancel = ExecutionStep.objects.filter(execution_id=run_id).count()
+
+            hold.unlink()  # the tool call returns; the worker tries to write its observation
+            _wait_for(lambda: f"segment of execution {run_id} stopped" in _log_since(worker_log, log_start),
+                      "the worker to stop the cancelled run")
+    finally:
+        hold.unlink(missing_ok=True)
+
+    run = Execution.objects.get(pk=run_id)
+    assert run.status == Execution.Status.CANCELLED
+    assert run.error["code"] == "CANCELLED"
+    assert [line.split()[1] for line in marker_lines(markers, "durable_slow_read")] == ["before-cancel"]
+    assert marker_lines(markers, "durable_write") == []  # no tool call ran after the cancel
+    assert ExecutionEvent.objects.filter(execution_id=run_id).count() == events_at_cancel
+    assert ExecutionStep.objects.filter(execution_id=run_id).count() == steps_at_cancel
+    # The observation's write found the run cancelled; with write-behind the worker may
+    # have asked the model once more, never more, and ran nothing it proposed.
+    assert len(server.requests) <= 2
+    assert "Traceback" not in _log_since(worker_log, log_start), river_stack.log_tail()
 
 
 def test_a_chart_and_a_table_for_an_analysts_answer(signed_in, demo):
