@@ -1,5 +1,11 @@
 """Two real celery beat processes (database scheduler) send the same cron slot of a
-scheduled trigger; a real worker runs both messages; one run starts."""
+scheduled trigger; a real worker runs both messages; one run starts.
+
+The beat entry's ``last_run_at`` is set a few minutes back, so each beat sends the slot
+it finds overdue at its first tick (the catch-up message beat sends after a restart)
+instead of the test waiting for the next minute boundary. The worker starts once both
+messages are in the queue, so the test also checks that each beat's message landed
+there."""
 
 from __future__ import annotations
 
@@ -8,12 +14,14 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from executions.models import Execution
@@ -49,43 +57,53 @@ def test_two_beat_processes_sending_one_slot_start_one_run(make_trigger, tmp_pat
     trigger = make_trigger(name="every-minute", trigger_type="scheduled", config={"cron": "* * * * *"})
     entry = PeriodicTask.objects.get(name=periodic_task_name(trigger.pk))
     entry.queue = queue  # a private queue: only this test's worker reads it
+    entry.last_run_at = timezone.now() - timedelta(minutes=3)  # overdue: both beats send at their first tick
     entry.save()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.triggers.beat_settings", "DATABASE_URL": _database_url(),
            "LOG_LEVEL": "INFO"}
-    # Start both beats well inside one minute, so the next boundary is the first slot of both.
-    while datetime.now(UTC).second > 40:
+    # Leave half a minute before the next boundary, so the worker runs both messages in one slot.
+    while datetime.now(UTC).second > 30:
         time.sleep(0.5)
     beats = [_start(["beat", "-S", "django_celery_beat.schedulers:DatabaseScheduler", "-l", "info",
                      "--pidfile", str(tmp_path / f"beat{i}.pid"), "-s", str(tmp_path / f"beat{i}.db")],
                     tmp_path / f"beat{i}.log", env) for i in (1, 2)]
-    worker = _start(["worker", "-P", "prefork", "-c", "2", "-Q", queue, "--without-heartbeat", "--without-mingle",
-                     "--without-gossip", "-l", "info", "-n", f"{queue}@%h"], tmp_path / "worker.log", env)
+    worker = None
     logs = [tmp_path / "beat1.log", tmp_path / "beat2.log"]
     sent = f"Sending due task {periodic_task_name(trigger.pk)}"
+    broker = redis.Redis.from_url(os.environ["REDIS_URL"])
+
+    def tails() -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}"
+                         for log in (*logs, tmp_path / "worker.log") if log.exists())
+
     try:
         wait_until(lambda: all(sent in log.read_text(errors="replace") for log in logs),
-                   "both beats to send the slot", timeout=120)
+                   "both beats to send the slot", timeout=90)
         for beat in beats:
             _stop(beat)
         sends = sum(log.read_text(errors="replace").count(sent) for log in logs)
         assert sends >= 2
+        queued = broker.llen(queue)
+        assert queued == sends, f"{sends} sends but {queued} messages in {queue} " \
+                                f"({broker.llen('celery')} in the default queue)\n{tails()}"
+        worker = _start(["worker", "-P", "prefork", "-c", "2", "-Q", queue, "--without-heartbeat",
+                         "--without-mingle", "--without-gossip", "-l", "info", "-n", f"{queue}@%h"],
+                        tmp_path / "worker.log", env)
         try:
             wait_until(lambda: TriggerFiring.objects.filter(trigger=trigger).count() >= sends,
-                       "the worker to run every message", timeout=180)
+                       "the worker to run every message", timeout=120)
         except AssertionError as exc:
-            tails = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}"
-                              for log in (*logs, tmp_path / "worker.log"))
-            raise AssertionError(f"{exc}\n{tails}") from None
+            raise AssertionError(f"{exc}\n{tails()}") from None
     finally:
         for process in (*beats, worker):
-            _stop(process)
-        import redis
-
-        redis.Redis.from_url(os.environ["REDIS_URL"]).delete("celery", queue)  # the runs' own unsent messages
+            if process is not None:
+                _stop(process)
+        broker.delete("celery", queue)  # the runs' own unsent messages
     firings = list(TriggerFiring.objects.filter(trigger=trigger))
     started = [f for f in firings if f.outcome == "started"]
     slots = {f.dedupe_key for f in started}
     # One run per slot however many beats sent it (a slow start may let both also send the next minute).
     assert len(started) == len(slots) and all(k.startswith("cron:") for k in slots)
+    assert len(started) < sends  # at least two messages met in one slot
     assert sum(f.reason == "duplicate" for f in firings) == sends - len(started)
     assert Execution.objects.filter(trigger_id=trigger.pk).count() == len(started)
