@@ -188,7 +188,7 @@ def session_sections(session: SessionContext) -> list[str]:
         sections.append(
             "## Your team\nWhen another agent is better placed to handle the request, hand the conversation to "
             f"it with {TRANSFER_TOOL}; your run ends there and that agent continues with its own tools, data "
-            "sources and governance (never above your action level for this message). You may transfer to:\n"
+            "sources and governance (none of them acts above your action level). You may transfer to:\n"
             + "\n".join(members))
     if session.handoff is not None:
         handoff = session.handoff

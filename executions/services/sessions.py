@@ -37,7 +37,7 @@ from rivercore import limits
 from rivercore.contracts import StepStatus, StepType
 from rivercore.errors import Conflict, InvalidInput, NotFound
 from rivercore.events import RunEvent, agent_transferred_event, message_queued_notice, user_message_event
-from rivercore.types.agents import ActionLevel, action_level_at_most
+from rivercore.types.agents import ACTION_LEVEL_ORDER, ActionLevel
 from rivercore.types.sessions import (
     TRANSFER_TOOL,
     HandOff,
@@ -120,11 +120,28 @@ class Team:
             return f"{target.name} is {target.status}" + ("" if target.has_version else " with no deployed version")
         return None
 
-    def targets(self, source_id: uuid.UUID) -> list[TeamMember]:
-        """The agents ``source_id`` may hand over to, children first."""
+    def level(self, agent_id: uuid.UUID) -> ActionLevel:
+        """The agent's own action level (its deployed version's); the lowest without one."""
+        agent = self.agents.get(agent_id)
+        return ActionLevel(agent.action_level) if agent is not None and agent.action_level else ACTION_LEVEL_ORDER[0]
+
+    def raises_authority(self, target_id: uuid.UUID, level: ActionLevel) -> str | None:
+        """Why handing a message that runs at ``level`` to ``target_id`` would raise the
+        authority it runs with (the target acts at a higher action level), or None."""
+        target_level = self.level(target_id)
+        if ACTION_LEVEL_ORDER.index(target_level) <= ACTION_LEVEL_ORDER.index(level):
+            return None
+        return (f"{self.agents[target_id].name} acts at {target_level.value}, above this message's {level.value}; "
+                "a hand-off never raises the authority a request runs with")
+
+    def targets(self, source_id: uuid.UUID, level: ActionLevel | None = None) -> list[TeamMember]:
+        """The agents ``source_id`` may hand over to at ``level`` (its own by default):
+        children first, none acting above ``level``."""
+        level = level or self.level(source_id)
         members = []
         for agent in self.agents.values():
-            if agent.id != source_id and self.refusal(source_id, agent.id) is None:
+            if (agent.id != source_id and self.refusal(source_id, agent.id) is None
+                    and self.raises_authority(agent.id, level) is None):
                 relation = self.relation(source_id, agent.id)
                 assert relation is not None
                 members.append(TeamMember(agent_id=str(agent.id), name=agent.name[:limits.NAME],
@@ -455,10 +472,12 @@ def _handoff_start(session: Session, message: SessionMessage, sender: Execution,
         problem = f"the hand-off limit per message ({settings.RIVER_MAX_HANDOFFS_PER_MESSAGE}) was reached"
     else:
         problem = team.refusal(sender.agent_id, target_id)
+    level = ActionLevel(str(transfer.get("action_level") or ACTION_LEVEL_ORDER[0].value))
+    if problem is None and target_id is not None:
+        problem = team.raises_authority(target_id, level)  # the target's level may have been raised since the call
     target = Agent.objects.select_related("workspace").filter(pk=target_id, workspace_id=session.workspace_id).first()
     if problem is None and target is None:
         problem = "that agent no longer exists"
-    level = ActionLevel(str(transfer.get("action_level") or ActionLevel.RECOMMEND.value))
     if problem is None:
         assert target is not None and target_id is not None
         handoff = HandOff(from_agent_id=str(sender.agent_id), from_agent_name=sender.agent.name[:limits.NAME],
@@ -468,7 +487,8 @@ def _handoff_start(session: Session, message: SessionMessage, sender: Execution,
                 receiver = execution_start(
                     agent=target, user=message.created_by, input_prompt=message.content, trigger_type="manual",
                     trigger_source=f"handoff:{sender.pk}", session_id=session.pk,
-                    session_context=_session_context(session, team, target.pk, message.pk, handoff=handoff),
+                    session_context=_session_context(session, team, target.pk, message.pk, handoff=handoff,
+                                                     level=level),
                     handoff={"depth": depth, "action_level_cap": level.value, "from_execution_id": sender.pk,
                              "from_agent_id": str(sender.agent_id)},
                     artifact_ids=list(message.attachments or []),  # the receiver gets the message's files too
@@ -500,13 +520,14 @@ def _handoff_start(session: Session, message: SessionMessage, sender: Execution,
 def transfer_check(*, execution_id: int, source_agent_id: uuid.UUID, reference: str, action_level: str,
                    reason: str = "") -> dict:
     """``transfer_to_agent``'s decision for a running session run: the target (an id or
-    an exact name of a member of the session's team) and the level it will act at, the
-    lower of its own and ``action_level`` (the sender's, itself already capped).
+    an exact name of a member of the session's team) and the level it will act at.
 
     Raises ``NotFound`` for an agent outside the team (another workspace's included) and
     ``InvalidInput`` for a refused transfer (not in a session, the depth limit, the
-    relation or the flags, an inactive agent). Writes nothing: the run's end carries
-    the hand-off out (``session_run_ended``)."""
+    relation or the flags, an inactive agent, and a target whose own action level is
+    above ``action_level``, the sender's for this message: a hand-off never raises
+    authority). Writes nothing: the run's end carries the hand-off out
+    (``session_run_ended``)."""
     row = Execution.objects.filter(pk=execution_id).values("session_id", "session__agent_id", "context").first()
     if row is None or row["session_id"] is None:
         raise InvalidInput("refused: transfer_to_agent hands over a session's conversation, and this run is not "
@@ -523,9 +544,11 @@ def transfer_check(*, execution_id: int, source_agent_id: uuid.UUID, reference: 
     problem = team.refusal(source_agent_id, target.id)
     if problem:
         raise InvalidInput(f"refused: {problem}.", code="transfer_refused", details={"agent": [problem]})
-    level = ActionLevel(action_level)
-    if target.action_level:
-        level = action_level_at_most(ActionLevel(target.action_level), level)
+    raised = team.raises_authority(target.id, ActionLevel(action_level))
+    if raised:
+        raise InvalidInput(f"refused: {raised}. Answer within your own level, or tell the user which agent to ask.",
+                           code="transfer_raises_authority", details={"agent": [raised]})
+    level = team.level(target.id)
     relation = team.relation(source_agent_id, target.id)
     assert relation is not None
     return {"agent_id": str(target.id), "agent_name": target.name, "relation": relation.value, "depth": depth + 1,
@@ -553,10 +576,10 @@ def _team_member(team: Team, reference: str) -> TeamAgent:
 
 
 def _session_context(session: Session, team: Team, agent_id: uuid.UUID, message_id: int, *,
-                     handoff: HandOff | None) -> dict:
+                     handoff: HandOff | None, level: ActionLevel | None = None) -> dict:
     summary, turns = history_build(session=session)
     context = SessionContext(session_id=session.pk, message_id=message_id, summary=summary, turns=turns,
-                             team=team.targets(agent_id), handoff=handoff)
+                             team=team.targets(agent_id, level), handoff=handoff)
     return context.model_dump(mode="json")
 
 

@@ -3,8 +3,9 @@
 A reasoning tool (it changes no data, so it is not governed itself): once it succeeds
 the engine ends this run (``Tool.ends_run``) and the run's end starts the receiving
 agent's run for the same message, with the receiver's own tools, data sources and
-governance, at no more than this run's action level (docs/sessions.md). A refused
-transfer is an error observation saying why ("refused: ...") and the run goes on."""
+governance (docs/sessions.md). A transfer to an agent acting at a higher level than
+this run is refused: a hand-off never raises authority. A refused transfer is an
+error observation saying why ("refused: ...") and the run goes on."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ TRANSFER_TO_AGENT = register(
         description=(
             "Hand this conversation to another agent of your team (a sub-agent, your parent or a sibling, as "
             "listed under 'Your team'). Your run ends; that agent answers the user's message with its own tools "
-            "and governance, never above your action level."
+            "and governance. Agents acting above your action level are refused."
         ),
         category=ToolCategory.REASONING,
         input_model=TransferInput,

@@ -1,14 +1,14 @@
 """Agent teams in a session (docs/sessions.md): ``transfer_to_agent`` hands the message to
 a child, the parent or a sibling per the transfer flags; the next message goes to the
 agent that answered last when it may still take the conversation; a hand-off never
-raises the authority the message runs with; every hand-off is an event and an audit
+raises the authority the message runs with (such a transfer is refused); every hand-off is an event and an audit
 entry; refusals are observations saying why."""
 
 from __future__ import annotations
 
 import pytest
 
-from agents.services import agent_team_update
+from agents.services import agent_team_update, agent_version_create, agent_version_deploy
 from executions import services
 from executions.models import Execution, ExecutionEvent, SessionMessage
 from executions.services import sessions
@@ -136,34 +136,73 @@ def test_transfers_outside_the_relations_or_the_team_are_refused(workspace, othe
     assert not Execution.objects.filter(agent__in=[stranger, foreign]).exists()
 
 
-def test_a_hand_off_never_raises_authority(workspace, owner, durable_tool_records):
-    """A read-only root hands a write request to an automated sub-agent: the sub-agent
-    acts at read_only for this message, so governance blocks its write."""
+def test_a_hand_off_that_would_raise_authority_is_refused(workspace, owner, durable_tool_records):
+    """A read-only root may hand over to a read-only sibling of the writer but not to the
+    automated writer: that transfer is refused, nothing is handed over, nothing is written."""
     calls, _hooks = durable_tool_records
     root = make_agent(workspace=workspace, owner=owner, name="Reader", action_level="read_only")
     writer = make_agent(workspace=workspace, owner=owner, name="Writer", action_level="automated",
                         tools=[WRITE.name])
-    agent_team_update(agent=writer, actor=owner, parent_agent_id=root.pk)
+    helper = make_agent(workspace=workspace, owner=owner, name="Helper", action_level="read_only")
+    for child in (writer, helper):
+        agent_team_update(agent=child, actor=owner, parent_agent_id=root.pk)
     session = sessions.session_create(workspace=workspace, agent=root, user=owner)
     _message, first = sessions.session_message_send(session=session, user=owner, content="Delete the record")
-    run(first, transfer("Writer", "it can write"))
-    observed = first.steps.get(step_type="observation", tool_name="transfer_to_agent")
-    assert observed.output["result"]["action_level"] == "read_only"
+    status, model = run(first, transfer("Writer", "it can write"), text_reply("I cannot delete; ask Writer directly."))
+    assert status == "success"
+    prompt = model.requests[0]["messages"][0]["content"]
+    assert "Helper" in prompt and "Writer" not in prompt  # the team section offers only agents at or below read_only
+    refused = first.steps.get(step_type="observation", tool_name="transfer_to_agent")
+    assert refused.status == "failed"
+    assert refused.output["error"]["details"]["code"] == "transfer_raises_authority"
+    assert refused.error.startswith("refused: Writer acts at automated, above this message's read_only")
+    assert first.result["summary"] == "I cannot delete; ask Writer directly."  # the reader kept the message
+    session.refresh_from_db()
+    assert session.active_execution_id is None
+    assert not Execution.objects.filter(agent=writer).exists()
+    assert not AuditLogEntry.objects.filter(event_type="agent_transferred").exists()
+    assert calls == []
 
+
+def test_a_hand_off_to_an_equal_or_lower_level_runs_at_the_receivers_own_level(workspace, owner):
+    root = make_agent(workspace=workspace, owner=owner, name="Lead", action_level="act_with_approval")
+    peer = make_agent(workspace=workspace, owner=owner, name="Peer", action_level="act_with_approval")
+    lower = make_agent(workspace=workspace, owner=owner, name="Lower", action_level="read_only")
+    for child in (peer, lower):
+        agent_team_update(agent=child, actor=owner, parent_agent_id=root.pk)
+    session = sessions.session_create(workspace=workspace, agent=root, user=owner)
+    _message, first = sessions.session_message_send(session=session, user=owner, content="Look it up")
+    _status, model = run(first, transfer("Lower"))
+    prompt = model.requests[0]["messages"][0]["content"]
+    assert "Peer" in prompt and "Lower" in prompt
+    assert first.steps.get(step_type="observation", tool_name="transfer_to_agent").output["result"][
+        "action_level"] == "read_only"
     handed = active_run(session)
+    assert handed.agent_id == lower.pk
     assert request_build(handed).agent_config.action_level.value == "read_only"
-    run(handed, tool_reply(WRITE.name, {"marker": "delete-1"}, "w1"), text_reply("I could not write."))
-    blocked = handed.steps.get(step_type="observation", tool_name=WRITE.name)
-    assert blocked.status == "blocked"
-    assert calls == []  # the write never ran
-    audit = AuditLogEntry.objects.get(event_type="agent_transferred")
-    assert audit.details["action_level_cap"] == "read_only"
+    # Lower may not hand back up to act_with_approval: its team section is empty, so it
+    # answers itself.
+    _status, model = run(handed, text_reply("Found it."))
+    assert "## Your team" not in model.requests[0]["messages"][0]["content"]
 
-    # Addressed directly in a new message, the writer acts at its own level again: the
-    # cap holds for the message that was handed over, and the next one is the user's own.
-    _next, second = sessions.session_message_send(session=session, user=owner, content="Now do it")
-    assert second.agent_id == writer.pk
-    assert request_build(second).agent_config.action_level.value == "automated"
+
+def test_a_level_raised_after_the_call_stops_the_hand_off_with_a_reason(workspace, owner):
+    root = make_agent(workspace=workspace, owner=owner, name="Reader", action_level="read_only")
+    helper = make_agent(workspace=workspace, owner=owner, name="Helper", action_level="read_only")
+    agent_team_update(agent=helper, actor=owner, parent_agent_id=root.pk)
+    session = sessions.session_create(workspace=workspace, agent=root, user=owner)
+    _message, first = sessions.session_message_send(session=session, user=owner, content="Help")
+    services.execution_run_segment(execution_id=first.pk, llm=ScriptedLLM([transfer("Helper")]))
+    raised = agent_version_create(agent=helper, actor=owner, goal="Help.", instructions="Be careful.",
+                                  action_level="automated", tools=[])
+    agent_version_deploy(agent=helper, version=raised, actor=owner)  # deployed between the call and its hand-off
+    assert services.execution_post_process(execution_id=first.pk) is True
+    session.refresh_from_db()
+    assert session.active_execution_id is None
+    why = SessionMessage.objects.filter(session=session, role="agent").order_by("-sequence").first()
+    assert why.content.startswith("The hand-off to Helper did not happen: Helper acts at automated, above this "
+                                  "message's read_only")
+    assert not Execution.objects.filter(agent=helper).exists()
 
 
 def test_the_hand_off_depth_limit_per_message(session, owner, team, settings):
