@@ -18,3 +18,11 @@ class ArtifactStorageUnavailable(RiverError):
 
     status_code = 503
     code = "artifact_storage_unavailable"
+
+
+class StorageQuotaExceeded(InvalidInput):
+    """Storing the file would take the workspace past RIVER_STORAGE_QUOTA_BYTES (nothing
+    was stored). Answered 413, like a file over the size limit."""
+
+    status_code = 413
+    code = "storage_quota_exceeded"

@@ -1,9 +1,11 @@
 """Writes of artifacts: create (upload or run), delete.
 
-All or nothing: a file is checked whole (type, content, limits, tables) before anything
-is written. Then the bytes go to the artifact store and a table file is built, both
+All or nothing: a file is checked whole (type, content, limits, tables, the workspace's
+storage quota) before anything is written. Then the bytes go to the artifact store and a table file is built, both
 outside any database transaction (the store may be S3, a network call). Last, one
-transaction inserts the row, registers the data source and caches its schema. If any
+transaction checks the quota again under the workspace's row lock (the stored file and
+its table file included), inserts the row, registers the data source and caches its
+schema. If any
 step fails, the stored file and the table file are removed and the transaction is
 rolled back, so a refused or failed upload leaves no row, no file and no data source.
 """
@@ -26,11 +28,13 @@ from django.db.models import Max
 from artifacts import files, tables
 from artifacts.errors import ArtifactStorageUnavailable, FileTooLarge
 from artifacts.models import Artifact
+from artifacts.quota import storage_quota_check
 from artifacts.selectors import artifact_storage
 from datasources.models import DataSource
 from datasources.selectors import sqlite_path_resolve, sqlite_workspace_dir
 from datasources.services import data_source_create, data_source_delete, data_source_discover
 from rivercore.errors import Conflict, InvalidInput
+from tenancy.models import Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +145,7 @@ def artifact_create(
     if session_id is not None and (isinstance(session_id, bool) or not isinstance(session_id, int)
                                    or not 1 <= session_id < 2**63):
         raise InvalidInput("session must be a session id.", details={"session": ["a positive integer"]})
+    storage_quota_check(workspace_id=workspace.pk, adding=size, field=field)  # early: before any work
     token = uuid.uuid4().hex
     database_path, table_names = None, []
     storage_name = None
@@ -151,6 +156,12 @@ def artifact_create(
                 token=token, field=field)
         storage_name = _store(workspace_id=workspace.pk, stream=stream, token=token, extension=file_type.extension)
         with transaction.atomic():
+            # Uploads of one workspace take turns here, so two cannot both fit the last
+            # of the quota; the table file counts too.
+            Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk", flat=True).first()
+            table_bytes = sqlite_path_resolve(workspace_id=workspace.pk, path=database_path).stat().st_size \
+                if database_path else 0
+            storage_quota_check(workspace_id=workspace.pk, adding=size + table_bytes, field=field)
             artifact = _insert(workspace=workspace, name=name, fields={
                 "kind": file_type.kind, "content_type": file_type.content_type, "size": size, "sha256": sha256,
                 "storage_name": storage_name, "created_by": created_by, "created_by_execution_id": execution_id,

@@ -25,6 +25,12 @@ class ExecutionsConfig(AppConfig):
 
         run_end_handler_register("workspace_memory", workspace_memory_on_run_end)  # docs/memory.md
 
+        from artifacts.quota import storage_usage_source_register
+        from executions.selectors import execution_storage_usage
+
+        storage_usage_source_register(  # stored run results count towards the storage quota
+            "executions", lambda workspace_id: execution_storage_usage(workspace_id=workspace_id)[1])
+
         from executions.modelcalls import ModelCallRecorder
         from rivercore.observe import observer_install
 
