@@ -30,6 +30,7 @@ from agents.selectors import (
     agent_version_get,
     agent_versions,
     agents_for_user,
+    memory_consent_given,
     memory_get_for_user,
 )
 from agents.services import (
@@ -37,12 +38,16 @@ from agents.services import (
     agent_transition,
     agent_version_create,
     agent_version_deploy,
+    memory_consent_set,
     workspace_memory_delete,
 )
 from datasources.selectors import data_sources_in_workspace
 from executions.selectors import agent_runs_recent, agents_with_run_stats
 from executions.services import execution_start
 from executions.services.replay import replay_batch_latest
+from governance.models import WorkspaceSettings
+from governance.selectors import workspace_memory_mode
+from governance.services import workspace_memory_mode_set
 from riverapp.page_tools import (
     errors_onto_form,
     or_404,
@@ -63,7 +68,7 @@ from rivercore.types.agents import (
     GovernanceLevel,
     ModelConfig,
 )
-from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
+from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE, POLICY_CREATE
 from tenancy.selectors import workspace_roles
 from triggers.selectors import trigger_firings_recent, triggers_for_user
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
@@ -269,6 +274,11 @@ def _detail_context(request, agent, form, granted) -> dict:
         "diff": diff,
         "memories": list(reversed(agent_memories_recent(agent_id=agent.pk, limit=MEMORIES_SHOWN))),
         "workspace_memory_template": "agents/_workspace_memory.html",
+        "memory_settings": MemorySettingsForm(initial={
+            "mode": workspace_memory_mode(workspace_id=agent.workspace_id),
+            "personal_consent": memory_consent_given(workspace_id=agent.workspace_id, user_id=request.user.pk),
+        }),
+        "may_set_memory_mode": POLICY_CREATE in granted,
         "workspace_memories": [{"memory": memory, "may_delete": _may_delete_memory(memory, granted)}
                                for memory in agent_memories_for_user(user=request.user, agent=agent)],
         "can_activate": agent.can_transition_to(Agent.Status.ACTIVE),
@@ -312,6 +322,43 @@ def agent_memory_delete(request, agent_id, memory_id):
     workspace_memory_delete(memory=memory, actor=request.user)
     messages.success(request, "The memory is deleted: no agent will find it again.")
     return redirect(reverse("agent-page", kwargs={"agent_id": agent.pk}) + "#memory-title")
+
+
+class MemorySettingsForm(forms.Form):
+    mode = forms.ChoiceField(
+        required=False, choices=WorkspaceSettings.MemoryMode.choices, label="What completed runs remember",
+        help_text="Personal: a memory for the person who started the run, if they agreed. Shared: one memory for "
+                  "the whole workspace. Off: nothing. Applies to every agent of the workspace; changes are audited.")
+    personal_consent = forms.BooleanField(
+        required=False, label="Remember what my runs learn, for me only",
+        help_text="When the mode is personal, your completed runs in this workspace leave a memory only you and "
+                  "your runs find. Turning it off keeps what was remembered; delete it below.")
+
+
+@require_POST
+@page_login_required
+def agent_memory_settings(request, agent_id):
+    """The workspace's memory settings from an agent's page, as ``PATCH
+    /api/v1/memory/settings/`` sets them: everyone sets their own consent to personal
+    memory; the mode needs ``policy:create`` (checked before anything is written) and is
+    audited."""
+    agent, granted = _agent_or_404(request, agent_id)
+    form = MemorySettingsForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "The memory settings were not saved: " + "; ".join(
+            f"{form.fields[name].label}: {' '.join(errors)}" for name, errors in form.errors.items()))
+        return redirect(reverse("agent-page", kwargs={"agent_id": agent.pk}) + "#workspace-memory-title")
+    mode = form.cleaned_data["mode"]
+    changing_mode = bool(mode) and mode != workspace_memory_mode(workspace_id=agent.workspace_id)
+    if changing_mode:
+        require(granted, POLICY_CREATE)
+    with transaction.atomic():
+        if changing_mode:
+            workspace_memory_mode_set(workspace=agent.workspace, mode=mode, actor=request.user)
+        memory_consent_set(workspace=agent.workspace, user=request.user,
+                           personal=form.cleaned_data["personal_consent"])
+    messages.success(request, "Memory settings saved.")
+    return redirect(reverse("agent-page", kwargs={"agent_id": agent.pk}) + "#workspace-memory-title")
 
 
 class StatusForm(forms.Form):
@@ -539,6 +586,7 @@ urlpatterns = [
     path("agents/<str:agent_id>/", agent_page, name="agent-page"),
     path("agents/<str:agent_id>/status", agent_status, name="agent-status"),
     path("agents/<str:agent_id>/memory/<str:memory_id>/delete", agent_memory_delete, name="agent-memory-delete"),
+    path("agents/<str:agent_id>/memory/settings", agent_memory_settings, name="agent-memory-settings"),
     path("agents/<str:agent_id>/versions/new/", version_new, name="agent-version-new"),
     path("agents/<str:agent_id>/versions/<int:version>/deploy", agent_deploy, name="agent-deploy"),
 ]

@@ -106,3 +106,58 @@ def test_the_memory_adds_a_bounded_number_of_queries(client_for, owner, agent):
         page = client.get(f"/agents/{agent.pk}/").content.decode()
     assert page.count('class="memory-content"') == 50
     assert len(many) <= len(few) + 1, [q["sql"][:120] for q in many.captured_queries]
+
+
+# --- memory settings ---------------------------------------------------------------------
+
+
+def _settings_url(agent) -> str:
+    return f"/agents/{agent.pk}/memory/settings"
+
+
+def test_a_member_gives_and_withdraws_consent_from_the_page_and_a_run_then_remembers(client_for, member, agent):
+    from agents.selectors import memory_consent_given
+    from agents.services import workspace_memory_from_run
+
+    client = client_for(member)
+    page = client.get(f"/agents/{agent.pk}/").content.decode()
+    assert "Memory settings: Personal, your runs are not remembered" in page
+    assert 'name="mode"' not in page  # the mode is a workspace admin's
+    response = client.post(_settings_url(agent), {"personal_consent": "on"}, follow=True)
+    assert "Memory settings saved." in response.content.decode()
+    assert memory_consent_given(workspace_id=agent.workspace_id, user_id=member.pk)
+    assert "your runs are remembered for you" in client.get(f"/agents/{agent.pk}/").content.decode()
+    remembered = workspace_memory_from_run(workspace_id=agent.workspace_id, agent_id=agent.pk, user_id=member.pk,
+                                           execution_id=9001, question="Open tickets?", answer="Seven.")
+    assert remembered is not None and remembered.user_id == member.pk  # a personal memory, now consented
+    client.post(_settings_url(agent), {})  # the box unticked
+    assert workspace_memory_from_run(workspace_id=agent.workspace_id, agent_id=agent.pk, user_id=member.pk,
+                                     execution_id=9002, question="Open tickets?", answer="Eight.") is None
+    assert not memory_consent_given(workspace_id=agent.workspace_id, user_id=member.pk)
+
+
+def test_only_a_workspace_admin_changes_the_mode_and_it_is_audited(client_for, owner, member, agent):
+    from governance.selectors import workspace_memory_mode
+
+    assert client_for(member).post(_settings_url(agent), {"mode": "shared"}).status_code == 403
+    assert workspace_memory_mode(workspace_id=agent.workspace_id) == "personal"
+    assert not AuditLogEntry.objects.filter(event_type="memory_mode_changed").exists()
+    # A member posting the current mode back (as a stale form would) changes nothing and is fine.
+    assert client_for(member).post(_settings_url(agent), {"mode": "personal"}).status_code == 302
+
+    client = client_for(owner)
+    assert 'name="mode"' in client.get(f"/agents/{agent.pk}/").content.decode()
+    assert client.post(_settings_url(agent), {"mode": "shared"}).status_code == 302
+    assert workspace_memory_mode(workspace_id=agent.workspace_id) == "shared"
+    entry = AuditLogEntry.objects.get(event_type="memory_mode_changed")
+    assert entry.actor_id == owner.pk
+    response = client.post(_settings_url(agent), {"mode": "everything"}, follow=True)
+    assert "The memory settings were not saved: What completed runs remember:" in response.content.decode()
+    assert workspace_memory_mode(workspace_id=agent.workspace_id) == "shared"
+
+
+def test_memory_settings_of_another_workspace_are_a_404(client_for, outsider, agent):
+    from agents.models import MemoryConsent
+
+    assert client_for(outsider).post(_settings_url(agent), {"personal_consent": "on", "mode": "off"}).status_code == 404
+    assert not MemoryConsent.objects.exists()
