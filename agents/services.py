@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pydantic
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
@@ -511,7 +512,22 @@ def workspace_memory_from_run(*, workspace_id: int, agent_id, user_id: int | Non
             memory.save()
     except IntegrityError:  # this run's memory is already written
         return None
+    _workspace_memory_trim(workspace_id=workspace_id)
     return memory
+
+
+MEMORY_TRIM_BATCH = 100
+
+
+def _workspace_memory_trim(*, workspace_id: int) -> None:
+    """Forget the oldest memories past ``RIVER_MEMORY_MAX_PER_WORKSPACE`` (a bounded
+    batch per write: each write adds one, so the memory never grows past the cap for long,
+    and lowering the cap catches up over the next writes)."""
+    cap = int(settings.RIVER_MEMORY_MAX_PER_WORKSPACE)
+    oldest = list(WorkspaceMemory.objects.filter(workspace_id=workspace_id).order_by("-created_at", "-id")
+                  .values_list("pk", flat=True)[cap:cap + MEMORY_TRIM_BATCH])
+    if oldest:
+        WorkspaceMemory.objects.filter(pk__in=oldest).delete()
 
 
 def workspace_memory_delete(*, memory: WorkspaceMemory, actor) -> None:

@@ -113,6 +113,20 @@ def test_without_consent_or_with_memory_off_nothing_is_written(workspace, owner,
     assert WorkspaceMemory.objects.count() == 0
 
 
+def test_a_workspace_keeps_its_newest_memories_up_to_the_cap(workspace, other_workspace, owner, outsider, agent,
+                                                               other_agent, settings):
+    settings.RIVER_MEMORY_MAX_PER_WORKSPACE = 3
+    _shared(workspace, owner)
+    _shared(other_workspace, outsider)
+    theirs = _answered(other_agent, outsider, "Their question?", "Their answer.")
+    runs = [_answered(agent, owner, f"Question number {i}?", f"Answer number {i}.") for i in range(5)]
+    kept = list(WorkspaceMemory.objects.filter(workspace=workspace).values_list("source_execution_id", flat=True))
+    assert kept == runs[:1:-1]  # the three newest, newest first; the two oldest are forgotten
+    assert WorkspaceMemory.objects.filter(workspace=other_workspace, source_execution_id=theirs).exists()
+    # The next run's search finds only what is kept.
+    assert [m["source_execution_id"] for m in _searched(agent, owner, "question number")["matches"]] == runs[:1:-1]
+
+
 def test_failed_runs_and_a_second_post_processing_write_nothing_more(workspace, owner, agent):
     _shared(workspace, owner)
     failed = execution_start(agent=agent, user=owner, input_prompt=QUESTION)
