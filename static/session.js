@@ -76,6 +76,16 @@
     return true;
   }
 
+  // A new conversation is named after its first message: show the name once it has one.
+  function showTitle(title) {
+    var name = document.getElementById("convo-name");
+    if (!title || !name || name.textContent === title) { return; }
+    name.textContent = title;
+    document.title = title + " · River";
+    var field = document.getElementById("convo-title");
+    if (field && !field.value) { field.value = title; }
+  }
+
   function refresh() {
     if (fetching) { again = true; return; }
     fetching = true;
@@ -97,6 +107,7 @@
         if (window.htmx && !keepCards) { window.htmx.process(fresh); }
         var active = fresh.getAttribute("data-active");
         if (active) { showPieces(active); }
+        showTitle(fresh.getAttribute("data-title"));
         scrollToEnd();
       })
       .catch(function () { again = true; })

@@ -75,6 +75,9 @@ def test_a_conversation_streams_its_answer_and_answers_a_follow_up(demo, signed_
     assert seen, "no streamed piece was shown before the complete answer"
     assert any(len(text) < len(seen[-1]) for text in seen), "the answer arrived in one piece, not streamed"
     assert page.locator(".convo-user").first.inner_text().endswith(FIRST)
+    # The conversation is named after its first message without a reload.
+    expect(page.locator("h1 #convo-name")).to_have_text(FIRST[:80])
+    expect(page).to_have_title(f"{FIRST[:80]} · River")
 
     _send(page, "and in the last 7 days?")
     expect(_answers(page).nth(1)).to_contain_text(f"Answer: {_count('-7 days')}.", timeout=WAIT_MS)
