@@ -1,13 +1,16 @@
 """Pages of triggers: the list (every type, with its latest firing), a form per type,
 a trigger's page with its firings (paginated, with the reason a firing started
-nothing), and enabling or disabling it.
+nothing), enabling or disabling it, deleting it, and rotating its webhook endpoint's
+signing secret.
 
 A webhook's signing secret and an API key are shown once, on the page that answers the
-form that created them, and never again (River keeps the secret encrypted and only a
+form that created (or rotated) them, and never again (River keeps the secret encrypted and only a
 digest of the key). That page is not cached.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
@@ -41,7 +44,7 @@ from triggers.selectors import (
     triggers_for_user,
     triggers_with_last_firing,
 )
-from triggers.services import DEFAULT_RUN_AS_ROLE, NAME_MAX, trigger_create, trigger_update
+from triggers.services import DEFAULT_RUN_AS_ROLE, NAME_MAX, trigger_create, trigger_delete, trigger_update
 from triggers.types import API_TYPE_NAMES, TERMINAL_STATUSES, TriggerType, config_public, type_from_api
 
 FIRINGS_PER_PAGE = 25
@@ -314,6 +317,14 @@ def cron_describe(request):
 # --- a trigger's page -------------------------------------------------------------------
 
 
+def _endpoint_of(trigger):
+    """The webhook endpoint an event trigger listens on (None for other types, or when
+    the endpoint was deleted)."""
+    if trigger.type != TriggerType.EVENT:
+        return None
+    return trigger.workspace.webhook_endpoints.filter(slug=config_public(trigger.config).get("endpoint")).first()
+
+
 @page_login_required
 @require_GET
 def trigger_page(request, trigger_id):
@@ -324,11 +335,10 @@ def trigger_page(request, trigger_id):
     upstream = None
     if trigger.type == TriggerType.WORKFLOW:
         upstream = Agent.objects.filter(pk=config.get("upstream_agent"), workspace_id=trigger.workspace_id).first()
-    endpoint = None
-    if trigger.type == TriggerType.EVENT:
-        endpoint = trigger.workspace.webhook_endpoints.filter(slug=config.get("endpoint")).first()
+    endpoint = _endpoint_of(trigger)
     return render(request, "triggers/detail.html", {
         "trigger": trigger, "config": config, "type_label": _type_label(trigger.api_type), "page": firings,
+        "rotate_form": RotateForm(),
         "may_manage": AGENT_CREATE in granted, "upstream": upstream, "endpoint": endpoint,
         "hook_url": request.build_absolute_uri(f"/api/v1/hooks/{endpoint.pk}") if endpoint else "",
         "invoke_url": request.build_absolute_uri(f"/api/v1/triggers/{trigger.pk}/invoke"),
@@ -351,10 +361,59 @@ def trigger_enabled(request, trigger_id):
     return redirect("trigger-page", trigger_id=trigger.pk)
 
 
+@require_POST
+@page_login_required
+def trigger_delete_page(request, trigger_id):
+    """Delete the trigger (``DELETE /api/v1/triggers/{id}/``'s rules): its firings go,
+    the runs it started stay."""
+    trigger = or_404(trigger_get_for_user, user=request.user, trigger_id=trigger_id)
+    require(workspace_permissions(user=request.user, workspace=trigger.workspace), AGENT_CREATE)
+    name = trigger.name
+    trigger_delete(trigger=trigger)
+    messages.success(request, f"Trigger {name} is deleted. The runs it started are still in Runs.")
+    return redirect("triggers")
+
+
+GRACE_CHOICES = [("0", "Stop the old secret now"), ("3600", "Keep the old secret working for 1 hour"),
+                 ("86400", "Keep the old secret working for 1 day"),
+                 ("604800", "Keep the old secret working for 7 days")]
+
+
+class RotateForm(forms.Form):
+    previous_valid_seconds = forms.TypedChoiceField(choices=GRACE_CHOICES, coerce=int, initial="86400",
+                                                    label="The old secret")
+
+
+@require_POST
+@page_login_required
+def trigger_endpoint_rotate(request, trigger_id):
+    """A new signing secret for the event trigger's webhook endpoint (``POST
+    /api/v1/webhook-endpoints/{id}/rotate``'s rules), shown once on the answer."""
+    trigger = or_404(trigger_get_for_user, user=request.user, trigger_id=trigger_id)
+    require(workspace_permissions(user=request.user, workspace=trigger.workspace), AGENT_CREATE)
+    endpoint = _endpoint_of(trigger)
+    if endpoint is None:
+        raise Http404("This trigger has no webhook endpoint.")
+    form = RotateForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "The secret was not rotated: choose how long the old secret keeps working.")
+        return redirect("trigger-page", trigger_id=trigger.pk)
+    issued = webhooks.webhook_endpoint_rotate(
+        endpoint=endpoint, previous_valid_for=timedelta(seconds=form.cleaned_data["previous_valid_seconds"]))
+    response = render(request, "triggers/created.html", {
+        "trigger": trigger, "secret": issued, "key": None, "rotated": True,
+        "hook_url": request.build_absolute_uri(f"/api/v1/hooks/{endpoint.pk}"),
+    })
+    add_never_cache_headers(response)
+    return response
+
+
 urlpatterns = [
     path("triggers/", triggers_list, name="triggers"),
     path("triggers/new/", trigger_new, name="trigger-new"),
     path("triggers/cron-words", cron_describe, name="trigger-cron-words"),
     path("triggers/<str:trigger_id>/", trigger_page, name="trigger-page"),
     path("triggers/<str:trigger_id>/enabled", trigger_enabled, name="trigger-enabled"),
+    path("triggers/<str:trigger_id>/delete", trigger_delete_page, name="trigger-delete"),
+    path("triggers/<str:trigger_id>/endpoint/rotate", trigger_endpoint_rotate, name="trigger-endpoint-rotate"),
 ]

@@ -169,3 +169,78 @@ def test_outsiders_get_404(client_for, outsider, owner, workspace, agent):
 def test_anonymous_visitors_are_sent_to_sign_in(client):
     for url in ("/triggers/", "/triggers/new/", "/triggers/cron-words?cron=x"):
         assert "/accounts/login/" in client.get(url)["Location"]
+
+
+def test_delete_removes_the_trigger_and_its_firings_and_keeps_its_runs(client_for, owner, workspace, agent):
+    from django_celery_beat.models import PeriodicTask
+
+    from executions.models import Execution
+
+    trigger = trigger_create(actor=owner, workspace=workspace, agent=agent, name="Mornings", trigger_type="scheduled",
+                             config={"cron": "0 8 * * 1-5"})
+    trigger_fire(trigger=trigger, payload={}, source="cron")
+    started = Execution.objects.filter(trigger_id=trigger.pk).count()
+    client = client_for(owner)
+    assert f'action="/triggers/{trigger.pk}/delete"' in client.get(f"/triggers/{trigger.pk}/").content.decode()
+    response = client.post(f"/triggers/{trigger.pk}/delete", follow=True)
+    assert "Trigger Mornings is deleted" in response.content.decode()
+    assert not Trigger.objects.filter(pk=trigger.pk).exists()
+    assert not TriggerFiring.objects.exists() and not PeriodicTask.objects.filter(name__contains=str(trigger.pk))
+    assert Execution.objects.filter(trigger_id=trigger.pk).count() == started
+    assert client.post(f"/triggers/{trigger.pk}/delete").status_code == 404  # gone
+
+
+def test_rotating_the_endpoint_secret_shows_the_new_one_once_and_keeps_the_old_for_the_grace(
+        client_for, owner, agent):
+    import time
+
+    from triggers.webhooks import SignatureRefused, signature_compute, webhook_verify
+
+    def accepts(endpoint, secret: str) -> bool:
+        stamp = int(time.time())
+        header = f"t={stamp},v1={signature_compute(secret=secret, timestamp=stamp, body=b'{}')}"
+        try:
+            webhook_verify(endpoint=endpoint, signature_header=header, body=b"{}")
+        except SignatureRefused:
+            return False
+        return True
+
+    client = client_for(owner)
+    created = client.post("/triggers/new/?type=event", _form(
+        agent, name="Tickets", endpoint="__new__", new_endpoint="zendesk", event_type="ticket.created"))
+    old = re.search(r'<code id="webhook-secret">(whsec_[^<]+)</code>', created.content.decode()).group(1)
+    trigger = Trigger.objects.get()
+    assert "Rotate the secret" in client.get(f"/triggers/{trigger.pk}/").content.decode()
+    response = client.post(f"/triggers/{trigger.pk}/endpoint/rotate", {"previous_valid_seconds": "3600"})
+    page = response.content.decode()
+    new = re.search(r'<code id="webhook-secret">(whsec_[^<]+)</code>', page).group(1)
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+    assert new != old and "A new signing secret for endpoint zendesk" in page and "keeps working until" in page
+    endpoint = WebhookEndpoint.objects.get()
+    assert accepts(endpoint, new) and accepts(endpoint, old)  # the old one, for its hour of grace
+    assert new not in client.get(f"/triggers/{trigger.pk}/").content.decode()
+    # Rotating again with no grace: only the newest secret works.
+    newest = re.search(r'<code id="webhook-secret">(whsec_[^<]+)</code>', client.post(
+        f"/triggers/{trigger.pk}/endpoint/rotate", {"previous_valid_seconds": "0"}).content.decode()).group(1)
+    endpoint.refresh_from_db()
+    assert accepts(endpoint, newest) and not accepts(endpoint, new) and not accepts(endpoint, old)
+    # A grace the form does not offer is refused; nothing changes.
+    response = client.post(f"/triggers/{trigger.pk}/endpoint/rotate", {"previous_valid_seconds": "99999999"},
+                           follow=True)
+    assert "The secret was not rotated" in response.content.decode()
+    endpoint.refresh_from_db()
+    assert accepts(endpoint, newest)
+
+
+def test_only_managers_of_the_workspace_delete_or_rotate(client_for, viewer, outsider, owner, workspace, agent):
+    trigger = trigger_create(actor=owner, workspace=workspace, agent=agent, name="Nightly", trigger_type="api")
+    page = client_for(viewer).get(f"/triggers/{trigger.pk}/").content.decode()
+    assert "Delete trigger" not in page
+    assert client_for(viewer).post(f"/triggers/{trigger.pk}/delete").status_code == 403
+    assert client_for(outsider).post(f"/triggers/{trigger.pk}/delete").status_code == 404
+    assert client_for(outsider).post(f"/triggers/{trigger.pk}/endpoint/rotate",
+                                     {"previous_valid_seconds": "0"}).status_code == 404
+    # An API trigger has no endpoint to rotate.
+    assert client_for(owner).post(f"/triggers/{trigger.pk}/endpoint/rotate",
+                                  {"previous_valid_seconds": "0"}).status_code == 404
+    assert Trigger.objects.filter(pk=trigger.pk).exists()
