@@ -326,7 +326,7 @@ def agent_memory_delete(request, agent_id, memory_id):
 
 class MemorySettingsForm(forms.Form):
     mode = forms.ChoiceField(
-        required=False, choices=WorkspaceSettings.MemoryMode.choices, label="What completed runs remember",
+        choices=WorkspaceSettings.MemoryMode.choices, label="What completed runs remember",
         help_text="Personal: a memory for the person who started the run, if they agreed. Shared: one memory for "
                   "the whole workspace. Off: nothing. Applies to every agent of the workspace; changes are audited.")
     personal_consent = forms.BooleanField(
@@ -349,7 +349,7 @@ def agent_memory_settings(request, agent_id):
             f"{form.fields[name].label}: {' '.join(errors)}" for name, errors in form.errors.items()))
         return redirect(reverse("agent-page", kwargs={"agent_id": agent.pk}) + "#workspace-memory-title")
     mode = form.cleaned_data["mode"]
-    changing_mode = bool(mode) and mode != workspace_memory_mode(workspace_id=agent.workspace_id)
+    changing_mode = mode != workspace_memory_mode(workspace_id=agent.workspace_id)
     if changing_mode:
         require(granted, POLICY_CREATE)
     with transaction.atomic():

@@ -122,15 +122,15 @@ def test_a_member_gives_and_withdraws_consent_from_the_page_and_a_run_then_remem
     client = client_for(member)
     page = client.get(f"/agents/{agent.pk}/").content.decode()
     assert "Memory settings: Personal, your runs are not remembered" in page
-    assert 'name="mode"' not in page  # the mode is a workspace admin's
-    response = client.post(_settings_url(agent), {"personal_consent": "on"}, follow=True)
+    assert '<select name="mode"' not in page  # the mode is a workspace admin's
+    response = client.post(_settings_url(agent), {"mode": "personal", "personal_consent": "on"}, follow=True)
     assert "Memory settings saved." in response.content.decode()
     assert memory_consent_given(workspace_id=agent.workspace_id, user_id=member.pk)
     assert "your runs are remembered for you" in client.get(f"/agents/{agent.pk}/").content.decode()
     remembered = workspace_memory_from_run(workspace_id=agent.workspace_id, agent_id=agent.pk, user_id=member.pk,
                                            execution_id=9001, question="Open tickets?", answer="Seven.")
     assert remembered is not None and remembered.user_id == member.pk  # a personal memory, now consented
-    client.post(_settings_url(agent), {})  # the box unticked
+    client.post(_settings_url(agent), {"mode": "personal"})  # the box unticked
     assert workspace_memory_from_run(workspace_id=agent.workspace_id, agent_id=agent.pk, user_id=member.pk,
                                      execution_id=9002, question="Open tickets?", answer="Eight.") is None
     assert not memory_consent_given(workspace_id=agent.workspace_id, user_id=member.pk)
@@ -146,13 +146,14 @@ def test_only_a_workspace_admin_changes_the_mode_and_it_is_audited(client_for, o
     assert client_for(member).post(_settings_url(agent), {"mode": "personal"}).status_code == 302
 
     client = client_for(owner)
-    assert 'name="mode"' in client.get(f"/agents/{agent.pk}/").content.decode()
+    assert '<select name="mode"' in client.get(f"/agents/{agent.pk}/").content.decode()
     assert client.post(_settings_url(agent), {"mode": "shared"}).status_code == 302
     assert workspace_memory_mode(workspace_id=agent.workspace_id) == "shared"
     entry = AuditLogEntry.objects.get(event_type="memory_mode_changed")
     assert entry.actor_id == owner.pk
-    response = client.post(_settings_url(agent), {"mode": "everything"}, follow=True)
-    assert "The memory settings were not saved: What completed runs remember:" in response.content.decode()
+    for bad in ({"mode": "everything"}, {}):
+        response = client.post(_settings_url(agent), bad, follow=True)
+        assert "The memory settings were not saved: What completed runs remember:" in response.content.decode()
     assert workspace_memory_mode(workspace_id=agent.workspace_id) == "shared"
 
 
