@@ -361,6 +361,19 @@ def _advance(session: Session) -> Execution | None:
                     content=f"This message could not be answered: {exc.message}")
 
 
+def _earlier_attachments(session: Session, message: SessionMessage) -> list[int]:
+    """The files of the session's earlier messages, newest first (at most
+    ``ATTACHMENTS_MAX``): a follow-up may query a table sent before ("and by region?")."""
+    found: list[int] = []
+    earlier = (SessionMessage.objects.filter(session=session, role=Role.USER, sequence__lt=message.sequence)
+               .exclude(attachments=[]).order_by("-sequence").values_list("attachments", flat=True)[:ATTACHMENTS_MAX])
+    for ids in earlier:
+        for pk in ids or []:
+            if isinstance(pk, int) and pk not in found and pk not in (message.attachments or []):
+                found.append(pk)
+    return found[:ATTACHMENTS_MAX]
+
+
 def _message_start(session: Session, message: SessionMessage) -> Execution:
     """Start the run for ``message`` (caller holds the session's lock): the agent that
     answered last if it may still take the conversation, else the team's root."""
@@ -371,7 +384,7 @@ def _message_start(session: Session, message: SessionMessage) -> Execution:
         agent=agent, user=message.created_by, input_prompt=message.content, trigger_type="manual",
         trigger_source=f"session:{session.pk}", session_id=session.pk,
         session_context=_session_context(session, team, agent.pk, message.pk, handoff=None),
-        artifact_ids=list(message.attachments or []),
+        artifact_ids=list(message.attachments or []), earlier_artifact_ids=_earlier_attachments(session, message),
     )
     _first_event(execution, user_message_event(
         session_id=session.pk, message_id=message.pk, sequence=message.sequence, content=message.content,
@@ -492,6 +505,7 @@ def _handoff_start(session: Session, message: SessionMessage, sender: Execution,
                     handoff={"depth": depth, "action_level_cap": level.value, "from_execution_id": sender.pk,
                              "from_agent_id": str(sender.agent_id)},
                     artifact_ids=list(message.attachments or []),  # the receiver gets the message's files too
+                    earlier_artifact_ids=_earlier_attachments(session, message),
                 )
         except InvalidInput as exc:
             problem = exc.message

@@ -15,7 +15,12 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentVersion
 from agents.selectors import agent_memories_exist, agent_memories_recent, version_data_sources_exist
-from artifacts.selectors import artifact_data_source_ids, artifact_placeholder, artifacts_attachable
+from artifacts.selectors import (
+    artifact_data_source_ids,
+    artifact_placeholder,
+    artifacts_attachable,
+    artifacts_in_workspace,
+)
 from datasources.selectors import data_source_prompt_metadata, data_sources_in_workspace
 from executions.models import Execution
 from executions.services.queue import segment_queue_on_commit
@@ -205,6 +210,7 @@ def execution_start(
     session_context: dict | None = None,
     handoff: dict | None = None,
     artifact_ids: list | None = None,
+    earlier_artifact_ids: list | None = None,
 ) -> Execution:
     """Create a queued run and hand it to a worker after commit (spec steps 1-3): one
     INSERT, plus an audit entry in the same transaction when the payload carried text
@@ -219,7 +225,9 @@ def execution_start(
 
     ``artifact_ids`` attach files of the agent's workspace: a placeholder naming each is
     added to the prompt, and the tables of tabular ones are queryable in this run
-    (``attached_data_source_metadata_build``)."""
+    (``attached_data_source_metadata_build``). ``earlier_artifact_ids`` are the files of
+    a session's earlier messages: queryable too, not named again (the history names
+    them); one deleted since is left out."""
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
@@ -252,6 +260,13 @@ def execution_start(
         if len(input_prompt) > limits.PROMPT:
             raise InvalidInput("input_prompt is too long once the attached files are named.",
                                details={"input_prompt": [f"at most {limits.PROMPT} characters with the attachments"]})
+    if earlier_artifact_ids:
+        present = set(artifacts_in_workspace(workspace_id=agent.workspace_id)
+                      .filter(pk__in=earlier_artifact_ids[:MAX_ATTACHMENTS]).values_list("pk", flat=True))
+        earlier = [pk for pk in earlier_artifact_ids[:MAX_ATTACHMENTS]
+                   if pk in present and pk not in context.get("artifact_ids", [])]
+        if earlier:
+            context["artifact_ids"] = [*context.get("artifact_ids", []), *earlier]
     detections: list[dict] = []
     if payload is None:
         context["trigger_payload"] = None  # the column stores {}; the prompt says there was none

@@ -92,3 +92,51 @@ def test_a_queued_message_keeps_its_files_for_its_run(session, owner, workspace,
     later = Execution.objects.get(pk=second.execution_id)
     assert later.context["artifact_ids"] == [artifact["id"]]
     assert "read it with load_artifact" in later.input_prompt
+
+
+def test_a_follow_up_queries_the_table_an_earlier_message_sent(session, owner, workspace, api_client_for,
+                                                                artifact_dirs):
+    """Message 1 carries a CSV; message 2 ("and the total?") carries nothing, yet its run
+    may query that table: the files of earlier messages stay queryable in the session,
+    without being named again in the new prompt. A file deleted since is left out."""
+    from artifacts.models import Artifact
+    from artifacts.services import artifact_delete
+    from executions.services.start import request_build
+
+    client = api_client_for(owner)
+    sales = upload(client, workspace, "sales.csv", SALES_CSV, session=session.pk).json()
+    notes = upload(client, workspace, "notes.txt", b"Q3 was good.", session=session.pk).json()
+    _first, run = sessions.session_message_send(session=session, user=owner, content="Revenue per region?",
+                                                attachments=[sales["id"], notes["id"]])
+    services.execution_run_segment(execution_id=run.pk, llm=ScriptedLLM([text_reply("North leads.")]))
+    assert services.execution_post_process(execution_id=run.pk) is True
+
+    _second, follow = sessions.session_message_send(session=session, user=owner, content="And the total?")
+    assert sorted(follow.context["artifact_ids"]) == sorted([sales["id"], notes["id"]])
+    assert follow.input_prompt == "And the total?"  # not named again: the history does that
+    assert sales["data_source_id"] in {s.data_source_id for s in request_build(follow).data_source_metadata}
+    services.execution_run_segment(execution_id=follow.pk, llm=ScriptedLLM([
+        tool_reply("execute_query", {"data_source_id": sales["data_source_id"],
+                                     "query": f"SELECT SUM(amount) AS total FROM {sales['table']}"}),
+        text_reply("500 in all."),
+    ]))
+    assert services.execution_post_process(execution_id=follow.pk) is True
+    observed = ExecutionStep.objects.get(execution=follow, step_type="observation", tool_name="execute_query")
+    assert observed.status == "completed", observed.error
+    assert observed.output["result"]["rows"] == [[500.0]]
+
+    artifact_delete(artifact=Artifact.objects.get(pk=notes["id"]))
+    _third, later = sessions.session_message_send(session=session, user=owner, content="And per unit?")
+    assert later.context["artifact_ids"] == [sales["id"]]
+
+
+def test_another_sessions_files_are_not_queryable(session, owner, workspace, agent, api_client_for, artifact_dirs):
+    client = api_client_for(owner)
+    other = sessions.session_create(workspace=workspace, agent=agent, user=owner)
+    sales = upload(client, workspace, "sales.csv", SALES_CSV).json()
+    _message, run = sessions.session_message_send(session=other, user=owner, content="Look",
+                                                  attachments=[sales["id"]])
+    services.execution_run_segment(execution_id=run.pk, llm=ScriptedLLM([text_reply("Seen.")]))
+    assert services.execution_post_process(execution_id=run.pk) is True
+    _message, mine = sessions.session_message_send(session=session, user=owner, content="Totals?")
+    assert "artifact_ids" not in mine.context
