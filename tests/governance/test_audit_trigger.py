@@ -101,3 +101,57 @@ def test_flush_empties_the_audit_tables(org):
     assert AuditAnchor.objects.count() == 1
     call_command("flush", interactive=False, verbosity=0)
     assert (AuditLogEntry.objects.count(), AuditAnchor.objects.count()) == (0, 0)
+
+
+def _deadlock_error():
+    """What Django raises when PostgreSQL aborts a statement in a deadlock."""
+    import psycopg
+    from django.db import OperationalError
+
+    error = OperationalError("deadlock detected")
+    error.__cause__ = psycopg.errors.DeadlockDetected("deadlock detected")
+    return error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flush_tries_again_when_a_reader_deadlocks_it_and_gives_up_on_anything_else(org, monkeypatch):
+    from django.core.management.base import CommandError
+
+    from governance.management.commands import flush as river_flush
+
+    pauses: list[float] = []
+    monkeypatch.setattr(river_flush.time, "sleep", pauses.append)
+    real = connection.ops.execute_sql_flush
+    failures = [_deadlock_error(), _deadlock_error()]
+
+    def flaky(sql_list):
+        if failures:
+            raise failures.pop(0)
+        return real(sql_list)
+
+    monkeypatch.setattr(connection.ops, "execute_sql_flush", flaky)
+    audit_record(organization_id=org.pk, event_type="before flush")
+    call_command("flush", interactive=False, verbosity=0)
+    assert AuditLogEntry.objects.count() == 0 and pauses == [0.2, 0.4]  # the third attempt emptied it
+
+    # Deadlocked every time: it gives up after DEADLOCK_ATTEMPTS, with Django's error.
+    pauses.clear()
+
+    def deadlocked(sql_list):
+        raise _deadlock_error()
+
+    monkeypatch.setattr(connection.ops, "execute_sql_flush", deadlocked)
+    with pytest.raises(CommandError, match="couldn't be flushed"):
+        call_command("flush", interactive=False, verbosity=0)
+    assert len(pauses) == river_flush.DEADLOCK_ATTEMPTS - 1
+
+    # Any other failure is not retried.
+    pauses.clear()
+
+    def broken(sql_list):
+        raise DatabaseError("permission denied")
+
+    monkeypatch.setattr(connection.ops, "execute_sql_flush", broken)
+    with pytest.raises(CommandError):
+        call_command("flush", interactive=False, verbosity=0)
+    assert pauses == []
