@@ -34,7 +34,7 @@ import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Context, Decimal, DivisionByZero, InvalidOperation, Overflow
 from uuid import UUID
 
 from django.conf import settings
@@ -77,12 +77,20 @@ def _mac(key_id: str, message: str) -> str | None:
     return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 
 
+# The canonical form's own decimal context, so the form never depends on the thread's
+# ambient context (a library or a context copied between threads may have changed its
+# precision or traps). Its settings are Python's default context, the one every stored
+# entry was hashed under, so existing chains keep verifying.
+_CANONICAL = Context(prec=28, rounding=ROUND_HALF_EVEN, Emin=-999999, Emax=999999, capitals=1, clamp=0,
+                     flags=[], traps=[InvalidOperation, DivisionByZero, Overflow])
+
+
 def _number(value):
     """A number as the canonical form sees it: PostgreSQL's jsonb may give 1e20 back
     as an integer and -0.0 as 0.0, so numbers are compared by their normalized decimal."""
     if value == 0:  # jsonb has no negative zero
         return {"#": "0"}
-    return {"#": str(Decimal(repr(value)).normalize())}
+    return {"#": str(Decimal(repr(value)).normalize(context=_CANONICAL))}
 
 
 def _canonical_json(value):

@@ -52,3 +52,25 @@ def test_different_values_never_share_a_canonical_form(value, other):
     else:
         assert _canonical_json({"k": value}) != _canonical_json({"k": other})
         assert _canonical_json({"#": value}) != _canonical_json({"#": other})
+
+
+@pytest.mark.django_db
+def test_the_canonical_form_ignores_the_threads_decimal_context(org):
+    """A library, or a context copied back from another thread, may leave the thread's
+    decimal context with a tiny precision and every signal trapped: auditing still
+    works, and the entry's MAC is the one the default context gives."""
+    import decimal
+
+    details = {"n": 51345, "f": 0.1, "big": 10**30, "tiny": 5e-324, "exp": 1e20}
+    from governance.audit import _canonical_json
+
+    expected = _canonical_json(details)
+    hostile = decimal.Context(prec=3, Emin=-5, Emax=5, traps=[decimal.Inexact, decimal.Rounded, decimal.Subnormal,
+                                                             decimal.Clamped, decimal.Overflow, decimal.Underflow])
+    with decimal.localcontext(hostile):
+        entry = audit_record(organization_id=org.pk, event_type="e", details=details)
+        assert _canonical_json(details) == expected
+    audit_seal(organization_id=org.pk)
+    assert audit_verify(organization_id=org.pk).ok
+    stored = AuditLogEntry.objects.get(pk=entry.pk)
+    assert content_mac(stored) == stored.content_hash
