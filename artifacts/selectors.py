@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 
 from artifacts.errors import ArtifactStorageUnavailable
 from artifacts.models import Artifact
+from rivercore.attachments import ATTACHED_FILE_PREFIX
 from rivercore.errors import InvalidInput, NotFound
 from tenancy.selectors import workspaces_for_user
 
@@ -131,7 +132,7 @@ def artifact_placeholder(artifact: Artifact) -> str:
         where = f"; query table {listed} on data source {artifact.data_source_id} with execute_query"
     elif not artifact.is_tabular:
         where = "; read it with load_artifact"
-    return (f"[Attached file {artifact.name!r}: artifact {artifact.pk}, version {artifact.version}, "
+    return (f"{ATTACHED_FILE_PREFIX}{artifact.name!r}: artifact {artifact.pk}, version {artifact.version}, "
             f"{artifact.content_type}, {artifact.size} bytes{where}]")
 
 

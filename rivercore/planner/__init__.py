@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from rivercore.attachments import attachment_notes_removed
 from rivercore.planner.question import Intent, intent_read
 from rivercore.planner.schema import SchemaGraph, graph_build, graph_from_source
 from rivercore.planner.sql import SqlPlan, sql_build
@@ -53,7 +54,9 @@ def _dialect(source: dict[str, Any]) -> str:
 
 
 def question_plan(*, question: str, sources: list[dict[str, Any]], row_limit: int) -> PlannedQuery:
-    """The best query over any one of ``sources`` for ``question``, or why none."""
+    """The best query over any one of ``sources`` for ``question``, or why none. The
+    question is read without its attachment notes (the files are among ``sources``)."""
+    question = attachment_notes_removed(question) or question
     if len(question) > QUESTION_MAX_CHARS:
         return PlannedQuery(answered=False, tried=[
             f"The question is longer than {QUESTION_MAX_CHARS} characters; ask one short question at a time."])

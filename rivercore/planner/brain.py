@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rivercore.attachments import attachment_notes_removed
 from rivercore.context import GENERIC_PROMPT
 from rivercore.planner.followup import followup_resolve
 from rivercore.planner.rules import (
@@ -115,11 +116,12 @@ def plan_next(view: dict[str, Any], offered: list[str]) -> Plan:
     convo = read_view(view)
     tables = tables_from_sources(convo.sources)
     generic = convo.prompt.strip() == GENERIC_PROMPT
-    working = convo.prompt
+    # Attachment notes name files, not what the question is about.
+    working = attachment_notes_removed(convo.prompt) or convo.prompt
     if generic:
         working = " ".join([convo.goal, convo.instructions, convo.trigger])
     elif convo.previous_question:
-        working = followup_resolve(convo.prompt, convo.previous_question) or working
+        working = followup_resolve(working, attachment_notes_removed(convo.previous_question)) or working
     working = " ".join([working, *convo.answers]).strip()
     lowered = working.lower()
     can = set(offered)

@@ -83,3 +83,33 @@ def test_a_question_of_its_own_is_not_read_as_a_follow_up(demo):
     own = ask(session, admin, "How many customers are there?")
     assert query_of(own) == 'SELECT COUNT(*) AS "count" FROM "customers" t0'
     assert own.result["summary"].startswith("Answer: 120.")
+
+
+def test_the_offline_planner_answers_about_an_attached_csv_and_a_follow_up_on_it(demo, api_client_for, settings,
+                                                                                 tmp_path):
+    """A CSV sent with the first message is answered over its own table (the note naming
+    the file is not read as a value to filter on), and the follow-up, which carries no
+    file, queries the same table with the new filter."""
+    from tests.artifacts.conftest import upload
+
+    settings.STORAGES = {**settings.STORAGES, "artifacts": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "store")}}}
+    agent, admin = demo
+    session = sessions.session_create(workspace=agent.workspace, agent=agent, user=admin)
+    sales = upload(api_client_for(admin), agent.workspace, "sales.csv",
+                   b"region,amount\nNorth,120\nSouth,80\nNorth,100\n", session=session.pk).json()
+    _message, first = sessions.session_message_send(session=session, user=admin, attachments=[sales["id"]],
+                                                    content="What is the total amount per region in this file?")
+    assert "[Attached file 'sales.csv'" in first.input_prompt
+    assert services.execution_run_segment(execution_id=first.pk) == "success"
+    assert services.execution_post_process(execution_id=first.pk) is True
+    first.refresh_from_db()
+    step = first.steps.get(step_type="observation", tool_name="execute_query")
+    assert step.input["data_source_id"] == sales["data_source_id"]
+    assert step.output["result"]["rows"] == [["North", 220], ["South", 80]]
+    assert first.result["summary"].startswith("sum_amount per region: North: 220, South: 80.")
+
+    follow = ask(session, admin, "and only for North?")
+    assert "WHERE" in query_of(follow) and "'North'" in query_of(follow)
+    assert follow.steps.get(step_type="observation", tool_name="execute_query").output["result"]["rows"] == [
+        ["North", 220]]
