@@ -12,7 +12,7 @@ from agents.services import (
 )
 from common.formfields import BoundedJSONField
 from rivercore.errors import RiverError
-from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin
+from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin, ViewOnlyTenantScopedAdmin
 
 _KEEP = object()
 
@@ -266,7 +266,7 @@ class AgentMemoryAdmin(TenantScopedAdmin):
 
 
 @admin.register(WorkspaceMemory)
-class WorkspaceMemoryAdmin(TenantScopedAdmin):
+class WorkspaceMemoryAdmin(ViewOnlyTenantScopedAdmin):
     """Read-only: memories are deleted over the API, which checks who may and audits it.
     A personal memory is its owner's: organization admins see the shared ones and their
     own (superusers see all)."""
@@ -285,18 +285,9 @@ class WorkspaceMemoryAdmin(TenantScopedAdmin):
             return rows
         return rows.filter(Q(user__isnull=True) | Q(user=request.user))
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(MemoryConsent)
-class MemoryConsentAdmin(TenantScopedAdmin):
+class MemoryConsentAdmin(ViewOnlyTenantScopedAdmin):
     """Read-only: a consent is the user's own to give or withdraw."""
 
     tenant_path = "workspace__organization"
@@ -305,11 +296,3 @@ class MemoryConsentAdmin(TenantScopedAdmin):
     list_filter = ["workspace", "personal"]
     readonly_fields = ["workspace", "user", "personal", "updated_at"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

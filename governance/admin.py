@@ -15,7 +15,7 @@ from governance.models import (
 from governance.services import policy_admin_delete, policy_admin_saved, policy_validate
 from rivercore.errors import InvalidInput
 from rivercore.types.governance import PolicyScope
-from tenancy.admin_scoping import TenantScopedAdmin, admin_organization_ids
+from tenancy.admin_scoping import TenantScopedAdmin, ViewOnlyTenantScopedAdmin, admin_organization_ids
 
 
 class PolicyAdminForm(forms.ModelForm):
@@ -114,19 +114,8 @@ class PolicyAdmin(TenantScopedAdmin):
             policy_admin_delete(policy=policy, actor=request.user)
 
 
-class _ReadOnlyAdmin(TenantScopedAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(_ReadOnlyAdmin):
+class ApprovalRequestAdmin(ViewOnlyTenantScopedAdmin):
     """Approvals are resolved through the approvals API and pages, never edited here."""
 
     tenant_path = "workspace__organization"
@@ -136,7 +125,7 @@ class ApprovalRequestAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(AuditLogEntry)
-class AuditLogEntryAdmin(_ReadOnlyAdmin):
+class AuditLogEntryAdmin(ViewOnlyTenantScopedAdmin):
     """Append-only: no add, change or delete, even for superusers. The changelist
     shows each organization's verification verdict (entries of deleted
     organizations included, by id: superusers only)."""
@@ -161,7 +150,7 @@ class AuditLogEntryAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(AuditAnchor)
-class AuditAnchorAdmin(_ReadOnlyAdmin):
+class AuditAnchorAdmin(ViewOnlyTenantScopedAdmin):
     """Checkpoints of each organization's audit chain (docs/audit.md); view only."""
 
     tenant_path = "organization_id"
@@ -169,7 +158,7 @@ class AuditAnchorAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(PolicyCounter)
-class PolicyCounterAdmin(_ReadOnlyAdmin):
+class PolicyCounterAdmin(ViewOnlyTenantScopedAdmin):
     """Rate and budget windows, keyed by policy: superusers only."""
 
     tenant_path = None

@@ -228,6 +228,20 @@ class TenantScopedAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     """A ModelAdmin scoped by organization; set ``tenant_path``."""
 
 
+class ViewOnlyTenantScopedAdmin(TenantScopedAdmin):
+    """Scoped, and only viewed here: rows are added, changed and deleted by River's
+    services (which check who may and audit it), never in the admin."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class ScopedInlineMixin(ScopedChoicesMixin):
     """For inlines: their rows hang off a parent the admin already scoped; their own
     relation choices are scoped here."""

@@ -12,7 +12,12 @@ from django import forms
 from django.contrib import admin
 
 from rivercore.errors import InvalidInput
-from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin, TenantScopedAdminMixin
+from tenancy.admin_scoping import (
+    ScopedInlineMixin,
+    TenantScopedAdmin,
+    TenantScopedAdminMixin,
+    ViewOnlyTenantScopedAdmin,
+)
 from triggers.models import ApiKey, MetricSample, PipelineHandoff, Trigger, TriggerFiring, WebhookEndpoint
 from triggers.prompt import PromptTemplateError, prompt_validate
 from triggers.types import config_public, trigger_config_parse
@@ -149,7 +154,7 @@ class TriggerAdmin(TenantScopedAdmin):
 
 
 @admin.register(TriggerFiring)
-class TriggerFiringAdmin(TenantScopedAdmin):
+class TriggerFiringAdmin(ViewOnlyTenantScopedAdmin):
     tenant_path = "trigger__workspace__organization"
     list_display = ["fired_at", "trigger", "source", "outcome", "reason", "execution", "payload_bytes"]
     list_filter = ["outcome", "reason", "trigger__type"]
@@ -158,15 +163,6 @@ class TriggerFiringAdmin(TenantScopedAdmin):
     readonly_fields = ["trigger", "fired_at", "source", "outcome", "reason", "detail", "execution", "dedupe_key",
                        "payload_bytes"]
     fields = readonly_fields
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class _ReadOnlyAdmin(TenantScopedAdmin):
