@@ -1,13 +1,13 @@
 """Writes of artifacts: create (upload or run), delete.
 
 All or nothing: a file is checked whole (type, content, limits, tables, the workspace's
-storage quota) before anything is written. Then the bytes go to the artifact store and a table file is built, both
-outside any database transaction (the store may be S3, a network call). Last, one
-transaction checks the quota again under the workspace's row lock (the stored file and
-its table file included), inserts the row, registers the data source and caches its
-schema. If any
-step fails, the stored file and the table file are removed and the transaction is
-rolled back, so a refused or failed upload leaves no row, no file and no data source.
+storage quota) before anything is written. Then the bytes go to the artifact store and
+a table file is built, both outside any database transaction (the store may be S3, a
+network call). Last, one transaction checks the quota again under the workspace's row
+lock (the stored file and its table file included), inserts the row, registers the data
+source and caches its schema. If any step fails, the stored file and the table file are
+removed and the transaction is rolled back, so a refused or failed upload leaves no
+row, no file and no data source.
 """
 
 from __future__ import annotations
