@@ -51,7 +51,14 @@ class Execution(models.Model):
     # that call's id: a parent's call starts at most one child (uniq_delegation_call).
     parent_execution_id = models.BigIntegerField(null=True, blank=True)
     parent_call_id = models.CharField(max_length=100, blank=True)
+    # Who the run acts as (its roles are read live from this user): the person who started
+    # it, or a trigger's service identity.
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # The person responsible for the run (docs/security.md): the person who clicked, a key's
+    # owner, a trigger's responsible person, the parent or upstream run's requester, a
+    # session's owner. Never the approver of the run's own actions.
+    requester = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
     # The conversation this run answers in (docs/sessions.md), or null.
     session = models.ForeignKey("executions.Session", null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="executions")

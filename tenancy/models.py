@@ -135,6 +135,13 @@ class ServicePrincipal(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The person answerable for what the identity does (who created or last edited its
+    # trigger): its runs never hold a role above this person's current one, and the runs'
+    # requester is this person (docs/security.md, "Who a run acts as"). None once that
+    # person's account is deleted.
+    responsible = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     retired_at = models.DateTimeField(null=True, blank=True)
 

@@ -103,7 +103,7 @@ def service_principal_create(*, workspace: Workspace, created_by, label: str, ro
         user.save()
         Membership.objects.create(workspace=workspace, user=user, role=role)
         return ServicePrincipal.objects.create(user=user, workspace=workspace, label=label[:200],
-                                               created_by=created_by)
+                                               created_by=created_by, responsible=created_by)
 
 
 def service_principal_role_set(*, principal: ServicePrincipal, actor, role: str) -> ServicePrincipal:
