@@ -112,6 +112,13 @@ def user_is_service_principal(*, user) -> bool:
     return ServicePrincipal.objects.filter(user_id=user.pk).exists()
 
 
+def service_principal_of(*, user) -> ServicePrincipal | None:
+    """The service identity ``user`` is (with its responsible person), or None for a person."""
+    if user is None or not getattr(user, "pk", None):
+        return None
+    return ServicePrincipal.objects.select_related("responsible").filter(user_id=user.pk).first()
+
+
 def role_highest(*, user, workspace: Workspace) -> str | None:
     """The highest role the user holds in the workspace (``org_admin`` above all), or None."""
     roles = workspace_roles(user=user, workspace=workspace)

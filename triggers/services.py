@@ -213,14 +213,16 @@ def trigger_firing_skip(
 
 def trigger_fire(
     *, trigger: Trigger, payload=None, source: str, dedupe_key: str | None = None,
-    triggered_at: datetime | None = None, user=None,
+    triggered_at: datetime | None = None, user=None, requester=None,
 ) -> TriggerFiring:
     """Start ``trigger``'s agent once for this signal, or record why not.
 
     Checks, in order: the trigger is enabled, the agent is active, the payload is not
     too large, ``dedupe_key`` is new for this trigger (the unique constraint decides,
     so two schedulers or two deliveries racing start one run). The run acts as the
-    trigger's service principal, or as ``user`` when a person fired it. The firing row
+    trigger's service principal, or as ``user`` when a person fired it; its requester is
+    ``requester`` (a key's owner, an upstream run's requester), else the trigger's
+    responsible person (``execution_start``'s default). The firing row
     and the run's row are written in one transaction: both or neither."""
     now = timezone.now()
     triggered_at = triggered_at or now
@@ -247,7 +249,8 @@ def trigger_fire(
         with transaction.atomic():
             firing.save()  # the dedupe key is taken here, or IntegrityError
             execution = execution_start(
-                agent=agent, user=run_as, input_prompt=prompt_render(trigger.prompt, payload), payload=payload,
+                agent=agent, user=run_as, requester=requester,
+                input_prompt=prompt_render(trigger.prompt, payload), payload=payload,
                 trigger_type=trigger.type, trigger_source=source, trigger_id=trigger.pk, triggered_at=triggered_at,
             )
             firing.execution = execution

@@ -39,7 +39,7 @@ from rivercore.errors import InvalidInput
 from rivercore.state import RunState
 from rivercore.types.agents import ActionLevel, MemoryEntry, action_level_at_most
 from rivercore.types.sessions import TRANSFER_TOOL, SessionContext
-from tenancy.selectors import role_annotations, roles_annotated, roles_permissions
+from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, service_principal_of
 
 logger = logging.getLogger("river.executions")
 
@@ -193,10 +193,20 @@ def run_state_build(execution: Execution) -> RunState:
                     tool_schemas=ctxmod.tool_schemas(request))
 
 
+def requester_default(*, user):
+    """The person answerable for a run that acts as ``user``: a trigger's service identity
+    answers to its responsible person; anyone else to themselves."""
+    if user is None:
+        return None
+    principal = service_principal_of(user=user)
+    return principal.responsible if principal is not None else user
+
+
 def execution_start(
     *,
     agent: Agent,
     user,
+    requester=None,
     input_prompt: str = "",
     payload=None,
     trigger_type: str = "manual",
@@ -216,6 +226,8 @@ def execution_start(
     INSERT, plus an audit entry in the same transaction when the payload carried text
     that looks like a prompt injection (stored sanitised for the run to read).
 
+    ``user`` is who the run acts as (its roles); ``requester`` the person answerable for
+    it, who may never approve its actions (``requester_default`` when not given).
     A delegated run (``executions.services.delegation``) names its parent run and call,
     and ``delegation`` holds its depth and the action level it may not exceed.
     ``triggered_at`` is when the signal arrived (a cron slot, an event); now by default.
@@ -228,6 +240,8 @@ def execution_start(
     (``attached_data_source_metadata_build``). ``earlier_artifact_ids`` are the files of
     a session's earlier messages: queryable too, not named again (the history names
     them); one deleted since is left out."""
+    if requester is None:
+        requester = requester_default(user=user)
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
@@ -281,6 +295,7 @@ def execution_start(
             trigger_type=trigger_type, trigger_source=trigger_source,
             trigger_payload=payload if payload is not None else {}, trigger_id=trigger_id,
             parent_execution_id=parent_execution_id, parent_call_id=parent_call_id, requested_by=user,
+            requester=requester,
             session_id=session_id, input_prompt=input_prompt or "",
             queued_at=now, published_at=now, context=context,
         )
