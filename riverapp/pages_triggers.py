@@ -37,7 +37,7 @@ from rivercore.errors import RiverError
 from tenancy.permissions import AGENT_CREATE, ROLE_ORDER
 from tenancy.selectors import workspace_permissions
 from triggers import apikeys, webhooks
-from triggers.models import TriggerFiring
+from triggers.models import TriggerFiring, WebhookScheme
 from triggers.selectors import (
     trigger_firings,
     trigger_get_for_user,
@@ -153,6 +153,15 @@ class TriggerForm(forms.Form):
             "new_endpoint": forms.SlugField(required=False, max_length=80, label="New endpoint name",
                                             help_text="Lowercase letters, digits and hyphens, for example zendesk. "
                                                       "Its signing secret is shown once, after saving."),
+            "new_endpoint_scheme": forms.ChoiceField(
+                required=False, label="New endpoint's signatures", initial=WebhookScheme.STANDARD,
+                choices=[(scheme.value, scheme.label) for scheme in webhooks.CHOOSABLE_SCHEMES],
+                help_text="How the sender signs: Standard Webhooks (River makes the secret), or GitHub's or "
+                          "Stripe's own format (paste the secret they show below)."),
+            "new_endpoint_secret": forms.CharField(
+                required=False, max_length=256, strip=False, label="GitHub or Stripe signing secret",
+                widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+                help_text="Only for GitHub or Stripe: the secret you set in GitHub, or Stripe's whsec_… ."),
             "event_type": forms.CharField(max_length=100, label="Event type",
                                           help_text="The type of event to react to, for example ticket.created."),
             "condition": forms.CharField(required=False, max_length=2_000, label="Only when",
@@ -233,7 +242,7 @@ class TriggerForm(forms.Form):
     def field_map(self) -> dict[str, str]:
         mapping = {f"config.{name}": name for name in self.type_fields}
         if self.api_type == "event":
-            mapping["slug"] = "new_endpoint"
+            mapping.update({"slug": "new_endpoint", "scheme": "new_endpoint_scheme", "secret": "new_endpoint_secret"})
         return mapping
 
 
@@ -287,8 +296,10 @@ def _trigger_save(request, workspace, agent, form):
     secret = key = None
     with transaction.atomic():
         if form.api_type == "event" and data["endpoint"] == NEW_ENDPOINT:
-            secret = webhooks.webhook_endpoint_create(workspace=workspace, slug=data["new_endpoint"],
-                                                      created_by=request.user)
+            secret = webhooks.webhook_endpoint_create(
+                workspace=workspace, slug=data["new_endpoint"], created_by=request.user,
+                scheme=data["new_endpoint_scheme"] or WebhookScheme.STANDARD,
+                secret=data["new_endpoint_secret"] or None)
         trigger = trigger_create(actor=request.user, workspace=workspace, agent=agent, name=data["name"],
                                  trigger_type=type_from_api(form.api_type), prompt=data["prompt"],
                                  config=form.config(), enabled=data["enabled"], run_as_role=data["run_as_role"])
@@ -382,6 +393,10 @@ GRACE_CHOICES = [("0", "Stop the old secret now"), ("3600", "Keep the old secret
 class RotateForm(forms.Form):
     previous_valid_seconds = forms.TypedChoiceField(choices=GRACE_CHOICES, coerce=int, initial="86400",
                                                     label="The old secret")
+    secret = forms.CharField(required=False, max_length=256, strip=False, label="The sender's new secret",
+                             widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+                             help_text="GitHub and Stripe endpoints: the new secret you set in GitHub, or the "
+                                       "whsec_… Stripe shows after rolling it. Never shown again.")
 
 
 @require_POST
@@ -398,8 +413,14 @@ def trigger_endpoint_rotate(request, trigger_id):
     if not form.is_valid():
         messages.error(request, "The secret was not rotated: choose how long the old secret keeps working.")
         return redirect("trigger-page", trigger_id=trigger.pk)
-    issued = webhooks.webhook_endpoint_rotate(
-        endpoint=endpoint, previous_valid_for=timedelta(seconds=form.cleaned_data["previous_valid_seconds"]))
+    try:
+        issued = webhooks.webhook_endpoint_rotate(
+            endpoint=endpoint, previous_valid_for=timedelta(seconds=form.cleaned_data["previous_valid_seconds"]),
+            secret=form.cleaned_data["secret"] or None)
+    except RiverError as exc:
+        reasons = "; ".join(str(reason) for reasons in (exc.details or {}).values() for reason in reasons)
+        messages.error(request, f"The secret was not rotated: {reasons or exc.message}")
+        return redirect("trigger-page", trigger_id=trigger.pk)
     response = render(request, "triggers/created.html", {
         "trigger": trigger, "secret": issued, "key": None, "rotated": True,
         "hook_url": request.build_absolute_uri(f"/api/v1/hooks/{endpoint.pk}"),

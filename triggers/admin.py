@@ -233,14 +233,16 @@ class ApiKeyAdmin(TenantScopedAdmin):
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(TenantScopedAdmin):
-    """Endpoints without their secrets: create and rotate through the API, which shows a
-    secret once."""
+    """Endpoints without their secrets: create, rotate and change the scheme through the
+    API or the trigger pages, which show a River-made secret once (a change of scheme
+    always comes with a new secret, which this admin has no safe place to show)."""
 
     tenant_path = "workspace__organization"
-    list_display = ["slug", "workspace", "id", "created_at", "rotated_at", "previous_secret_expires_at"]
-    list_filter = ["workspace"]
+    list_display = ["slug", "workspace", "scheme", "id", "created_at", "rotated_at", "previous_secret_expires_at"]
+    list_filter = ["scheme", "workspace"]
     search_fields = ["slug"]
-    fields = ["id", "slug", "workspace", "created_by", "created_at", "rotated_at", "previous_secret_expires_at"]
+    fields = ["id", "slug", "workspace", "scheme", "created_by", "created_at", "rotated_at",
+              "previous_secret_expires_at"]
     readonly_fields = fields
 
     def has_add_permission(self, request) -> bool:

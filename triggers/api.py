@@ -38,7 +38,7 @@ from tenancy.selectors import (
     workspace_get_for_user,
 )
 from triggers import apikeys, selectors, services, webhooks
-from triggers.models import ApiKey, Trigger, TriggerFiring, WebhookEndpoint
+from triggers.models import ApiKey, Trigger, TriggerFiring, WebhookEndpoint, WebhookScheme
 from triggers.types import API_TYPE_NAMES, api_type_name, config_public, type_from_api
 
 TRIGGER_ID = OpenApiParameter("trigger_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
@@ -368,7 +368,7 @@ class WebhookEndpointSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = WebhookEndpoint
-        fields = ["id", "workspace", "slug", "url", "created_by", "created_at", "rotated_at",
+        fields = ["id", "workspace", "slug", "scheme", "url", "created_by", "created_at", "rotated_at",
                   "previous_secret_expires_at", "previous_secret_active"]
         read_only_fields = fields
 
@@ -383,16 +383,36 @@ class WebhookEndpointSerializer(serializers.ModelSerializer):
 
 
 class WebhookEndpointIssuedSerializer(WebhookEndpointSerializer):
-    secret = serializers.CharField(help_text="The signing secret. Shown once.")
+    secret = serializers.CharField(allow_null=True, help_text=(
+        "The signing secret River made (standard, river_legacy), shown once; null when you supplied it "
+        "(github, stripe)."))
 
     class Meta(WebhookEndpointSerializer.Meta):
         fields = [*WebhookEndpointSerializer.Meta.fields, "secret"]
         read_only_fields = fields
 
 
+_SCHEME_HELP = ("How deliveries are signed: standard (Standard Webhooks, the default), github or stripe. "
+                "river_legacy is kept only for endpoints made before the schemes and cannot be chosen.")
+_SENDER_SIGNING_HELP = ("github and stripe only (required there): the signing secret the sender shows. Never shown "
+                "again. River makes the secret of a standard endpoint.")
+
+
+def _secret_field():
+    return serializers.CharField(max_length=256, required=False, trim_whitespace=False, help_text=_SENDER_SIGNING_HELP)
+
+
 class WebhookEndpointCreateSerializer(_StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     slug = serializers.CharField(max_length=80)
+    scheme = serializers.ChoiceField(choices=webhooks.CHOOSABLE_SCHEMES, default=WebhookScheme.STANDARD,
+                                     help_text=_SCHEME_HELP)
+    secret = _secret_field()
+
+
+class WebhookEndpointSchemeSerializer(_StrictInput):
+    scheme = serializers.ChoiceField(choices=webhooks.CHOOSABLE_SCHEMES, help_text=_SCHEME_HELP)
+    secret = _secret_field()
 
 
 class RotateSerializer(_StrictInput):
@@ -400,6 +420,7 @@ class RotateSerializer(_StrictInput):
         min_value=0, max_value=int(webhooks.MAX_ROTATION_GRACE.total_seconds()), required=False,
         default=int(webhooks.DEFAULT_ROTATION_GRACE.total_seconds()),
         help_text="How long the replaced secret keeps working (default one day; 0 ends it now).")
+    secret = _secret_field()
 
 
 ENDPOINT_ID = OpenApiParameter("endpoint_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
@@ -427,8 +448,9 @@ class WebhookEndpointList(ListAPIView):
         body.is_valid(raise_exception=True)
         workspace = workspace_get_for_user(user=request.user, workspace_id=body.validated_data["workspace"])
         require_permission(user=request.user, workspace=workspace, permission=AGENT_CREATE)
-        issued = webhooks.webhook_endpoint_create(workspace=workspace, slug=body.validated_data["slug"],
-                                                  created_by=request.user)
+        issued = webhooks.webhook_endpoint_create(
+            workspace=workspace, slug=body.validated_data["slug"], created_by=request.user,
+            scheme=body.validated_data["scheme"], secret=body.validated_data.get("secret"))
         return Response(_issued(issued), status=status.HTTP_201_CREATED)
 
 
@@ -439,6 +461,17 @@ class WebhookEndpointDetail(GenericAPIView):
     def get(self, request, endpoint_id):
         endpoint = selectors.webhook_endpoint_get_for_user(user=request.user, endpoint_id=endpoint_id)
         return Response(WebhookEndpointSerializer(endpoint).data)
+
+    @extend_schema(request=WebhookEndpointSchemeSerializer, responses=WebhookEndpointIssuedSerializer)
+    def patch(self, request, endpoint_id):
+        """Switch the endpoint's scheme; its secret is replaced at once (made and shown
+        once for standard, supplied for github and stripe)."""
+        endpoint = _writable_endpoint(request, endpoint_id)
+        body = WebhookEndpointSchemeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        issued = webhooks.webhook_endpoint_scheme_set(endpoint=endpoint, scheme=body.validated_data["scheme"],
+                                                      secret=body.validated_data.get("secret"))
+        return Response(_issued(issued))
 
     @extend_schema(responses={204: None})
     def delete(self, request, endpoint_id):
@@ -455,40 +488,58 @@ class WebhookEndpointRotate(GenericAPIView):
         body = RotateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         issued = webhooks.webhook_endpoint_rotate(
-            endpoint=endpoint, previous_valid_for=timedelta(seconds=body.validated_data["previous_valid_seconds"]))
+            endpoint=endpoint, previous_valid_for=timedelta(seconds=body.validated_data["previous_valid_seconds"]),
+            secret=body.validated_data.get("secret"))
         return Response(_issued(issued))
 
 
 @extend_schema(
     parameters=[ENDPOINT_ID,
-                OpenApiParameter("X-River-Signature", str, OpenApiParameter.HEADER, required=True,
-                                 description="t=<unix seconds>,v1=<hex HMAC-SHA256 of '<t>.<raw body>'>"),
-                OpenApiParameter("X-River-Event-Type", str, OpenApiParameter.HEADER),
-                OpenApiParameter("X-River-Event-Id", str, OpenApiParameter.HEADER)],
+                OpenApiParameter("webhook-id", str, OpenApiParameter.HEADER,
+                                 description="standard: the message id (signed; the dedupe key)"),
+                OpenApiParameter("webhook-timestamp", str, OpenApiParameter.HEADER,
+                                 description="standard: unix seconds (signed; within 300 s of now)"),
+                OpenApiParameter("webhook-signature", str, OpenApiParameter.HEADER,
+                                 description="standard: space-separated v1,<base64 HMAC-SHA256 of "
+                                             "'<id>.<timestamp>.<raw body>'>"),
+                OpenApiParameter("Stripe-Signature", str, OpenApiParameter.HEADER,
+                                 description="stripe: t=<unix seconds>,v1=<hex HMAC-SHA256 of '<t>.<raw body>'>"),
+                OpenApiParameter("X-Hub-Signature-256", str, OpenApiParameter.HEADER,
+                                 description="github: sha256=<hex HMAC-SHA256 of the raw body>"),
+                OpenApiParameter("X-GitHub-Event", str, OpenApiParameter.HEADER, description="github: event type"),
+                OpenApiParameter("X-GitHub-Delivery", str, OpenApiParameter.HEADER, description="github: delivery id"),
+                OpenApiParameter("X-River-Signature", str, OpenApiParameter.HEADER,
+                                 description="river_legacy: t=<unix seconds>,v1=<hex HMAC-SHA256 of "
+                                             "'<t>.<raw body>'>"),
+                OpenApiParameter("X-River-Event-Type", str, OpenApiParameter.HEADER,
+                                 description="river_legacy: event type (unsigned)"),
+                OpenApiParameter("X-River-Event-Id", str, OpenApiParameter.HEADER,
+                                 description="river_legacy: event id (unsigned)")],
     request={"application/json": {"type": "object", "additionalProperties": True}},
     responses={202: inline_serializer("HookAccepted", {"executions": serializers.ListField(
         child=serializers.IntegerField())})},
     auth=[],
 )
 class WebhookReceive(APIView):
-    """Receive a signed event. 404: no such endpoint; 401: the signature, its timestamp or
-    its header is wrong (nothing is stored); 400: a verified body that is not a JSON
-    object with an event type."""
+    """Receive a signed event, verified by the endpoint's scheme. 404: no such endpoint;
+    401: the signature, its timestamp or a signing header is wrong, or (github) the
+    signed body came before with another id or type (nothing is stored); 400: a
+    verified body without what the scheme needs (event type, id, data)."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
+    signature_header = "X-River-Signature"
 
     def handle_exception(self, exc):
         response = super().handle_exception(exc)
         if response.status_code == status.HTTP_401_UNAUTHORIZED:
-            response["WWW-Authenticate"] = 'Signature header="X-River-Signature"'
+            response["WWW-Authenticate"] = f'Signature header="{self.signature_header}"'
         return response
 
     def post(self, request, endpoint_id):
         endpoint = selectors.webhook_endpoint_get(endpoint_id=endpoint_id)
-        firings = webhooks.webhook_receive(
-            endpoint=endpoint, body=request.body, signature_header=request.headers.get("X-River-Signature"),
-            type_header=request.headers.get("X-River-Event-Type"), id_header=request.headers.get("X-River-Event-Id"))
+        self.signature_header = webhooks.SIGNATURE_HEADERS[endpoint.scheme]
+        firings = webhooks.webhook_receive(endpoint=endpoint, body=request.body, headers=request.headers)
         return _started(firings)
 
 

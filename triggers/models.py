@@ -121,15 +121,28 @@ class ApiKey(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
 
+class WebhookScheme(models.TextChoices):
+    """How an endpoint's deliveries are signed (triggers.webhooks verifies each)."""
+
+    STANDARD = "standard", "Standard Webhooks"
+    GITHUB = "github", "GitHub"
+    STRIPE = "stripe", "Stripe"
+    RIVER_LEGACY = "river_legacy", "River legacy (X-River-Signature)"
+
+
 class WebhookEndpoint(models.Model):
     """Where a workspace receives events: ``POST /api/v1/hooks/<id>``. The id (random)
-    is the URL; the slug (unique in the workspace) is what event triggers name. Secrets
-    are encrypted, since verifying a signature needs them; during a rotation the previous
-    secret stays valid until ``previous_secret_expires_at``."""
+    is the URL; the slug (unique in the workspace) is what event triggers name; the
+    scheme says how deliveries are signed. Secrets are encrypted, since verifying a
+    signature needs them; during a rotation the previous secret stays valid until
+    ``previous_secret_expires_at``. ``river_legacy`` exists only for endpoints made
+    before the schemes: it leaves the event id and type unsigned, so no new endpoint
+    may choose it."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="webhook_endpoints")
     slug = models.SlugField(max_length=80)
+    scheme = models.CharField(max_length=20, choices=WebhookScheme.choices, default=WebhookScheme.STANDARD)
     secret_encrypted = models.TextField()
     previous_secret_encrypted = models.TextField(blank=True)
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
@@ -144,6 +157,28 @@ class WebhookEndpoint(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+class WebhookDelivery(models.Model):
+    """A verified GitHub delivery's signed body, by digest. GitHub signs the body only,
+    not its ``X-GitHub-Event`` or ``X-GitHub-Delivery`` headers, and sends no timestamp:
+    a body seen once binds the id and type it first came with, so the same signed body
+    under another id or type is refused (triggers.webhooks). Kept for
+    ``GITHUB_DELIVERY_WINDOW``, then pruned."""
+
+    id = models.BigAutoField(primary_key=True)
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="+")
+    body_sha256 = models.CharField(max_length=64)
+    delivery_id = models.CharField(max_length=200)
+    event_type = models.CharField(max_length=100)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["endpoint", "body_sha256"], name="uniq_webhook_body_digest")]
+        indexes = [models.Index(fields=["endpoint", "received_at"], name="webhook_delivery_received")]
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id} ({self.event_type})"
 
 
 class MetricSample(models.Model):

@@ -3,17 +3,18 @@ agent's page, an API invoke with a key and a signed webhook event differ only in
 trigger fields' values, never in the request's shape."""
 
 import json
-import time
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
+from standardwebhooks.webhooks import Webhook
 
 from executions.models import Execution
 from executions.services.start import request_build
 from triggers.apikeys import api_key_issue
 from triggers.services import trigger_create
-from triggers.webhooks import signature_compute, webhook_endpoint_create
+from triggers.webhooks import webhook_endpoint_create
 
 pytestmark = pytest.mark.django_db
 
@@ -39,11 +40,11 @@ def test_manual_api_and_event_runs_share_one_request_shape(owner, member, worksp
     issued = webhook_endpoint_create(workspace=workspace, slug="desk", created_by=owner)
     trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Tickets", trigger_type="event",
                    prompt="Look at ticket {{ payload.id }}", config={"endpoint": "desk", "event_type": "t.created"})
-    body = json.dumps({"id": 1, "type": "t.created"}).encode()
-    t = int(time.time())
-    signature = signature_compute(secret=issued.secret, timestamp=t, body=body)
-    APIClient().post(f"/api/v1/hooks/{issued.endpoint.pk}", data=body, content_type="application/json",
-                     HTTP_X_RIVER_SIGNATURE=f"t={t},v1={signature}")
+    body = json.dumps({"type": "t.created", "timestamp": "2026-01-01T00:00:00Z", "data": {"id": 1}})
+    sent_at = timezone.now()
+    APIClient().post(f"/api/v1/hooks/{issued.endpoint.pk}", data=body.encode(), content_type="application/json",
+                     HTTP_WEBHOOK_ID="msg_1", HTTP_WEBHOOK_TIMESTAMP=str(int(sent_at.timestamp())),
+                     HTTP_WEBHOOK_SIGNATURE=Webhook(issued.secret).sign("msg_1", sent_at, body))
 
     runs = {run.trigger_type: run for run in Execution.objects.all()}
     assert set(runs) == {"manual", "api", "event"}

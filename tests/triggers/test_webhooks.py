@@ -1,6 +1,8 @@
 """Event triggers through POST /api/v1/hooks/{endpoint}: signed deliveries fan out to
 every matching trigger; conditions filter; redelivery is idempotent; anything not
-verified is refused with nothing stored."""
+verified is refused with nothing stored. Deliveries here use the river_legacy scheme
+(X-River-Signature), which endpoints made before the schemes keep; the other schemes
+are in test_webhook_schemes.py."""
 
 import json
 import time
@@ -14,17 +16,25 @@ from executions.models import Execution
 from executions.services.start import request_build
 from tests.factories import make_agent
 from triggers import webhooks
-from triggers.models import TriggerFiring, WebhookEndpoint
+from triggers.models import TriggerFiring, WebhookEndpoint, WebhookScheme
 from triggers.services import trigger_create, trigger_fire
 from triggers.webhooks import signature_compute, webhook_endpoint_create, webhook_endpoint_rotate, webhook_refusals
 
 pytestmark = pytest.mark.django_db
 
 
+def legacy_endpoint(workspace, owner, slug):
+    """An endpoint as the migration leaves one made before the schemes: river_legacy
+    (no endpoint can be created with it any more)."""
+    issued = webhook_endpoint_create(workspace=workspace, slug=slug, created_by=owner)
+    WebhookEndpoint.objects.filter(pk=issued.endpoint.pk).update(scheme=WebhookScheme.RIVER_LEGACY)
+    issued.endpoint.refresh_from_db()
+    return issued.endpoint, issued.secret
+
+
 @pytest.fixture
 def endpoint(workspace, owner):
-    issued = webhook_endpoint_create(workspace=workspace, slug="zendesk", created_by=owner)
-    return issued.endpoint, issued.secret
+    return legacy_endpoint(workspace, owner, "zendesk")
 
 
 def event_trigger(owner, workspace, agent, name, condition="", event_type="ticket.created"):
@@ -131,9 +141,9 @@ def test_unverified_deliveries_are_401_and_store_nothing(owner, workspace, endpo
 
 def test_a_signature_with_another_endpoints_secret_is_refused(owner, workspace, endpoint, active_agent):
     ep, _ = endpoint
-    other = webhook_endpoint_create(workspace=workspace, slug="other", created_by=owner)
+    _, other_secret = legacy_endpoint(workspace, owner, "other")
     event_trigger(owner, workspace, active_agent, "T")
-    assert deliver(ep, other.secret, {"id": "1", "type": "ticket.created"}).status_code == 401
+    assert deliver(ep, other_secret, {"id": "1", "type": "ticket.created"}).status_code == 401
     assert nothing_stored()
 
 

@@ -192,15 +192,17 @@ def test_delete_removes_the_trigger_and_its_firings_and_keeps_its_runs(client_fo
 
 def test_rotating_the_endpoint_secret_shows_the_new_one_once_and_keeps_the_old_for_the_grace(
         client_for, owner, agent):
-    import time
+    from django.utils import timezone
+    from standardwebhooks.webhooks import Webhook
 
-    from triggers.webhooks import SignatureRefused, signature_compute, webhook_verify
+    from triggers.webhooks import SignatureRefused, webhook_verify
 
     def accepts(endpoint, secret: str) -> bool:
-        stamp = int(time.time())
-        header = f"t={stamp},v1={signature_compute(secret=secret, timestamp=stamp, body=b'{}')}"
+        now = timezone.now()
+        headers = {"webhook-id": "msg_1", "webhook-timestamp": str(int(now.timestamp())),
+                   "webhook-signature": Webhook(secret).sign("msg_1", now, "{}")}
         try:
-            webhook_verify(endpoint=endpoint, signature_header=header, body=b"{}")
+            webhook_verify(endpoint=endpoint, headers=headers, body=b"{}")
         except SignatureRefused:
             return False
         return True
