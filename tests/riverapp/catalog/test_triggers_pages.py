@@ -246,3 +246,48 @@ def test_only_managers_of_the_workspace_delete_or_rotate(client_for, viewer, out
     assert client_for(owner).post(f"/triggers/{trigger.pk}/endpoint/rotate",
                                   {"previous_valid_seconds": "0"}).status_code == 404
     assert Trigger.objects.filter(pk=trigger.pk).exists()
+
+
+def test_a_webhook_trigger_page_creates_a_github_endpoint_without_showing_its_secret(client_for, owner, agent):
+    from common.crypto import decrypt_text
+
+    gh_secret = "github secret for the page"  # noqa: S105 - a test secret
+    client = client_for(owner)
+    response = client.post("/triggers/new/?type=event", _form(
+        agent, name="Issues", endpoint="__new__", new_endpoint="repo", new_endpoint_scheme="github",
+        new_endpoint_secret=gh_secret, event_type="issues"))
+    page = response.content.decode()
+    assert response.status_code == 200 and gh_secret not in page and 'id="webhook-secret"' not in page
+    assert "X-Hub-Signature-256" in page
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.scheme == "github" and decrypt_text(endpoint.secret_encrypted) == gh_secret
+
+
+def test_a_webhook_trigger_page_refuses_legacy_and_a_missing_stripe_secret(client_for, owner, agent):
+    client = client_for(owner)
+    legacy = client.post("/triggers/new/?type=event", _form(
+        agent, endpoint="__new__", new_endpoint="old", new_endpoint_scheme="river_legacy", event_type="x"))
+    assert legacy.status_code == 400 and 'id="id_new_endpoint_scheme_error"' in legacy.content.decode()
+    stripe_page = client.post("/triggers/new/?type=event", _form(
+        agent, endpoint="__new__", new_endpoint="pay", new_endpoint_scheme="stripe", event_type="x"))
+    assert stripe_page.status_code == 400 and 'id="id_new_endpoint_secret_error"' in stripe_page.content.decode()
+    assert not WebhookEndpoint.objects.exists() and not Trigger.objects.exists()
+
+
+def test_rotating_a_stripe_endpoint_on_the_page_takes_the_rolled_secret(client_for, owner, workspace, agent):
+    from common.crypto import decrypt_text
+    from triggers.webhooks import webhook_endpoint_create
+
+    webhook_endpoint_create(workspace=workspace, slug="pay", created_by=owner, scheme="stripe",
+                            secret="whsec_" + "a1" * 16)
+    trigger = trigger_create(actor=owner, workspace=workspace, agent=agent, name="Paid", trigger_type="event",
+                             config={"endpoint": "pay", "event_type": "charge.succeeded"})
+    client = client_for(owner)
+    assert 'name="secret"' in client.get(f"/triggers/{trigger.pk}/").content.decode()
+    refused = client.post(f"/triggers/{trigger.pk}/endpoint/rotate", {"previous_valid_seconds": "0"}, follow=True)
+    assert "The secret was not rotated" in refused.content.decode()
+    rolled = "whsec_" + "b2" * 16
+    response = client.post(f"/triggers/{trigger.pk}/endpoint/rotate",
+                           {"previous_valid_seconds": "0", "secret": rolled})
+    assert response.status_code == 200 and rolled not in response.content.decode()
+    assert decrypt_text(WebhookEndpoint.objects.get().secret_encrypted) == rolled
