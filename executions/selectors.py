@@ -18,7 +18,7 @@ def executions_for_user(*, user) -> QuerySet[Execution]:
 def execution_get_for_user(*, user, execution_id) -> Execution:
     """The run if it belongs to one of the user's workspaces; otherwise 404."""
     try:
-        return executions_for_user(user=user).select_related("agent", "workspace", "agent_version").get(
+        return executions_for_user(user=user).select_related("agent", "workspace", "agent_version", "requester").get(
             pk=int(execution_id))
     except (Execution.DoesNotExist, TypeError, ValueError):
         raise NotFound("Execution not found.") from None

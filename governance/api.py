@@ -17,6 +17,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.people import PersonRefSerializer
 from governance import services
 from governance.approvals import approval_get_for_user, approvals_for_user
 from governance.audit import audit_verify
@@ -299,12 +300,16 @@ class WorkspaceApprovalSettings(APIView):
 
 
 class ApprovalSerializer(serializers.ModelSerializer):
+    # The run's requester: the person answerable for it, who may not resolve this request
+    # unless the workspace allows self-approval.
+    requester = PersonRefSerializer(source="run_started_by", read_only=True, allow_null=True)
+
     class Meta:
         model = ApprovalRequest
         fields = ["id", "workspace", "execution_id", "agent_id", "tool_name", "proposed_payload",
                   "reasoning_summary", "risk_context", "confidence_score", "auto_approve_eligible",
-                  "approver_roles", "status", "expires_at", "resolution", "resolved_by", "resolution_comment",
-                  "resolved_at", "created_at"]
+                  "approver_roles", "requester", "status", "expires_at", "resolution", "resolved_by",
+                  "resolution_comment", "resolved_at", "created_at"]
 
 
 class ResolveInput(serializers.Serializer):

@@ -38,8 +38,10 @@ def approval_request_open(
 ) -> ApprovalRequest:
     """Idempotent per (execution, call): a re-run segment finds the same request.
 
-    ``run_started_by_id`` is the user who started the run; segregation of duties
-    keeps them from resolving it (see ``approval_authorize``)."""
+    ``run_started_by_id`` is the run's requester, the person answerable for it whatever
+    started it (the clicker, a key's owner, a trigger's responsible person, the parent
+    or upstream run's requester, a session's owner), never the identity it acts as;
+    segregation of duties keeps them from resolving it (see ``approval_authorize``)."""
     existing = ApprovalRequest.objects.filter(execution_id=execution_id, tool_call_id=call_id).first()
     if existing is not None:
         return existing
@@ -84,15 +86,17 @@ def _role_allows(roles: set[str], approval: ApprovalRequest) -> bool:
 SERVICE_PRINCIPAL_MESSAGE = "A trigger's service identity can never resolve an approval request."
 
 SELF_APPROVAL_MESSAGE = (
-    "You started this run, so someone else must resolve its approvals (segregation of duties). "
-    "A workspace admin can allow self-approval in the workspace settings."
+    "You are this run's requester (you started this run, or it was started by your key, your trigger, "
+    "your conversation or a run you requested), so someone else must resolve its approvals "
+    "(segregation of duties). A workspace admin can allow self-approval in the workspace settings."
 )
 
 
 def self_approval_refused(*, user, approval: ApprovalRequest) -> bool:
-    """Whether ``user`` started the run behind ``approval`` in a workspace that does
-    not allow self-approval. A run started through an API token counts as started by
-    the token's owner, so a second token or the browser does not get around it."""
+    """Whether ``user`` is the requester of the run behind ``approval`` in a workspace
+    that does not allow self-approval. The requester is a person, whatever path started
+    the run (a token, a trigger's key, schedule or webhook, a delegation, a pipeline, a
+    hand-off), so no second token, trigger or agent gets around it."""
     return (
         approval.run_started_by_id is not None
         and approval.run_started_by_id == getattr(user, "pk", None)
@@ -134,7 +138,8 @@ def approval_resolver(*, user, workspace):
 
 
 def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool = False) -> QuerySet:
-    qs = ApprovalRequest.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related("workspace")
+    qs = ApprovalRequest.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related(
+        "workspace", "run_started_by")
     if status:
         qs = qs.filter(status=status)
     if resolvable_only:
@@ -149,6 +154,16 @@ def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool
                 allowed.append(approval.pk)
         qs = qs.filter(pk__in=allowed)
     return qs.order_by("-created_at")
+
+
+def approvals_pending_count(*, user, workspace: Workspace) -> int:
+    """The workspace's pending requests, for the frame's badge, leaving out those of runs
+    ``user`` requested (someone else must decide them) unless the workspace allows
+    self-approval."""
+    pending = approvals_for_user(user=user, status=ApprovalRequest.Status.PENDING).filter(workspace=workspace)
+    if not workspace.allow_self_approval and getattr(user, "pk", None) is not None:
+        pending = pending.exclude(run_started_by_id=user.pk)
+    return pending.count()
 
 
 def approval_get_for_user(*, user, approval_id) -> ApprovalRequest:

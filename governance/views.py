@@ -20,6 +20,7 @@ from django.shortcuts import render
 from django.urls import path, reverse_lazy
 from django.views.decorators.http import require_GET, require_POST
 
+from common.people import person_label
 from governance.approvals import approval_get_for_user, may_resolve, self_approval_refused
 from governance.models import ApprovalRequest
 from governance.resolution import approval_resolve
@@ -109,6 +110,7 @@ def approval_card(
         "pending": approval.status == ApprovalRequest.Status.PENDING,
         "can_resolve": may_resolve(user=user, approval=approval) if can_resolve is None else can_resolve,
         "self_started": self_approval_refused(user=user, approval=approval),
+        "requester": person_label(approval.run_started_by) if approval.run_started_by_id else "",
         "proposed_json": _pretty(approval.proposed_payload),
         "editor_text": submitted.get("modified_args") or _pretty(approval.proposed_payload),
         "comment": submitted.get("resolution_comment", ""),

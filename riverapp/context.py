@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from governance.approvals import approvals_for_user
-from governance.models import ApprovalRequest
+from governance.approvals import approvals_pending_count
 from governance.notifications import notifications_unread_count
 from tenancy.selectors import workspaces_for_user
 
@@ -45,8 +44,7 @@ class Nav:
     def pending_approvals(self) -> int:
         if self.workspace is None:
             return 0
-        return approvals_for_user(user=self.request.user, status=ApprovalRequest.Status.PENDING).filter(
-            workspace=self.workspace).count()
+        return approvals_pending_count(user=self.request.user, workspace=self.workspace)
 
     @cached_property
     def unread_notifications(self) -> int:

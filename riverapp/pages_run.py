@@ -22,6 +22,7 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse, reverse_lazy
 from django.views.decorators.http import require_GET, require_POST
 
+from common.people import person_label
 from executions import services
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.progress import execution_status_block
@@ -32,7 +33,7 @@ from rivercore.contracts import StepStatus
 from rivercore.errors import NotFound, RiverError
 from rivercore.events import event_message
 from tenancy.permissions import AGENT_EXECUTE
-from tenancy.selectors import workspace_permissions
+from tenancy.selectors import service_principal_of, workspace_permissions
 from triggers.models import Trigger
 
 LOGIN_URL = reverse_lazy("login")
@@ -70,16 +71,28 @@ def _cause(user, execution: Execution) -> dict:
     if execution.trigger_id:
         trigger = Trigger.objects.filter(pk=execution.trigger_id, workspace_id=execution.workspace_id).only(
             "pk", "name", "type").first()
-    requested_by = None
-    if execution.requested_by_id:
-        requested_by = get_user_model().objects.filter(pk=execution.requested_by_id).values_list(
-            "username", flat=True).first()
     return {
         "trigger": trigger,
-        "requested_by": requested_by,
+        **_people(execution),
         "children": list(execution_children(execution=execution).select_related("agent").only(
             "pk", "status", "parent_call_id", "agent__name")),
     }
+
+
+def _people(execution: Execution) -> dict:
+    """Who the run is for: ``requester`` (the person answerable for it, who may not
+    approve its actions) and, when the run acts as someone else, ``acting_as`` (a
+    trigger's identity by its label, or another person by name)."""
+    users = get_user_model().objects.in_bulk([pk for pk in (execution.requester_id, execution.requested_by_id) if pk])
+    requester = users.get(execution.requester_id)
+    acting_as = acting_as_username = None
+    identity = users.get(execution.requested_by_id) if execution.requested_by_id != execution.requester_id else None
+    if identity is not None:
+        principal = service_principal_of(user=identity)
+        acting_as = principal.label if principal is not None else person_label(identity)
+        acting_as_username = identity.get_username()
+    return {"requester": person_label(requester) if requester is not None else None, "acting_as": acting_as,
+            "acting_as_username": acting_as_username if acting_as_username != acting_as else None}
 
 
 def _question(execution: Execution) -> dict | None:

@@ -131,6 +131,14 @@ def _queue(handoff_ids: list[int]) -> None:
             logger.exception("could not queue pipeline hand-off %s; the retry pass will", handoff_id)
 
 
+def _upstream_requester(execution_id: int):
+    """The person answerable for the upstream run, who answers for the stage it starts
+    too (segregation of duties: a pipeline does not launder who asked). None when the
+    upstream run is gone or had nobody: the stage's trigger's responsible person then."""
+    row = Execution.objects.filter(pk=execution_id).select_related("requester").only("requester").first()
+    return row.requester if row is not None else None
+
+
 def pipeline_handoff_process(*, handoff_id: int) -> TriggerFiring | None:
     """Fire the hand-off's trigger once and mark it done; on failure leave it pending
     with a later ``next_attempt_at``. Safe to run twice and concurrently (row lock,
@@ -152,7 +160,8 @@ def pipeline_handoff_process(*, handoff_id: int) -> TriggerFiring | None:
                     detail=f"gave up after {handoff.attempts} attempts: {handoff.last_error}")
             else:
                 firing = trigger_fire(trigger=trigger, payload=handoff.payload, source=_source(trigger),
-                                      dedupe_key=dedupe_key)
+                                      dedupe_key=dedupe_key,
+                                      requester=_upstream_requester(handoff.upstream_execution_id))
             handoff.firing = firing
             handoff.done_at = timezone.now()
             handoff.save(update_fields=["firing", "done_at"])

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user, agent_get_with_permissions
+from common.people import PersonRefSerializer
 from executions import services, stateless
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.selectors import execution_children, execution_get_for_user, executions_for_user
@@ -52,11 +53,15 @@ class ExecutionSerializer(serializers.ModelSerializer):
     # The agent version by its number (what the agents API and pages call it), never
     # its internal row id.
     agent_version = serializers.IntegerField(source="agent_version.version", read_only=True)
+    # The person answerable for the run, who may not approve its actions (docs/approvals.md);
+    # ``requested_by`` stays the id of the identity the run acts as.
+    requester = PersonRefSerializer(read_only=True, allow_null=True)
 
     class Meta:
         model = Execution
         fields = ["id", "workspace", "agent", "agent_version", "trigger", "trigger_type",
-                  "trigger_source", "trigger_payload", "requested_by", "input_prompt", "status", "turn_count",
+                  "trigger_source", "trigger_payload", "requested_by", "requester", "input_prompt", "status",
+                  "turn_count",
                   "tokens_input", "tokens_output", "total_tokens", "cost_usd", "cost_unknown", "queued_at",
                   "started_at", "finished_at", "attempts", "result", "usage", "error", "parent_execution",
                   "parent_execution_id", "session"]
@@ -158,7 +163,8 @@ class ExecutionList(ListAPIView):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self):
-        qs = executions_for_user(user=self.request.user).select_related("agent_version").order_by("-queued_at", "-id")
+        qs = (executions_for_user(user=self.request.user).select_related("agent_version", "requester")
+              .order_by("-queued_at", "-id"))
         params = self.request.query_params
         if params.get("status"):
             if params["status"] not in Execution.Status.values:

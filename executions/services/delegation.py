@@ -51,13 +51,15 @@ def delegation_start(*, parent_execution_id: int, call_id: str, agent_reference:
 
     ``action_level`` is the parent's own (already capped if the parent is itself a
     child): the child runs at the lower of its own level and this one. The child runs
-    as the parent's requester, whose roles are read live at each of its segments.
+    as the identity the parent acts as, whose roles are read live at each of its
+    segments; the child's requester is the parent's, so the person behind the parent
+    run cannot approve what the child does either.
     Raises ``NotFound`` for an agent that is not in the parent's workspace (another
     workspace's agent included), ``InvalidInput`` for a refused delegation (itself, an
     inactive agent, too deep, too many children) and ``Conflict`` when the parent is no
     longer running. Nothing is written then."""
     with transaction.atomic():
-        parent = Execution.objects.select_for_update(of=("self",)).select_related("requested_by").get(
+        parent = Execution.objects.select_for_update(of=("self",)).select_related("requested_by", "requester").get(
             pk=parent_execution_id)
         if parent.status != Execution.Status.RUNNING:
             raise Conflict(f"This run is {parent.status}; it cannot delegate.", code="invalid_state")
@@ -89,7 +91,7 @@ def delegation_start(*, parent_execution_id: int, call_id: str, agent_reference:
         if parent_span := traces.run_span_traceparent(execution_id=parent.pk):
             delegation["parent_traceparent"] = parent_span
         child = execution_start(
-            agent=target, user=parent.requested_by, input_prompt=task, payload=payload,
+            agent=target, user=parent.requested_by, requester=parent.requester, input_prompt=task, payload=payload,
             trigger_type=TriggerType.WORKFLOW.value, trigger_source=f"{DELEGATION_SOURCE_PREFIX}{parent.pk}",
             parent_execution_id=parent.pk, parent_call_id=call_id, delegation=delegation,
         )

@@ -398,5 +398,8 @@ def _approval_open(execution: Execution, state: RunState):
         workspace_id=execution.workspace_id, execution_id=execution.pk, agent_id=execution.agent_id,
         call_id=pending.call_id, payload=pending.approval.model_dump(mode="json"),
         approver_roles=rules.approver_roles, escalation_timeout_minutes=rules.escalation_timeout_minutes,
-        run_started_by_id=execution.requested_by_id,
+        # Segregation of duties follows the person answerable for the run (its requester:
+        # the clicker, a key's owner, a trigger's responsible person, the parent, upstream
+        # run's or session's person), never the identity it acts as.
+        run_started_by_id=execution.requester_id,
     )

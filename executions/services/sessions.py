@@ -381,7 +381,8 @@ def _message_start(session: Session, message: SessionMessage) -> Execution:
     member = session_agent_next(session=session, team=team)
     agent = Agent.objects.select_related("workspace").get(pk=member.id)
     execution = execution_start(
-        agent=agent, user=message.created_by, input_prompt=message.content, trigger_type="manual",
+        agent=agent, user=message.created_by, requester=message.created_by, input_prompt=message.content,
+        trigger_type="manual",
         trigger_source=f"session:{session.pk}", session_id=session.pk,
         session_context=_session_context(session, team, agent.pk, message.pk, handoff=None),
         artifact_ids=list(message.attachments or []), earlier_artifact_ids=_earlier_attachments(session, message),
@@ -468,6 +469,12 @@ def _transfer_requested(execution: Execution) -> dict | None:
     return result if isinstance(result, dict) and result.get("agent_id") else None
 
 
+def _session_owner(session: Session, message: SessionMessage):
+    """The person answerable for a hand-off's run: the session's owner (its sender when
+    the owner's account is gone). An agent handing over never launders who asked."""
+    return session.created_by if session.created_by_id is not None else message.created_by
+
+
 def _handoff_start(session: Session, message: SessionMessage, sender: Execution, transfer: dict) -> bool:
     """Start the receiving agent's run for the same message (caller holds the session's
     lock). The rules are checked again (the team may have changed since the call); a
@@ -498,7 +505,8 @@ def _handoff_start(session: Session, message: SessionMessage, sender: Execution,
         try:
             with transaction.atomic():
                 receiver = execution_start(
-                    agent=target, user=message.created_by, input_prompt=message.content, trigger_type="manual",
+                    agent=target, user=message.created_by, requester=_session_owner(session, message),
+                    input_prompt=message.content, trigger_type="manual",
                     trigger_source=f"handoff:{sender.pk}", session_id=session.pk,
                     session_context=_session_context(session, team, target.pk, message.pk, handoff=handoff,
                                                      level=level),

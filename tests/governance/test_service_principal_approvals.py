@@ -34,7 +34,9 @@ def test_trigger_identity_with_an_approver_role_cannot_approve(workspace, owner,
         [tool_reply(WRITE_TOOL, {"ticket_id": 7, "amount": 40.0}, call_id="call_refund")]))
     approval = ApprovalRequest.objects.get(execution_id=firing.execution_id)
     identity = trigger.run_as.user
-    assert approval.run_started_by_id == identity.pk
+    # The run acts as the identity; its requester (who may not approve) is the trigger's
+    # responsible person, the owner who created it.
+    assert approval.run_started_by_id == owner.pk
 
     with pytest.raises(PermissionDenied) as raised:
         approval_resolve(user=identity, approval_id=approval.pk, status="approved")
@@ -45,7 +47,7 @@ def test_trigger_identity_with_an_approver_role_cannot_approve(workspace, owner,
     assert not approvals_for_user(user=identity, resolvable_only=True).exists()
     assert identity not in approvers_for(workspace=workspace, roles=["editor"])
 
-    # A person with an approver role resolves it (the identity started the run, not them).
+    # Another person with an approver role resolves it.
     assert may_resolve(user=editor, approval=approval)
     with mock.patch.object(tasks.run_segment, "delay"):
         decided = approval_resolve(user=editor, approval_id=approval.pk, status="approved")
