@@ -74,7 +74,9 @@ class AggregateWord(BaseModel):
     end: int
 
 
-_LIST_JOIN = re.compile(r"^\s*(?:,\s*(?:and\s+)?|and\s+|&\s*|as well as\s+|plus\s+)(?:the\s+|their\s+|its\s+)?")
+# The gap between two aggregate words of a list: perhaps what the first one counts
+# ("number of orders and"), then "and" / "," / "plus" / "as well as", perhaps an article.
+_LIST_JOIN = re.compile(r"^(?:[a-z][\w' ]{0,30} )?(?:, and|,|and|&|plus|as well as)(?: the| their| its)?$")
 
 
 def aggregate_list(text: str) -> list[AggregateWord]:
@@ -98,13 +100,7 @@ def aggregate_list(text: str) -> list[AggregateWord]:
 
 
 def _joined(gap: str) -> bool:
-    """The gap between two aggregate words joins them: a list separator, possibly after
-    what the first one counts ("number of orders and")."""
-    stripped = gap.strip()
-    if _LIST_JOIN.match(gap) and len(gap) <= 40:
-        return True
-    head, _, tail = stripped.rpartition(" and ")
-    return bool(head) and len(stripped) <= 40 and tail in {"", "the", "their", "its"} and "," not in head
+    return bool(_LIST_JOIN.match(" ".join(gap.replace(",", " , ").split()).replace(" ,", ",")))
 
 
 # --- ranking, top N, dimensions -----------------------------------------------------------------
@@ -120,7 +116,8 @@ GROUP_LEAD = re.compile(r"\b(?:by|per|for each|each|for every|every|in each|acro
                         r"(?:the\s+|their\s+|its\s+)?$")
 TOP_LEAD = re.compile(r"\b(?:top|bottom|first|best|worst)\s+\d{1,4}\s+$")
 # "spent by customers", "written by Queen": "by" names who did it, not a dimension.
-AGENT_BY = re.compile(r"\b(?:\w+ed|\w+en|spent|made|sold|bought|paid|sent|held|won|built)\s+by\s+(?:the\s+)?$")
+AGENT_BY = re.compile(r"\b(?!(?:grouped|sorted|ordered|ranked|broken)\b)"
+                      r"(?:\w+ed|\w+en|spent|made|sold|bought|paid|sent|held|won|built)\s+by\s+(?:the\s+)?$")
 WHICH_LEAD = re.compile(r"\b(?:which|what)\s+(?:\w+\s+)?$")
 LIST_LEAD = re.compile(r"^\s*(?:please\s+)?(?:list|show|name|display|give me|what are|which are|which|who)\b")
 NEGATION = re.compile(r"\b(?:not|no|never|without|none|neither|nor|except|excluding)\b|n't\b")
@@ -315,7 +312,16 @@ def period_condition(period: Period, column_sql: str, dialect: str) -> str:
 PRODUCT_WORDS = ("×", "*", "x", "times", "multiplied by")
 PRODUCT_GAP = re.compile(r"^\s*(?:" + "|".join(re.escape(w) for w in PRODUCT_WORDS) + r")\s*$")
 _NAME_BEFORE = re.compile(r"\b([a-z][a-z0-9_]{1,40})\s*(?:\(|:|=|\bas\b|\bdefined as\b|\bmeaning\b)\s*(?:the\s+)?$")
+NAMING_GAP = re.compile(r"^\s*(?:\(|:|=|\bas\b|\bdefined as\b|\bmeaning\b)\s*(?:the\s+)?$")
 _NAME_AFTER = re.compile(r"^\s*\)?\s*(?:as|called|named)\s+([a-z][a-z0-9_]{1,40})\b")
+
+
+_PRODUCT_NEXT = re.compile(r"^\s*(?:" + "|".join(re.escape(w) for w in PRODUCT_WORDS) + r")\s")
+
+
+def product_follows(after: str) -> bool:
+    """Whether a name is the first factor of a product ("by price × quantity"), so not a dimension."""
+    return bool(_PRODUCT_NEXT.match(after))
 
 
 def product_gap(gap: str) -> bool:

@@ -261,7 +261,8 @@ def _time_shape_read(q: _Question) -> None:
 def _dimension_read(q: _Question) -> None:
     """The dimension: a table or column right after "by / per / each / top N", or after
     "which" when the question ranks."""
-    names = [m for m in q.mentions if m.kind in {"table", "column"}]
+    names = [m for m in q.mentions if m.kind in {"table", "column"}
+             and not (q.numeric(m) and grammar.product_follows(q.text[m.end:]))]
     q.group = next((m for m in names if grammar.grouping_lead(q.before(m))), None)
     if q.group is None and grammar.order_read(q.text) is not None:
         q.group = next((m for m in names if grammar.WHICH_LEAD.search(q.before(m))), None)
@@ -280,13 +281,22 @@ def _measures_read(q: _Question) -> None:
             continue
         measures.append(_Measure(mention=m))
     reserved = _GLUE | {w for t in q.graph.tables for c in t.columns for w in c.words}
-    for measure in measures:
+    for index, measure in enumerate(measures):
+        named_by = measures[index - 1] if index else None
+        if measure.factors and named_by is not None and not named_by.factors \
+                and grammar.NAMING_GAP.match(q.text[named_by.end:measure.start]):
+            # "cost as unit cost × qty": a column's word used as the product's name.
+            measure.name = "_".join(re.findall(r"[a-z0-9]+", named_by.mention.text))
+            q.covered.append((named_by.start, named_by.end))
+            q.mentions.remove(named_by.mention)
+            continue
         if measure.factors:
             named = grammar.product_name(q.text, measure.start, measure.end, reserved=reserved)
             if named is not None:
                 measure.name = named[0]
                 q.covered.append((named[1], named[2]))
             q.covered.append((measure.start, measure.end))
+    measures = [m for m in measures if m.mention in q.mentions]
     worded = [m for m in measures if not m.factors and any(
         grammar.aggregate_pattern(a).fullmatch(m.mention.text) for a in _MEASURE_AGGREGATES)]
     if worded and len(measures) > len(worded):
