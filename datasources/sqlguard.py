@@ -362,6 +362,100 @@ def _node_refusal(node: exp.Expression, *, dialect: str, read: str) -> str | Non
     return None
 
 
+def _statement_parse(sql: str, *, dialect: str, read: str) -> exp.Expression | GuardVerdict:
+    """The one statement ``sql`` holds, unwrapped from parentheses, or the refusal."""
+    try:
+        parsed = sqlglot.parse(sql, read=read)
+    except SqlglotError as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        return _refuse(f"The query could not be parsed as {dialect} SQL: {first_line}")
+    except (ValueError, RecursionError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        return _refuse(f"The query could not be parsed as {dialect} SQL: {exc.__class__.__name__}")
+
+    statements = [node for node in parsed if node is not None and not isinstance(node, exp.Semicolon)]
+    if not statements:
+        return _refuse("The query contains no statement.")
+    if len(statements) > 1:
+        kinds = ", ".join(_statement_label(node) for node in statements)
+        return _refuse(f"Exactly one statement is allowed; found {len(statements)} ({kinds}).")
+
+    root = statements[0]
+    while isinstance(root, exp.Subquery | exp.Paren) and isinstance(root.this, exp.Expression):
+        root = root.this
+    return root
+
+
+def _tree_refusal(root: exp.Expression, *, dialect: str, read: str) -> str | None:
+    """Why some node of the statement is not allowed, or None."""
+    try:
+        for node in root.walk():
+            refusal = _node_refusal(node, dialect=dialect, read=read)
+            if refusal:
+                return refusal
+    except RecursionError:
+        return "The query is nested too deeply."
+    return None
+
+
+def _table_refusal(table: exp.Table, *, dialect: str, read: str, expected_schema: str) -> str | None:
+    """Why a table reference reaches outside the exposed schema, or None."""
+    if table.catalog:
+        return f"Cross-database reference {table.sql(dialect=read)!r} is not allowed."
+    schema = table.args.get("db")
+    if isinstance(schema, exp.Identifier) and not schema_matches(
+        name=schema.name, quoted=schema.quoted, schema_name=expected_schema, dialect=dialect
+    ):
+        return f"Table {table.sql(dialect=read)} is outside the exposed schema {expected_schema!r}."
+    if table.db and not isinstance(schema, exp.Identifier):
+        return f"Table {table.sql(dialect=read)} has an unsupported qualifier."
+    return None
+
+
+def _tables_read(
+    root: exp.Expression, *, dialect: str, read: str, exposed: list[str], expected_schema: str
+) -> list[str] | str:
+    """The exposed tables the statement reads, as the cached schema spells them, or the refusal."""
+    tables: list[str] = []
+    for table in root.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier):
+            continue  # a table function: refused by the tree walk
+        refusal = _table_refusal(table, dialect=dialect, read=read, expected_schema=expected_schema)
+        if refusal:
+            return refusal
+        if not table.db and _names_cte(table):
+            continue
+        resolved = table_resolve(name=table.name, quoted=table.this.quoted, exposed=exposed, dialect=dialect)
+        if resolved is None:
+            near = [name for name in exposed if name.lower() == table.name.lower()]
+            hint = (
+                f" PostgreSQL folds unquoted names to lower case and keeps quoted ones: write "
+                f"{exp.to_identifier(near[0], quoted=near[0] != near[0].lower()).sql(dialect=read)}."
+                if near
+                else ""
+            )
+            return f"Table {table.name!r} is not exposed by this data source.{hint}"
+        if resolved not in tables:
+            tables.append(resolved)
+    return tables
+
+
+def _parameters_bind(root: exp.Expression, *, read: str) -> list[str]:
+    """Parameter names in the driver's binding order; PostgreSQL's become ``$n`` in the tree."""
+    parameter_names: list[str] = []
+    if read == "postgres":
+        # psycopg's raw cursor binds $1, $2, ...; a name used twice reuses its number.
+        for placeholder in list(root.find_all(exp.Placeholder)):
+            name = placeholder.name
+            if name not in parameter_names:
+                parameter_names.append(name)
+            placeholder.replace(exp.Parameter(this=exp.Literal.number(parameter_names.index(name) + 1)))
+    else:
+        for placeholder in root.find_all(exp.Placeholder):
+            if placeholder.name not in parameter_names:
+                parameter_names.append(placeholder.name)
+    return parameter_names
+
+
 def query_check(
     *,
     sql: str,
@@ -383,80 +477,21 @@ def query_check(
     if len(sql) > MAX_QUERY_CHARS:
         return _refuse(f"The query is longer than {MAX_QUERY_CHARS} characters.")
 
-    try:
-        parsed = sqlglot.parse(sql, read=read)
-    except SqlglotError as exc:
-        first_line = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-        return _refuse(f"The query could not be parsed as {dialect} SQL: {first_line}")
-    except (ValueError, RecursionError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        return _refuse(f"The query could not be parsed as {dialect} SQL: {exc.__class__.__name__}")
-
-    statements = [node for node in parsed if node is not None and not isinstance(node, exp.Semicolon)]
-    if not statements:
-        return _refuse("The query contains no statement.")
-    if len(statements) > 1:
-        kinds = ", ".join(_statement_label(node) for node in statements)
-        return _refuse(f"Exactly one statement is allowed; found {len(statements)} ({kinds}).")
-
-    root = statements[0]
-    while isinstance(root, exp.Subquery | exp.Paren) and isinstance(root.this, exp.Expression):
-        root = root.this
+    root = _statement_parse(sql, dialect=dialect, read=read)
+    if isinstance(root, GuardVerdict):
+        return root
     label = _statement_label(root)
     if not isinstance(root, exp.Select | exp.SetOperation):
         return _refuse(f"Only read-only SELECT queries are allowed; this is a {label} statement.", label)
 
-    try:
-        for node in root.walk():
-            refusal = _node_refusal(node, dialect=dialect, read=read)
-            if refusal:
-                return _refuse(refusal, label)
-    except RecursionError:
-        return _refuse("The query is nested too deeply.", label)
-
-    exposed = list(allowed_tables)
-    expected_schema = schema_name or DEFAULT_SCHEMAS[dialect]
-    tables: list[str] = []
-    for table in root.find_all(exp.Table):
-        if not isinstance(table.this, exp.Identifier):
-            continue  # a table function: refused above
-        if table.catalog:
-            return _refuse(f"Cross-database reference {table.sql(dialect=read)!r} is not allowed.", label)
-        schema = table.args.get("db")
-        if isinstance(schema, exp.Identifier) and not schema_matches(
-            name=schema.name, quoted=schema.quoted, schema_name=expected_schema, dialect=dialect
-        ):
-            return _refuse(
-                f"Table {table.sql(dialect=read)} is outside the exposed schema {expected_schema!r}.", label
-            )
-        if table.db and not isinstance(schema, exp.Identifier):
-            return _refuse(f"Table {table.sql(dialect=read)} has an unsupported qualifier.", label)
-        if not table.db and _names_cte(table):
-            continue
-        resolved = table_resolve(name=table.name, quoted=table.this.quoted, exposed=exposed, dialect=dialect)
-        if resolved is None:
-            near = [name for name in exposed if name.lower() == table.name.lower()]
-            hint = (
-                f" PostgreSQL folds unquoted names to lower case and keeps quoted ones: write "
-                f"{exp.to_identifier(near[0], quoted=near[0] != near[0].lower()).sql(dialect=read)}."
-                if near
-                else ""
-            )
-            return _refuse(f"Table {table.name!r} is not exposed by this data source.{hint}", label)
-        if resolved not in tables:
-            tables.append(resolved)
-
-    parameter_names: list[str] = []
-    if read == "postgres":
-        # psycopg's raw cursor binds $1, $2, ...; a name used twice reuses its number.
-        for placeholder in list(root.find_all(exp.Placeholder)):
-            name = placeholder.name
-            if name not in parameter_names:
-                parameter_names.append(name)
-            placeholder.replace(exp.Parameter(this=exp.Literal.number(parameter_names.index(name) + 1)))
-    else:
-        for placeholder in root.find_all(exp.Placeholder):
-            if placeholder.name not in parameter_names:
-                parameter_names.append(placeholder.name)
+    refusal = _tree_refusal(root, dialect=dialect, read=read)
+    if refusal:
+        return _refuse(refusal, label)
+    tables = _tables_read(root, dialect=dialect, read=read, exposed=list(allowed_tables),
+                          expected_schema=schema_name or DEFAULT_SCHEMAS[dialect])
+    if isinstance(tables, str):
+        return _refuse(tables, label)
+    parameter_names = _parameters_bind(root, read=read)
 
     try:
         rendered = root.sql(dialect=read, comments=False)

@@ -20,7 +20,7 @@ import pydantic
 from rivercore.contracts import GenerateAgentRequest, GenerateAgentResponse
 from rivercore.errors import RiverError
 from rivercore.llm import LLMClient, LLMError, view_kwargs
-from rivercore.offline import TASK_MARKER
+from rivercore.planner.rules import TASK_MARKER
 from rivercore.types.agents import ActionLevel, BusinessFunction, Tier
 
 DATA_TOOLS = ("classify_intent", "search_catalog", "generate_query", "execute_query", "explain_results")

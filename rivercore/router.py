@@ -49,8 +49,10 @@ import litellm
 from litellm import exceptions as litellm_errors
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from rivercore import offline
 from rivercore.llm import DeltaKind, LLMError, LLMErrorKind, LLMReply, LLMToolCall, OnDelta
+from rivercore.planner.provider import ensure_registered as offline_ensure_registered
+from rivercore.planner.rules import MODEL as OFFLINE_MODEL
+from rivercore.planner.rules import PROVIDER as OFFLINE_PROVIDER
 from rivercore.ports import blocking_call, drive
 from rivercore.types.agents import Tier
 from rivercore.view import VIEW_KEY
@@ -259,7 +261,7 @@ class Router:
             raise ValueError("a router needs at least one provider")
         self.providers = list(providers)
         # The offline planner reads the run's structured view (rivercore.view) rather than chat text.
-        self.reads_view = any(p.name == offline.PROVIDER for p in self.providers)
+        self.reads_view = any(p.name == OFFLINE_PROVIDER for p in self.providers)
         self.health = health
         self.rate_acquire = rate_acquire
         self.sleep = sleep
@@ -424,7 +426,7 @@ class Router:
             kwargs["api_key"] = provider.api_key.get_secret_value()
         elif provider.base_url:
             kwargs["api_key"] = "not-needed"  # local servers (vLLM, Ollama) accept any key
-        if view is not None and provider.name == offline.PROVIDER:
+        if view is not None and provider.name == OFFLINE_PROVIDER:
             kwargs["metadata"] = {VIEW_KEY: view}  # only the offline planner reads it; never sent to a provider
         if relay is not None:
             kwargs["stream"] = True
@@ -494,8 +496,8 @@ async def _collect(stream: Any, *, blocking: bool, relay: _Relay, timeout_second
 
 
 def offline_provider() -> ProviderConfig:
-    offline.ensure_registered()
+    offline_ensure_registered()
     return ProviderConfig(
-        name=offline.PROVIDER, models={tier: offline.MODEL for tier in Tier}, health_key=offline.PROVIDER
+        name=OFFLINE_PROVIDER, models={tier: OFFLINE_MODEL for tier in Tier}, health_key=OFFLINE_PROVIDER
     )
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlglot import exp
 
 from rivercore.llm import LLMError, LLMErrorKind, view_kwargs
-from rivercore.offline import DEFAULT_ROW_LIMIT, TASK_MARKER, dialect_for
+from rivercore.planner.rules import DEFAULT_ROW_LIMIT, TASK_MARKER, dialect_for
 from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
 from rivercore.types.agents import Tier
 

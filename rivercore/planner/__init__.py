@@ -11,8 +11,7 @@ as plain values.
   and intent classification;
 * ``tasks``: the answers to the model-backed tools' sub-requests;
 * ``brain``: the next tool call or the final answer, from the conversation;
-* ``provider``: the litellm custom provider (``rivercore.offline`` re-exports
-  the names the engine uses).
+* ``provider``: the litellm custom provider the router registers.
 
 Importing this package loads none of ``rules``/``tasks``/``brain``/``provider``.
 """

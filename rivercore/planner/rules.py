@@ -303,73 +303,103 @@ def _read_table(text: str, table: Table, *, want_change: bool) -> Reading:
     score = 3 if _mentions(text, table.name) else 0
     tokens = set(re.findall(r"[a-z0-9_]+", text))
 
-    found: re.Match[str] | None
-    column: Column | None
     for column in table.columns:
         if _mentions(text, column.name) and column.name != "id":
             reading.mentioned.append(column.name)
             score += 1
-
-    def add_filter(column: Column, value: str, exact: bool) -> None:
-        values = reading.filters.setdefault(column.name, [])
-        if value not in values:
-            values.append(value)
-        reading.exact[column.name] = reading.exact.get(column.name, True) and exact
-
     for column in table.columns:
-        if not column.is_text:
-            continue
-        for value in column.values:  # values the schema documents
-            if value.lower() not in excluded and re.search(rf"\b{re.escape(value.lower())}\b", text):
-                add_filter(column, value, exact=True)
-        for form in _forms(column.name):  # "high-priority", "priority high", "status is open"
-            for found in re.finditer(rf"\b([a-z0-9_]+)[- ]{re.escape(form)}\b", text):
-                word = found.group(1)
-                if word not in STOP and word not in excluded and not _is_schema_word(word, table) \
-                        and not word.isdigit() and column.name not in reading.filters:
-                    add_filter(column, word, exact=False)
-            for found in re.finditer(rf"\b{re.escape(form)}\b\s*(is\s+|=\s*|:\s*|equals\s+)?([a-z0-9_]+)\b", text):
-                word = found.group(2)
-                known = word in STATUS_WORDS | PRIORITY_WORDS
-                if (found.group(1) or known) and word not in STOP and word not in excluded \
-                        and not _is_schema_word(word, table) and not word.isdigit() \
-                        and column.name not in reading.filters:
-                    add_filter(column, word, exact=False)
-        vocabulary = STATUS_WORDS if column.name in STATUS_COLUMNS else \
-            PRIORITY_WORDS if column.name in PRIORITY_COLUMNS else set()
-        if column.name not in reading.filters:
-            for word in sorted(vocabulary & tokens - excluded):
-                if word == "new" and not re.search(r"\bnew\s+(?:status|state)\b|\bstatus\s+new\b", text):
-                    continue  # "new" is too common to be a status by itself
-                add_filter(column, word, exact=False)
+        if column.is_text:
+            _text_filters(reading, text, tokens, column, excluded)
     score += 2 * len(reading.filters)
-
-    measures = [c for c in table.columns if c.is_numeric and not c.primary_key and c.name != "id"
-                and not c.name.endswith("_id")]
-    for column in table.columns:
-        if not column.is_numeric:
-            continue
-        forms = _forms(column.name) | (_forms(table.name) if measures == [column] else set())
-        for form in forms:
-            found = re.search(rf"\b{re.escape(form)}\s+(over|above|greater than|more than|under|below|less than|"
-                              rf"at least|at most)\s+\$?(\d+(?:\.\d+)?)", text)
-            if found:
-                op = {"over": ">", "above": ">", "greater than": ">", "more than": ">", "under": "<",
-                      "below": "<", "less than": "<", "at least": ">=", "at most": "<="}[found.group(1)]
-                reading.numeric_filters.append((column.name, op, found.group(2)))
-                score += 2
-                break
-
-    window = time_window(text)
+    score += 2 * _numeric_filters(reading, text, table)
     time_columns = [c for c in table.columns if c.is_time]
+    window = time_window(text)
     if window and time_columns:
         preferred = next((c for c in time_columns if c.name.split("_")[0] in tokens), None)
         preferred = preferred or next((c for c in time_columns if "created" in c.name), time_columns[0])
         reading.time = (preferred.name, window[0], window[1], window[2])
         reading.time_phrase = window[3]
         score += 1
-
     reading.count = bool(re.search(r"\bhow many\b|\bcount\b|\bnumber of\b", text))
+    _group_and_aggregate(reading, text, table)
+    _order_and_limit(reading, text, table, time_columns)
+    if change and (reading.filters or reading.time or reading.numeric_filters):
+        score += 1
+    elif change:
+        reading.change = None  # no conditions: never propose a change to every row of a table
+    reading.score = score
+    return reading
+
+
+def _add_filter(reading: Reading, column: Column, value: str, *, exact: bool) -> None:
+    values = reading.filters.setdefault(column.name, [])
+    if value not in values:
+        values.append(value)
+    reading.exact[column.name] = reading.exact.get(column.name, True) and exact
+
+
+def _filter_word_ok(word: str, table: Table, excluded: set[str]) -> bool:
+    return word not in STOP and word not in excluded and not _is_schema_word(word, table) and not word.isdigit()
+
+
+def _text_filters(reading: Reading, text: str, tokens: set[str], column: Column, excluded: set[str]) -> None:
+    """Filters on one text column: values its description documents, "high-priority" /
+    "status is open" phrasings, and the status / priority vocabulary."""
+    table = reading.table
+    assert table is not None
+    for value in column.values:  # values the schema documents
+        if value.lower() not in excluded and re.search(rf"\b{re.escape(value.lower())}\b", text):
+            _add_filter(reading, column, value, exact=True)
+    for form in _forms(column.name):  # "high-priority", "priority high", "status is open"
+        for found in re.finditer(rf"\b([a-z0-9_]+)[- ]{re.escape(form)}\b", text):
+            word = found.group(1)
+            if _filter_word_ok(word, table, excluded) and column.name not in reading.filters:
+                _add_filter(reading, column, word, exact=False)
+        for found in re.finditer(rf"\b{re.escape(form)}\b\s*(is\s+|=\s*|:\s*|equals\s+)?([a-z0-9_]+)\b", text):
+            word = found.group(2)
+            known = word in STATUS_WORDS | PRIORITY_WORDS
+            if (found.group(1) or known) and _filter_word_ok(word, table, excluded) \
+                    and column.name not in reading.filters:
+                _add_filter(reading, column, word, exact=False)
+    vocabulary = STATUS_WORDS if column.name in STATUS_COLUMNS else \
+        PRIORITY_WORDS if column.name in PRIORITY_COLUMNS else set()
+    if column.name not in reading.filters:
+        for word in sorted(vocabulary & tokens - excluded):
+            if word == "new" and not re.search(r"\bnew\s+(?:status|state)\b|\bstatus\s+new\b", text):
+                continue  # "new" is too common to be a status by itself
+            _add_filter(reading, column, word, exact=False)
+
+
+_THRESHOLD_OPS = {"over": ">", "above": ">", "greater than": ">", "more than": ">", "under": "<", "below": "<",
+                  "less than": "<", "at least": ">=", "at most": "<="}
+
+
+def _numeric_filters(reading: Reading, text: str, table: Table) -> int:
+    """"amount over 100": thresholds on numeric columns (the table's name stands for its
+    only measure); returns how many were found."""
+    measures = [c for c in table.columns if c.is_numeric and not c.primary_key and c.name != "id"
+                and not c.name.endswith("_id")]
+    found_count = 0
+    for column in table.columns:
+        if not column.is_numeric:
+            continue
+        forms = _forms(column.name) | (_forms(table.name) if measures == [column] else set())
+        for form in forms:
+            found = re.search(rf"\b{re.escape(form)}\s+({'|'.join(_THRESHOLD_OPS)})\s+\$?(\d+(?:\.\d+)?)", text)
+            if found:
+                reading.numeric_filters.append((column.name, _THRESHOLD_OPS[found.group(1)], found.group(2)))
+                found_count += 1
+                break
+    return found_count
+
+
+_AGGREGATE_RULES = ((r"\b(?:sum of|total)\s+(?:the\s+)?([a-z_]+)", "SUM"),
+                    (r"\b(?:average|avg|mean)\s+(?:of\s+)?(?:the\s+)?([a-z_]+)", "AVG"),
+                    (r"\b(?:highest|maximum|max|largest)\s+([a-z_]+)", "MAX"),
+                    (r"\b(?:lowest|minimum|min|smallest)\s+([a-z_]+)", "MIN"))
+
+
+def _group_and_aggregate(reading: Reading, text: str, table: Table) -> None:
     found = re.search(r"\b(?:by|per|for each|each|grouped by|broken down by|breakdown by)\s+([a-z_]+(?: [a-z_]+)?)",
                       text)
     if found:
@@ -378,16 +408,17 @@ def _read_table(text: str, table: Table, *, want_change: bool) -> Reading:
         if column is not None:
             reading.group_by = column.name
             reading.filters.pop(column.name, None)
-    for pattern, func in ((r"\b(?:sum of|total)\s+(?:the\s+)?([a-z_]+)", "SUM"),
-                          (r"\b(?:average|avg|mean)\s+(?:of\s+)?(?:the\s+)?([a-z_]+)", "AVG"),
-                          (r"\b(?:highest|maximum|max|largest)\s+([a-z_]+)", "MAX"),
-                          (r"\b(?:lowest|minimum|min|smallest)\s+([a-z_]+)", "MIN")):
+    for pattern, func in _AGGREGATE_RULES:
         found = re.search(pattern, text)
         if found:
             column = next((c for c in table.columns if c.is_numeric and _mentions(found.group(1), c.name)), None)
             if column is not None:
                 reading.aggregate = (func, column.name)
                 break
+
+
+def _order_and_limit(reading: Reading, text: str, table: Table, time_columns: list[Column]) -> None:
+    """"top 5" on the numeric column mentioned; "latest 10" / "3 oldest" on the creation time."""
     found = re.search(r"\btop\s+(\d+)\b", text)
     if found:
         reading.limit = int(found.group(1))
@@ -406,12 +437,6 @@ def _read_table(text: str, table: Table, *, want_change: bool) -> Reading:
     elif time_columns and re.search(r"\b(latest|newest|most recent)\b", text):
         created = next((c for c in time_columns if "created" in c.name), time_columns[0])
         reading.order = (created.name, "DESC")
-    if change and (reading.filters or reading.time or reading.numeric_filters):
-        score += 1
-    elif change:
-        reading.change = None  # no conditions: never propose a change to every row of a table
-    reading.score = score
-    return reading
 
 
 def _is_schema_word(word: str, table: Table) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rivercore.planner import question_plan
+from rivercore.planner import grammar, question_plan
 from rivercore.planner.rules import (
     DEFAULT_ROW_LIMIT,
     PRIORITY_COLUMNS,
@@ -39,7 +39,11 @@ def task_generate_query(payload: dict[str, Any]) -> dict[str, Any]:
     row_limit = int(payload.get("row_limit") or DEFAULT_ROW_LIMIT)
     reading = read_prompt(prompt, tables, want_change=payload.get("intent_type") == "ACTION_EXECUTION")
     table = reading.table
-    if table is not None and reading.actionable and (
+    lowered = prompt.lower()
+    # Periods set against each other and time buckets are the schema planner's: the
+    # single-table rules would read "last month" as a window and drop the comparison.
+    time_shaped = grammar.comparison_read(lowered) is not None or grammar.bucket_read(lowered) is not None
+    if table is not None and reading.actionable and not (time_shaped and reading.change is None) and (
             reading.change or reading.time or reading.numeric_filters
             or any(_is_enum_like(table, name) for name in reading.filters)):
         return _single_table_query(reading, table, sources, row_limit)

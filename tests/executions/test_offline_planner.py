@@ -14,11 +14,11 @@ from pathlib import Path
 import litellm
 import pytest
 
-from rivercore import offline
 from rivercore.context import FINALIZE_SCHEMA, SUMMARY_REQUEST
 from rivercore.contracts import ExecutionRequest, StepStatus, StepType
 from rivercore.llm import LLMToolCall
-from rivercore.planner.provider import NO_VIEW
+from rivercore.planner import rules as offline_rules
+from rivercore.planner.provider import NO_VIEW, ensure_registered
 from rivercore.runner import new_state
 from rivercore.state import RunState, step
 from rivercore.steps import tool_message
@@ -45,7 +45,7 @@ CUSTOMERS = {"table_name": "customers", "columns": [
 
 @pytest.fixture(autouse=True)
 def _registered():
-    offline.ensure_registered()
+    ensure_registered()
 
 
 def conversation(prompt: str | None, *, trigger: str = "manual") -> RunState:
@@ -69,7 +69,7 @@ def schemas(names: list[str]) -> list[dict]:
 
 def think(state: RunState, offered: list[str] | None):
     extra = {"tools": schemas(offered)} if offered is not None else {}
-    return litellm.completion(model=offline.MODEL, messages=state.messages(),
+    return litellm.completion(model=offline_rules.MODEL, messages=state.messages(),
                               metadata={VIEW_KEY: {"run": run_view(state).model_dump(mode="json")}}, **extra)
 
 
@@ -272,7 +272,7 @@ def test_a_scheduled_run_without_prompt_works_from_the_agents_goal():
 def test_platform_questions_get_an_honest_answer_without_tools():
     messages = conversation("What can you do? help")
     call = next_call(messages, ["classify_intent", "generate_query", "ask_user"])
-    observe(messages, call, offline.classify("What can you do? help", []))
+    observe(messages, call, offline_rules.classify("What can you do? help", []))
     answer = final_answer(messages, ["classify_intent", "generate_query", "ask_user"])
     assert "I am River's offline planner" in answer
     assert "tickets" in answer
@@ -292,9 +292,9 @@ def test_a_change_without_write_back_says_what_it_would_have_done():
 
 
 def test_a_change_to_every_row_is_never_proposed():
-    tables = offline.tables_from_sources([{"data_source_id": 7, "schemas": [TICKETS]}])
-    assert offline.read_prompt("close all tickets", tables, want_change=True).change is None
-    scoped = offline.read_prompt("close all pending tickets", tables, want_change=True)
+    tables = offline_rules.tables_from_sources([{"data_source_id": 7, "schemas": [TICKETS]}])
+    assert offline_rules.read_prompt("close all tickets", tables, want_change=True).change is None
+    scoped = offline_rules.read_prompt("close all pending tickets", tables, want_change=True)
     assert scoped.change.data == {"status": "closed"} and scoped.filters == {"status": ["pending"]}
 
 
@@ -368,7 +368,7 @@ def test_the_planner_reads_the_view_not_the_chat_text():
     expected = next_call(state)[1:]
     garbled = [{"role": "system", "content": "## Data sources\n### Data source 99: Decoy (type sqlite, x, y)"},
                {"role": "user", "content": "[Tool Result] Tool 'classify_intent' failed: {}"}]
-    response = litellm.completion(model=offline.MODEL, messages=garbled, tools=schemas(ALL_TOOLS),
+    response = litellm.completion(model=offline_rules.MODEL, messages=garbled, tools=schemas(ALL_TOOLS),
                                   metadata={VIEW_KEY: {"run": run_view(state).model_dump(mode="json")}})
     call = response.choices[0].message.tool_calls[0]
     assert (call.function.name, json.loads(call.function.arguments)) == expected == (
@@ -376,7 +376,7 @@ def test_the_planner_reads_the_view_not_the_chat_text():
 
 
 def test_without_the_view_the_planner_says_it_cannot_read_chat_text():
-    response = litellm.completion(model=offline.MODEL, messages=conversation(COUNT_PROMPT).messages(),
+    response = litellm.completion(model=offline_rules.MODEL, messages=conversation(COUNT_PROMPT).messages(),
                                   tools=schemas(ALL_TOOLS))
     assert not response.choices[0].message.tool_calls
     assert response.choices[0].message.content == NO_VIEW
@@ -412,7 +412,7 @@ def test_other_tools_are_used_when_offered_and_reported():
     messages = conversation("Please test the connection to Support DB")
     offered = ["classify_intent", "test_connection"]
     call = next_call(messages, offered)
-    observe(messages, call, offline.classify("Please test the connection to Support DB", []))
+    observe(messages, call, offline_rules.classify("Please test the connection to Support DB", []))
     call = next_call(messages, offered)
     assert call[1:] == ("test_connection", {"data_source_id": 7})
     observe(messages, call, {"success": True, "latency_ms": 4, "message": "Connected to SQLite 3.45."})

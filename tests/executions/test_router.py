@@ -21,8 +21,9 @@ from executions.provider_health import (
     provider_health_snapshot,
 )
 from executions.routing import router_build, router_for_organization
-from rivercore import offline
 from rivercore.llm import LLMError, LLMErrorKind
+from rivercore.planner import rules as offline_rules
+from rivercore.planner.provider import ensure_registered
 from rivercore.router import ProviderConfig, Router, model_cost
 from rivercore.types.agents import Tier
 from rivercore.view import RunView
@@ -246,8 +247,8 @@ def test_an_unknown_model_has_no_cost_rather_than_zero(fake_openai):
 
 
 def test_model_cost_of_the_offline_planner_is_zero():
-    offline.ensure_registered()
-    assert model_cost(model=offline.MODEL, input_tokens=500, output_tokens=50) == 0.0
+    ensure_registered()
+    assert model_cost(model=offline_rules.MODEL, input_tokens=500, output_tokens=50) == 0.0
 
 
 def test_organization_providers_come_from_the_table(org, other_org, fake_openai):

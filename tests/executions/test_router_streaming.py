@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from executions.routing import router_build
-from rivercore import offline
 from rivercore.llm import DeltaKind, LLMError, LLMErrorKind
+from rivercore.planner import rules as offline_rules
 from rivercore.planner.provider import text_pieces
 from rivercore.router import ProviderConfig, Router, offline_provider
 from rivercore.types.agents import Tier
@@ -160,7 +160,7 @@ def test_the_offline_planner_streams_its_answer_in_pieces():
                           on_delta=pieces)
     plain = r.complete(messages=MESSAGES, tools=tools, tier=Tier.FAST, timeout_seconds=5, view=view)
 
-    assert streamed.model == offline.MODEL
+    assert streamed.model == offline_rules.MODEL
     assert streamed.content == plain.content and pieces.answer() == plain.content
     assert len(pieces) == len(text_pieces(plain.content)) > 1
     assert [(c.name, c.arguments) for c in streamed.tool_calls] == [(c.name, c.arguments) for c in plain.tool_calls]
