@@ -49,7 +49,7 @@ bench: install-dev
 		REDIS_URL=$${BENCH_REDIS_URL:-redis://127.0.0.1:6379/11} $(PY) manage.py bench $(ARGS)
 
 # Fault campaign: a private Redis on FAULTS_REDIS_PORT (started and restarted by the
-# script) and a database of its own; see docs/faults.md.
+# script) and a database of its own; see docs/faults.md. CI runs `make faults ARGS=--short`.
 faults: install-dev
 	DEBUG=$${DEBUG:-true} DATABASE_URL=$${FAULTS_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/river_faults_campaign} REDIS_URL=redis://127.0.0.1:$${FAULTS_REDIS_PORT:-6390}/0 $(PY) scripts/faults.py $(ARGS)
 

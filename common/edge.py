@@ -9,6 +9,7 @@ to read, a NUL byte in the path or query string, a CSRF failure, a server error.
 from __future__ import annotations
 
 import functools
+import re
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed, JsonResponse
@@ -18,10 +19,15 @@ from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.csrf import csrf_exempt
 
 API_PREFIX = "/api/"
+# C0 controls and DEL: no River URL contains one (NUL has its own 400 below).
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+# "/api", "/api/..." and "/api" followed at once by a control character ("/api\n"):
+# each is answered as the API answers, in JSON.
+_API_PATH = re.compile(r"/api(?:/|[\x00-\x1f\x7f]|\Z)")
 
 
 def is_api_path(path: str) -> bool:
-    return path.startswith(API_PREFIX) or path == API_PREFIX.rstrip("/")
+    return _API_PATH.match(path) is not None
 
 
 def api_error(code: str, message: str, details=None, *, status: int) -> JsonResponse:
@@ -55,6 +61,11 @@ class EdgeLimitsMiddleware:
             return _bad_request(
                 api, "nul_byte", "NUL bytes are not allowed in the path.", {"path": ["Contains a NUL byte."]}
             )
+        if api and (CONTROL_CHARACTERS.search(request.path) or CONTROL_CHARACTERS.search(request.path_info)):
+            # No pattern was written for a newline (``.`` and ``$`` do not match one), so
+            # such a path would fall through to an HTML page or an APPEND_SLASH redirect.
+            return api_error("not_found", "No API endpoint at this path.", {"path": ["Contains a control character."]},
+                             status=404)
         for key, value in request.META.items():
             if key.startswith("HTTP_") and isinstance(value, str) and "\x00" in value:
                 header = key[5:].replace("_", "-").title()
@@ -103,14 +114,25 @@ class EdgeLimitsMiddleware:
 
 
 def body_limit(request: HttpRequest) -> int | None:
-    """The largest body a request may declare: ``DATA_UPLOAD_MAX_MEMORY_SIZE``, or for a
-    POST to a file upload path its own limit (``RIVER_UPLOAD_BODY_LIMITS``). The upload
-    view still counts the file's bytes as they arrive (a body without Content-Length)."""
-    if request.method == "POST":
-        upload_limit = getattr(settings, "RIVER_UPLOAD_BODY_LIMITS", {}).get(request.path)
+    """The largest body a request may declare (``body_limit_for``). The upload view
+    still counts the file's bytes as they arrive (a body without Content-Length)."""
+    return body_limit_for(method=request.method or "", path=request.path)
+
+
+def body_limit_for(*, method: str, path: str) -> int:
+    """The largest body a request may send: ``DATA_UPLOAD_MAX_MEMORY_SIZE``, or for a POST
+    to a file upload path its own limit (``RIVER_UPLOAD_BODY_LIMITS``). One table for the
+    server's edge (riverapp.server, before the body is read), the ASGI layer
+    (common.asgi_limits) and this middleware."""
+    if method.upper() == "POST":
+        upload_limit = getattr(settings, "RIVER_UPLOAD_BODY_LIMITS", {}).get(path)
         if upload_limit is not None:
             return int(upload_limit)
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+def too_large_message(limit: int) -> str:
+    return f"The request body is larger than {limit} bytes."
 
 
 def _bad_request(api: bool, code: str, message: str, details: dict) -> HttpResponse:
@@ -120,7 +142,7 @@ def _bad_request(api: bool, code: str, message: str, details: dict) -> HttpRespo
 
 
 def request_too_large(request: HttpRequest, *, limit: int) -> HttpResponse:
-    message = f"The request body is larger than {limit} bytes."
+    message = too_large_message(limit)
     if is_api_path(request.path):
         return api_error("request_too_large", message, {"body": [f"At most {limit} bytes."]}, status=413)
     return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")

@@ -350,6 +350,74 @@ def pg_connect_failure(exc: BaseException) -> ConnectionFailed:
     )
 
 
+# Which PostgreSQL database a connection reached: the cluster's system identifier (readable
+# through pg_control_system(), executable by PUBLIC unless an operator revoked it), the
+# postmaster's start time (PUBLIC; the cluster's identity when the identifier is not
+# readable), and the database's oid. Asked of the server itself, so a forwarder, another
+# address or another name for River's own database answers with River's identity.
+_DATABASE_IDENTITY_SQL = (
+    "SELECT CASE WHEN has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') "
+    "THEN (SELECT system_identifier FROM pg_catalog.pg_control_system())::text END, "
+    "pg_catalog.pg_postmaster_start_time()::text, d.oid::bigint "
+    "FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()"
+)
+
+
+@dataclass(frozen=True)
+class DatabaseIdentity:
+    system_identifier: str | None
+    started_at: str
+    database_oid: int
+
+    def same_database(self, other: DatabaseIdentity) -> bool:
+        if self.database_oid != other.database_oid:
+            return False
+        if self.system_identifier and other.system_identifier:
+            return self.system_identifier == other.system_identifier
+        return self.started_at == other.started_at
+
+
+_own_identities: dict[tuple, DatabaseIdentity | None] = {}
+
+
+def own_database_identity() -> DatabaseIdentity | None:
+    """River's own database's identity over River's own connection, kept once its system
+    identifier is known (None when River does not run on PostgreSQL)."""
+    from django.db import connections
+
+    connection = connections["default"]
+    if connection.vendor != "postgresql":
+        return None
+    key = tuple(connection.settings_dict.get(name) for name in ("NAME", "HOST", "PORT"))
+    if key in _own_identities:
+        return _own_identities[key]
+    with connection.cursor() as cursor:
+        cursor.execute(_DATABASE_IDENTITY_SQL)
+        row = cursor.fetchone()
+    identity = DatabaseIdentity(row[0], row[1], int(row[2])) if row else None
+    if identity is not None and identity.system_identifier:
+        _own_identities[key] = identity  # a start time changes with a restart: read it again
+    return identity
+
+
+def _refuse_river_database(conn: psycopg.Connection, *, host: str) -> None:
+    """Raise HostRefused when ``conn`` reached River's own database, however it got there.
+
+    Other databases of River's cluster are not refused (a login cannot read across
+    databases); a server that cannot answer the question is not River's."""
+    own = own_database_identity()
+    if own is None:
+        return
+    try:
+        row = conn.execute(_DATABASE_IDENTITY_SQL).fetchone()
+    except psycopg.Error:
+        row = None
+    conn.rollback()
+    if row is not None and own.same_database(DatabaseIdentity(row[0], row[1], int(row[2]))):
+        conn.close()
+        raise HostRefused(f"Not allowed: River does not connect to {host!r} (River's own database).")
+
+
 class PostgresConnector:
     dialect = "postgresql"
 
@@ -392,9 +460,15 @@ class PostgresConnector:
         if self.config.sslmode:
             kwargs["sslmode"] = self.config.sslmode
         try:
-            return psycopg.connect(**{k: v for k, v in kwargs.items() if v is not None})
+            conn = psycopg.connect(**{k: v for k, v in kwargs.items() if v is not None})
         except psycopg.Error as exc:
             raise pg_connect_failure(exc) from None
+        try:
+            _refuse_river_database(conn, host=self.config.host or "")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _begin_read_only(self, cur, timeout_ms: int) -> None:
         cur.execute("SET TRANSACTION READ ONLY")

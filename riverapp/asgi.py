@@ -1,6 +1,13 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels."""
+"""ASGI entry point: HTTP through Django, WebSockets through Channels.
+
+HTTP passes the body limit first (common.asgi_limits). Served by Daphne
+(``daphne riverapp.asgi:application`` or ``manage.py runriver``), River's server edge
+(riverapp.server) also holds the limits Daphne applies before any application runs:
+the body's size while it arrives, the request line and the header block.
+"""
 
 import os
+import sys
 
 from django.conf import settings
 from django.core.asgi import get_asgi_application
@@ -15,6 +22,15 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from common.asgi_limits import BodyLimitMiddleware  # noqa: E402
 from riverapp.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": URLRouter(websocket_urlpatterns)})
+if "daphne.server" in sys.modules:
+    # Daphne is serving (importing it elsewhere would install its Twisted reactor).
+    from riverapp.server import daphne_edge_install
+
+    daphne_edge_install()
+
+application = ProtocolTypeRouter(
+    {"http": BodyLimitMiddleware(django_asgi_app), "websocket": URLRouter(websocket_urlpatterns)}
+)

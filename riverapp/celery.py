@@ -11,14 +11,18 @@ app.autodiscover_tasks()
 
 
 @setup_logging.connect
-def _river_logging(**kwargs) -> None:
+def _river_logging(loglevel=None, **kwargs) -> None:
     """Workers keep River's LOGGING (format switch and secret redaction) instead of
-    Celery replacing the root handlers with its own."""
+    Celery replacing the root handlers with its own. Celery's own loggers log at the
+    level the command asked for (``celery worker -l info``), whatever ``LOG_LEVEL`` is:
+    its startup lines ("... ready.") are how operators and scripts see a worker come up."""
     import logging.config
 
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger("celery").setLevel(loglevel)
 
 
 @worker_process_init.connect

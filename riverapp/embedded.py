@@ -164,7 +164,9 @@ def serve(*, host: str, port: int, worker: bool, beat: bool, concurrency: int, o
     from daphne.endpoints import build_endpoint_description_strings
 
     from riverapp.asgi import application
+    from riverapp.server import daphne_edge_install
 
+    daphne_edge_install()  # riverapp.asgi did already; said here too, since serve() depends on it
     bind_channel_layer_to_loop(daphne.server.twisted_loop)
     services = BackgroundServices(concurrency=concurrency, with_worker=worker, with_beat=beat)
     # Static files are served by WhiteNoise's middleware, in DEBUG and production alike.

@@ -59,7 +59,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model-delay", type=float, default=0.4, help="seconds the model takes per reply")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--json", help="also write the figures to this file")
-    return parser.parse_args()
+    parser.add_argument("--short", action="store_true",
+                        help="a short campaign for CI: 16 runs, a fault every 2 s, 60 s to drain "
+                             "(options given with it still win)")
+    args = parser.parse_args()
+    if args.short:
+        given = {arg.split("=", 1)[0] for arg in sys.argv[1:]}
+        for option, value in SHORT_CAMPAIGN.items():
+            if f"--{option.replace('_', '-')}" not in given:
+                setattr(args, option, value)
+    return args
+
+
+# ``--short``: each of the four faults lands twice, and the whole campaign takes about a minute.
+SHORT_CAMPAIGN = {"runs": 16, "fault_every": 2.0, "drain": 60.0, "model_delay": 0.2}
 
 
 # --- the scripted model --------------------------------------------------------------
@@ -191,6 +204,7 @@ class Workers:
         self.directory = directory
         self.concurrency = concurrency
         self.procs: list[subprocess.Popen] = []
+        self.ready_ones: set[int] = set()
         self.killed = Counter()
 
     def start(self) -> subprocess.Popen:
@@ -210,8 +224,27 @@ class Workers:
         return [p for p in self.procs if p.poll() is None]
 
     def ready(self, proc: subprocess.Popen) -> bool:
-        log = self.directory / f"worker-{self.procs.index(proc)}.log"
-        return "ready." in log.read_text(errors="replace")
+        """A worker is ready once it answers a ping over the broker (its consumer is up),
+        or once it logged Celery's "... ready." line (for a broker this process does not
+        talk to). Remembered: a ready worker stays ready until it is killed."""
+        index = self.procs.index(proc)
+        if index in self.ready_ones:
+            return True
+        log = self.directory / f"worker-{index}.log"
+        if "ready." in log.read_text(errors="replace") or f"faults{index}@" in " ".join(self._pinged()):
+            self.ready_ones.add(index)
+            return True
+        return False
+
+    @staticmethod
+    def _pinged() -> list[str]:
+        from riverapp.celery import app
+
+        try:
+            replies = app.control.ping(timeout=0.5)
+        except Exception:  # noqa: BLE001 - the broker is being restarted: not ready yet
+            return []
+        return [name for reply in replies for name in reply]
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout

@@ -288,3 +288,20 @@ def test_the_probes_answer_options_and_head_and_refuse_writes_with_allow(path):
     assert client.head(path).status_code in (200, 503)
     post = client.post(path)
     assert post.status_code == 405 and post["Allow"] == "GET, HEAD, OPTIONS"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api%0A", "/api%0D", "/api/%0A", "/api/v1/agents/%0A", "/api/v1/agents/1%0A/", "/api/v1/%0Aagents/",
+     "/api/v1/agents/%09", "/api/schema/%0A", "/api/v1/executions/%7F/"],
+)
+def test_an_api_path_with_a_control_character_is_the_json_404(client, path):
+    response = client.get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert _error(response)["code"] == "not_found"
+
+
+def test_a_page_path_with_a_newline_stays_an_html_404():
+    response = Client().get("/agents%0A")
+    assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
