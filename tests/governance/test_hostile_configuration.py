@@ -318,3 +318,111 @@ def test_a_hostile_csv_is_refused_within_the_bound(api_client_for, owner, worksp
     assert response.status_code == 400, response.content[:500]
     assert expected in " ".join(response.json()["error"]["details"]["file"])
     assert not Artifact.objects.exists()
+
+
+# --- one workspace's hostile configuration never slows /health ----------------------------------
+
+SERVER_SETUP = """
+from django.contrib.auth import get_user_model
+from agents.models import Agent
+from triggers.apikeys import api_key_issue
+from triggers.services import trigger_create
+
+admin = get_user_model().objects.get(username="admin")
+agent = Agent.objects.get(name="Support Analyst")
+trigger = trigger_create(actor=admin, workspace=agent.workspace, agent=agent, name="Hostile", trigger_type="api",
+                         prompt="{{ payload.x }}", config={"input_schema": {
+                             "type": "object", "properties": {"x": {"type": "string", "pattern": "(a+)+$"}},
+                             "patternProperties": {"^(b|bb)*c$": {"type": "integer"}}}})
+key = api_key_issue(created_by=admin, workspace=agent.workspace, name="Hostile").plaintext
+print("SETUP", trigger.pk, key, agent.workspace_id, agent.pk)
+"""
+
+HEALTH_BOUND_SECONDS = 0.100
+
+
+@pytest.mark.slow
+def test_health_answers_within_100_ms_while_hostile_configuration_is_stored_and_invoked(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from tests.riverapp.test_server import ROOT, START_DEADLINE_SECONDS, _free_port, _manage
+
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("REDIS_", "RIVER_", "DATABASE_")) and key not in {"DJANGO_SETTINGS_MODULE",
+                                                                                      "SECRET_KEY"}}
+    env.update(DEBUG="true", DATABASE_URL=f"sqlite:///{tmp_path / 'river.sqlite3'}", RIVER_VAR_DIR=str(tmp_path),
+               RIVER_ADMIN_PASSWORD="hostile-test-password", LOG_LEVEL="ERROR")
+    _manage(env, "migrate", "--no-input", "-v", "0")
+    _manage(env, "seed_demo")
+    line = next(x for x in _manage(env, "shell", "-c", SERVER_SETUP).splitlines() if x.startswith("SETUP "))
+    trigger_id, key, workspace_id, agent_id = line.split()[1:]
+    token = _manage(env, "issue_token", "admin").strip().splitlines()[-1]
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    with (tmp_path / "server.log").open("w+") as log:
+        server = subprocess.Popen(  # noqa: S603 - our interpreter, our arguments
+            [sys.executable, "manage.py", "runriver", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + START_DEADLINE_SECONDS
+            while True:
+                assert server.poll() is None, (tmp_path / "server.log").read_text()
+                try:
+                    with urllib.request.urlopen(f"{base}/health", timeout=5) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+                time.sleep(0.2)
+
+            def post(path: str, body, headers: dict) -> int:
+                request = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(), method="POST",
+                                                 headers={"Content-Type": "application/json", **headers})
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as response:
+                        return response.status
+                except urllib.error.HTTPError as error:
+                    return error.code
+
+            statuses: list[int] = []
+            done = threading.Event()
+
+            def attack() -> None:
+                bearer = {"Authorization": f"Bearer {token}"}
+                try:
+                    for round_ in range(3):
+                        for case, schema, _ in REFUSED_SCHEMAS:
+                            statuses.append(post("/api/v1/triggers/", {
+                                "workspace": int(workspace_id), "agent": agent_id, "name": f"{case}-{round_}",
+                                "type": "api", "prompt": "", "config": {"input_schema": schema}}, bearer))
+                        for payload in ({"x": "a" * 50_000 + "!"}, {"b" * 50_000 + "c": "not an integer"},
+                                        {"x": "a" * 40 + "!", "c": "{{" * 10_000}):
+                            statuses.append(post(f"/api/v1/triggers/{trigger_id}/invoke", payload,
+                                                 {"X-API-Key": key}))
+                finally:
+                    done.set()
+
+            attacker = threading.Thread(target=attack)
+            attacker.start()
+            latencies = []
+            while not done.is_set():
+                started = time.perf_counter()
+                with urllib.request.urlopen(f"{base}/health", timeout=5) as response:
+                    assert response.status == 200
+                latencies.append(time.perf_counter() - started)
+                done.wait(0.02)
+            attacker.join(timeout=120)
+        finally:
+            server.terminate()
+            server.wait(timeout=45)
+    print(f"/health: {len(latencies)} probes, max {max(latencies) * 1000:.1f} ms, slowest "
+          f"{sorted(round(x * 1000) for x in latencies)[-5:]}; statuses {sorted(set(statuses))}")
+    assert statuses and all(400 <= status < 500 for status in statuses), statuses
+    assert len(latencies) >= 10
+    assert max(latencies) < HEALTH_BOUND_SECONDS, f"max /health latency {max(latencies) * 1000:.1f} ms"
