@@ -9,7 +9,10 @@ NULL). Two passes over the rows, the first to size and type the table, the secon
 insert; neither holds the file in memory.
 
 Limits: at most MAX_COLUMNS columns, ``max_rows`` data rows per table, MAX_SHEETS
-worksheets and MAX_CELL_CHARS per cell; beyond any of them the file is refused.
+worksheets and MAX_CELL_CHARS per cell; beyond any of them the file is refused. The
+whole import is bounded too: MAX_TOTAL_CHARS characters of cell text (a workbook's shared
+strings let a small file repeat one long cell in every row) and IMPORT_SECONDS of wall
+time for both passes; past either the file is refused, never half imported.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import io
 import math
 import re
 import sqlite3
+import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -44,6 +48,8 @@ _DIGITS = re.compile(r"[+-]?[0-9]+")
 # (too long for INTEGER: text, not a rounded REAL).
 _REAL = re.compile(r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 INT64 = 2**63 - 1
+MAX_TOTAL_CHARS = 100_000_000
+IMPORT_SECONDS = 60.0
 
 Rows = Callable[[], Iterator[list[Any]]]  # a fresh pass over a table's rows
 
@@ -256,12 +262,36 @@ def xlsx_tables(*, stream: BinaryIO, field_name: str) -> list[tuple[str, Rows]]:
 # --- import ----------------------------------------------------------------------------------
 
 
-def _shape(rows: Rows, *, label: str, max_rows: int, field_name: str) -> tuple[list[Any], _Shape] | None:
+class _Budget:
+    """Cell characters and wall time left for one file's import (both passes)."""
+
+    def __init__(self, *, field_name: str):
+        self.field_name = field_name
+        self.chars = MAX_TOTAL_CHARS
+        self.deadline = time.monotonic() + IMPORT_SECONDS
+        self.rows = 0
+
+    def row(self) -> None:
+        self.rows += 1
+        if self.rows % 1_000 == 0 and time.monotonic() > self.deadline:
+            raise refused(self.field_name, f"the file takes longer than {IMPORT_SECONDS:.0f} s to import; "
+                                           "split it into smaller files")
+
+    def text(self, value: str) -> None:
+        self.chars -= len(value)
+        if self.chars < 0:
+            raise refused(self.field_name, f"the file's cells hold more than {MAX_TOTAL_CHARS} characters in all")
+
+
+def _shape(rows: Rows, *, label: str, max_rows: int, field_name: str,
+           budget: _Budget | None = None) -> tuple[list[Any], _Shape] | None:
     """First pass: the header, the width, the data row count and each column's type.
     None for a table with no cell at all."""
+    budget = budget or _Budget(field_name=field_name)
     header: list[Any] | None = None
     shape = _Shape()
     for raw in rows():
+        budget.row()
         cells = _trimmed(raw)
         if not cells:
             continue
@@ -281,9 +311,11 @@ def _shape(rows: Rows, *, label: str, max_rows: int, field_name: str) -> tuple[l
         for index, value in enumerate(cells):
             if value is None:
                 continue
-            if isinstance(value, str) and len(value) > MAX_CELL_CHARS:
-                raise refused(field_name, f"{label}, row {shape.rows + 1}: a cell is longer than {MAX_CELL_CHARS} "
-                                          "characters")
+            if isinstance(value, str):
+                if len(value) > MAX_CELL_CHARS:
+                    raise refused(field_name, f"{label}, row {shape.rows + 1}: a cell is longer than "
+                                              f"{MAX_CELL_CHARS} characters")
+                budget.text(value)
             shape.types[index] = _wider(shape.types[index], _type_of(value))
     if header is None:
         return None
@@ -295,12 +327,14 @@ def sqlite_import(*, path: Path, tables: list[tuple[str, Rows]], max_rows: int, 
     A file with no table holding any cell is refused."""
     specs: list[TableSpec] = []
     taken: set[str] = set()
+    budget = _Budget(field_name=field_name)
     connection = sqlite3.connect(path)
     try:
         connection.execute("PRAGMA journal_mode=OFF")
         connection.execute("PRAGMA synchronous=OFF")
         for position, (label, rows) in enumerate(tables, start=1):
-            shaped = _shape(rows, label=f"table {label!r}", max_rows=max_rows, field_name=field_name)
+            shaped = _shape(rows, label=f"table {label!r}", max_rows=max_rows, field_name=field_name,
+                            budget=budget)
             if shaped is None:
                 continue
             header, shape = shaped
@@ -317,6 +351,7 @@ def sqlite_import(*, path: Path, tables: list[tuple[str, Rows]], max_rows: int, 
             batch: list[list[Any]] = []
             seen_header = False
             for raw in rows():
+                budget.row()
                 cells = _trimmed(raw)
                 if not cells:
                     continue

@@ -637,38 +637,88 @@ def _names_identifier(node: Node) -> bool:
     return isinstance(node, Name) and node.path in IDENTIFIER_NAMES
 
 
-def evaluate(node: Node, facts: dict) -> Any:
+# Evaluation is bounded too: a condition is at most MAX_TOKENS nodes, but each node can
+# touch a whole fact (a payload of megabytes), and contains_pii() scans text with several
+# regular expressions. Every node costs one unit, and every value a function, IN or a
+# comparison reads costs its size (characters and items), contains_pii more per
+# character. Past MAX_EVAL_WORK the evaluation stops with an ExpressionEvalError, which
+# every caller treats as "does not hold" or as an error (never as a match).
+MAX_EVAL_WORK = 5_000_000
+PII_COST_PER_CHAR = 8
+
+
+class ExpressionBudgetExceeded(ExpressionEvalError):
+    pass
+
+
+class _Budget:
+    __slots__ = ("left",)
+
+    def __init__(self, units: int):
+        self.left = units
+
+    def charge(self, units: int, pos: int) -> None:
+        self.left -= units
+        if self.left < 0:
+            raise ExpressionBudgetExceeded(
+                pos, f"the condition needs more than {MAX_EVAL_WORK} units of work on these facts; "
+                     "it is treated as not evaluable")
+
+
+def _size(value, cap: int) -> int:
+    """Characters and items in ``value`` (iterative), counted up to ``cap``."""
+    total, stack = 0, [value]
+    while stack and total <= cap:
+        item = stack.pop()
+        total += 1
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
+
+
+def evaluate(node: Node, facts: dict, budget: _Budget | None = None) -> Any:
+    budget = budget if budget is not None else _Budget(MAX_EVAL_WORK)
+    budget.charge(1, getattr(node, "pos", 0))
     if isinstance(node, Literal):
         return node.value
     if isinstance(node, Name):
         return _lookup(facts, node.path)
     if isinstance(node, ListExpr):
-        return [evaluate(item, facts) for item in node.items]
+        return [evaluate(item, facts, budget) for item in node.items]
     if isinstance(node, Neg):
-        value = evaluate(node.operand, facts)
+        value = evaluate(node.operand, facts, budget)
         if value is None:
             return None
         if not _is_number(value):
             raise ExpressionEvalError(node.pos, f"'-' needs a number, got {_type_name(value)}")
         return -value
     if isinstance(node, Not):
-        return not _truth(evaluate(node.operand, facts), node.pos, "NOT")
+        return not _truth(evaluate(node.operand, facts, budget), node.pos, "NOT")
     if isinstance(node, BoolOp):
         for operand in node.operands:
-            value = _truth(evaluate(operand, facts), node.pos, node.op.upper())
+            value = _truth(evaluate(operand, facts, budget), node.pos, node.op.upper())
             if node.op == "and" and not value:
                 return False
             if node.op == "or" and value:
                 return True
         return node.op == "and"
     if isinstance(node, Compare):
-        left, right = evaluate(node.left, facts), evaluate(node.right, facts)
+        left, right = evaluate(node.left, facts, budget), evaluate(node.right, facts, budget)
+        budget.charge(_size(left, budget.left) + _size(right, budget.left), node.pos)
         if _names_identifier(node.left) or _names_identifier(node.right):
             left, right = _identifier_fold(left), _identifier_fold(right)
         return _compare(node, left, right)
     if isinstance(node, Call):
         _, fn = FUNCTIONS[node.name]
-        args = [evaluate(arg, facts) for arg in node.args]
+        args = [evaluate(arg, facts, budget) for arg in node.args]
+        per_unit = PII_COST_PER_CHAR if node.name == "contains_pii" else 1
+        budget.charge(per_unit * sum(_size(arg, budget.left) for arg in args), node.pos)
         try:
             return fn(*args)
         except TypeError as exc:
@@ -677,9 +727,10 @@ def evaluate(node: Node, facts: dict) -> Any:
 
 
 def matches(source: str | Node, facts: dict) -> bool:
-    """True when the condition holds. ``null`` counts as false; other non-booleans are errors."""
+    """True when the condition holds. ``null`` counts as false; other non-booleans are
+    errors, and so is a condition that needs more than MAX_EVAL_WORK units of work."""
     tree = parse(source) if isinstance(source, str) else source
-    return _truth(evaluate(tree, facts), getattr(tree, "pos", 0), "a condition")
+    return _truth(evaluate(tree, facts, _Budget(MAX_EVAL_WORK)), getattr(tree, "pos", 0), "a condition")
 
 
 # --- the keyed form ----------------------------------------------------------------

@@ -27,7 +27,7 @@ class PiiMatch:
     end: int
 
 
-_EMAIL_RE = re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_EMAIL_RE = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}(?![\w-])")
 # +44 20 7946 0958, +1 (415) 555-0132, +49-30-901820, +4930901820
 _PHONE_INTL_RE = re.compile(r"(?<![\w+])\+\d[\d\s().-]{5,22}\d(?!\d)")

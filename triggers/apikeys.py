@@ -20,10 +20,10 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-import jsonschema
 from django.db import transaction
 from django.utils import timezone
 
+from common.jsonschema_safe import schema_errors
 from governance.counters import counter_try_consume
 from rivercore.errors import Conflict, InvalidInput, NotFound, PermissionDenied, RiverError
 from tenancy.models import Organization, Workspace
@@ -133,14 +133,7 @@ def _retry_after(now: datetime) -> int:
 
 
 def _schema_errors(schema: dict, payload) -> dict[str, list[str]]:
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    details: dict[str, list[str]] = {}
-    for error in sorted(validator.iter_errors(payload), key=lambda e: list(map(str, e.absolute_path))):
-        path = ".".join(["payload", *(str(part) for part in error.absolute_path)])
-        details.setdefault(path, []).append(error.message[:300])
-        if len(details) >= MAX_SCHEMA_ERRORS:
-            break
-    return details
+    return schema_errors(schema, payload, prefix="payload")
 
 
 def trigger_invoke(*, plaintext_key: str | None, trigger_id, payload, idempotency_key: str | None = None,

@@ -17,6 +17,11 @@ Cooldown: after a firing (started, or skipped because the agent was inactive) th
 trigger stays quiet for ``cooldown_seconds``; the first evaluation that holds during the
 quiet period records one ``cooldown`` skip, later ones record nothing (no flood). The
 trigger row is locked while it is judged, so two ingests at once fire once.
+
+Budget: judging one series costs a few queries, and a batch may name up to MAX_SAMPLES
+series for each of the workspace's threshold triggers. One ingest judges at most
+MAX_JUDGEMENTS (trigger, series) pairs; the rest are not judged (nothing fires for
+them, a warning is logged) and the next batch judges again.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}\Z")
 LABEL_VALUE_MAX = 200
 FUTURE_SKEW_SECONDS = 300
 PRUNE_BATCH = 10_000
+MAX_JUDGEMENTS = 200
 Reason = TriggerFiring.Reason
 
 _VIOLATES = {  # the samples that break "value <op> N"
@@ -197,10 +203,16 @@ def thresholds_evaluate(*, workspace_id, series: dict[str, list[dict]],
     from triggers.selectors import triggers_enabled_of_type
 
     firings = []
+    judged = 0
     for trigger in triggers_enabled_of_type(workspace_id=workspace_id, trigger_type=TriggerType.THRESHOLD):
         config = ThresholdConfig.model_validate(trigger.config)
         rule = threshold_parse(config.expression)
         for labels in series.get(rule.metric, ()):
+            judged += 1
+            if judged > MAX_JUDGEMENTS:
+                logger.warning("workspace %s: threshold evaluation stopped after %s judgements", workspace_id,
+                               MAX_JUDGEMENTS)
+                return firings
             at = now or timezone.now()
             verdict = threshold_window_judge(rule=rule, workspace_id=workspace_id, metric=rule.metric,
                                              labels=labels, now=at)

@@ -23,6 +23,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The six trigger types are part of the engine's contract (trigger_context.trigger_type).
+from common.jsonschema_safe import schema_check
 from rivercore import limits
 from rivercore.contracts import TriggerType
 from rivercore.errors import InvalidInput
@@ -151,37 +152,24 @@ class ApiConfig(_Config):
     def _input_schema(cls, value: dict | None) -> dict | None:
         import json
 
-        import jsonschema
-
         if value is None:
             return None
         if len(json.dumps(value)) > MAX_INPUT_SCHEMA_BYTES:
             raise ValueError(f"a JSON Schema of at most {MAX_INPUT_SCHEMA_BYTES} bytes")
-        if _has_remote_ref(value):
-            raise ValueError("a $ref must point inside the schema (starting with '#')")
         try:
-            jsonschema.validators.validator_for(value).check_schema(value)
-        except jsonschema.SchemaError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path)
-            raise ValueError(f"not a valid JSON Schema{f' at {where}' if where else ''}: {exc.message}") from None
+            schema_check(value, field="input_schema")
+        except InvalidInput as exc:
+            raise SchemaRefused(exc.details) from None
         return value
 
 
-def _has_remote_ref(node) -> bool:
-    """Whether the schema names anything outside itself ($ref not starting with '#',
-    $dynamicRef, $id URLs): River never fetches a schema from elsewhere."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, dict):
-            for key, value in current.items():
-                if key in ("$ref", "$dynamicRef", "$recursiveRef") and not (isinstance(value, str)
-                                                                           and value.startswith("#")):
-                    return True
-                stack.append(value)
-        elif isinstance(current, list):
-            stack.extend(current)
-    return False
+class SchemaRefused(ValueError):
+    """A refused JSON Schema, with the path of each problem (``input_schema.<...>``);
+    ``trigger_config_parse`` reports them under ``config.``."""
+
+    def __init__(self, details: dict[str, list[str]]):
+        super().__init__("; ".join(f"{path}: {messages[0]}" for path, messages in details.items()))
+        self.details = details
 
 
 class ThresholdConfig(_Config):
@@ -244,6 +232,16 @@ def trigger_config_parse(*, trigger_type: TriggerType, config, field: str = "con
     except pydantic.ValidationError as exc:
         details: dict[str, list[str]] = {}
         for error in exc.errors():
+            refused = (error.get("ctx") or {}).get("error")
+            if isinstance(refused, SchemaRefused):
+                # The field itself (as for any other config error) and the exact place in it.
+                top = ".".join(str(part) for part in (field, *error.get("loc", ())))
+                for where, messages in refused.details.items():
+                    inner = where.partition(".")[2]
+                    details.setdefault(top, []).extend(f"at {inner}: {m}" if inner else m for m in messages)
+                    if inner:
+                        details.setdefault(f"{field}.{where}", []).extend(messages)
+                continue
             path = ".".join(str(part) for part in (field, *error.get("loc", ())))
             message = error.get("msg", "invalid")
             message = message.removeprefix("Value error, ")
