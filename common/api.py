@@ -1,4 +1,4 @@
-"""DRF plumbing shared by every app's API: pagination and the error shape."""
+"""DRF plumbing shared by every app's API: pagination, strict input and the error shape."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -36,6 +36,22 @@ class Pagination(PageNumberPagination):
                 details={self.page_size_query_param: ["A whole number of at least 1 is required."]},
             )
         return min(size, self.max_page_size)
+
+
+class StrictInput(serializers.Serializer):
+    """An input serializer that refuses keys it does not know, so a typo or a read-only
+    field is a 400 naming it rather than silently ignored. ``refused_fields`` gives a
+    key a more helpful message than the default."""
+
+    refused_fields: dict[str, str] = {}
+
+    def validate(self, attrs):
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            raise serializers.ValidationError(
+                {key[:100]: [self.refused_fields.get(key, "Unknown or read-only field.")] for key in unknown[:20]}
+            )
+        return attrs
 
 
 def error_response(code: str, message: str, details=None, *, status_code: int) -> Response:

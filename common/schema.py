@@ -75,12 +75,10 @@ def error_responses(result, generator, request, public):
             for parameter in operation.get("parameters", []):
                 if parameter.get("in") != "query":
                     continue
-                kind = parameter.get("schema", {}).get("type")
-                if kind == "string":
+                if parameter.get("schema", {}).get("type") == "string":
                     parameter["schema"].setdefault("maxLength", settings.RIVER_QUERY_PARAM_MAX_LENGTH)
-                elif not parameter.get("required"):
-                    # River reads an empty optional filter (?workspace=) as no filter at all.
-                    parameter["allowEmptyValue"] = True
+                # An empty id filter (?workspace=) is a 400 (common.ids), so no
+                # parameter allows an empty value.
             responses = operation.setdefault("responses", {})
             for status, description in wanted.items():
                 responses.setdefault(status, {"description": description, "content": reference})
