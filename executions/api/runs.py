@@ -7,6 +7,7 @@ and renders.
 from __future__ import annotations
 
 from django.urls import path
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
@@ -154,7 +155,7 @@ class AgentRunView(APIView):
 class ExecutionList(ListAPIView):
     serializer_class = ExecutionSerializer
 
-    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("agent", str),
+    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("agent", OpenApiTypes.UUID),
                                OpenApiParameter("workspace", int)])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)

@@ -5,6 +5,12 @@ with a real bearer token of a user who administers a workspace full of data, nex
 another organization's data. Each response must be no 5xx, carry a documented status
 code and content type, and match the documented body schema.
 
+Besides schemathesis's own cases, a third strategy takes valid cases and puts odd
+Unicode into them: lone surrogates (JSON ``\\ud800`` escapes), superscript, Arabic-Indic
+and full-width digits, bidirectional marks, text next to a NUL, emoji, combining marks.
+Lone surrogates go into JSON bodies (keys and values) only: a query string or a path
+is bytes, and Django decodes invalid UTF-8 there to U+FFFD.
+
 RIVER_FUZZ_MAX_EXAMPLES bounds the examples per operation (CI default small and
 derandomized so the run is repeatable; ``make fuzz`` runs many more at random).
 Nothing may leave the machine: a guard refuses every name lookup and connection that
@@ -246,6 +252,50 @@ def test_the_fuzzer_sees_every_operation_of_the_schema():
     assert "POST /api/v1/agents/" in OPERATIONS and "POST /api/v1/approvals/{approval_id}/resolve" in OPERATIONS
 
 
+# ---------------------------------------------------------------- odd Unicode
+
+ODD_TEXT = [
+    "²", "³¹", "٣", "١٢", "１２", "\u0663\u0660", "𝟙𝟚", "Ⅻ", "½",  # digits of other classes
+    "\u200f12", "12\u200e", "\u202eabc", "\u2066x\u2069",  # bidirectional marks
+    "a\u0000", "\u0000", "\u00001", "1\u0000",  # NUL-adjacent
+    "🙂", "👩‍👩‍👧", "🏳️‍🌈", "e\u0301", "\u0301", "a" + "\u0300" * 50,  # emoji and combining marks
+    "\ufeff1", "\u00a01", "1\u2028", "\uffff", "\U0010ffff",  # invisible and edge code points
+]
+SURROGATES = ["\ud800", "\udfff", "a\udc00b", "\udbff\udbff", "1\ud83d"]
+odd_text = st.sampled_from(ODD_TEXT) | st.text(
+    alphabet=st.sampled_from("²٣１\u200f\u0301🙂\u0000Ⅻ"), min_size=1, max_size=6)
+odd_json_text = odd_text | st.sampled_from(SURROGATES)
+
+
+def _replace_strings(value, replacement: str, salt: int):
+    """``value`` with its string leaves (and, for every other dict, one key) replaced."""
+    if isinstance(value, str):
+        return replacement
+    if isinstance(value, list):
+        return [_replace_strings(item, replacement, salt) for item in value]
+    if isinstance(value, dict):
+        replaced = {key: _replace_strings(item, replacement, salt) for key, item in value.items()}
+        if salt % 2:
+            replaced[replacement] = replacement
+        return replaced
+    return replacement if salt % 3 == 0 else value
+
+
+def _with_odd_unicode(case, draw_json: str, draw_query: str, salt: int):
+    if case.body is not None and isinstance(case.body, (dict, list, str)):
+        case.body = _replace_strings(case.body, draw_json, salt)
+    if case.query:
+        case.query = {name: draw_query for name in case.query}
+    return case
+
+
+def odd_unicode_cases(operation):
+    return st.builds(
+        _with_odd_unicode, operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
+        odd_json_text, odd_text, st.integers(min_value=0, max_value=5),
+    )
+
+
 def _point_at_seeded_objects(case, ids: dict) -> None:
     """Most generated ids exist nowhere; send two of three to a real object (ours or
     another organization's), chosen from the generated value so a replay is the same."""
@@ -264,6 +314,7 @@ def test_every_operation_answers_as_documented_and_never_5xx(label, seeded, loop
     strategy = st.one_of(
         operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
         operation.as_strategy(generation_mode=GenerationMode.NEGATIVE),
+        odd_unicode_cases(operation),
     )
     headers = {"Authorization": f"Bearer {seeded['token']}"}
 
