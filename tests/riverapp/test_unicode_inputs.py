@@ -253,3 +253,10 @@ def test_an_ascii_id_filter_still_filters(client, workspace, owner, other_worksp
     response = client.get("/api/v1/agents/", {"workspace": str(workspace.pk)})
     assert response.status_code == 200
     assert [row["name"] for row in response.json()["results"]] == ["Ours"]
+
+
+@pytest.mark.parametrize("query", ["page=٣", "page=1\u2028", "page=²", "page_size=１２", "page_size=٣"])
+def test_page_numbers_of_the_wrong_class_are_a_400(client, query):
+    response = client.get("/api/v1/agents/?" + query)
+    assert response.status_code == 400
+    assert list(_error(response)["details"]) == [query.split("=")[0]]
