@@ -20,6 +20,8 @@ from rest_framework.response import Response
 
 from agents import selectors, services
 from agents.models import Agent, AgentVersion, WorkspaceMemory
+from common.api import StrictInput
+from common.ids import id_query_param, uuid_query_param
 from governance.models import WorkspaceSettings
 from governance.selectors import workspace_memory_mode
 from governance.services import workspace_memory_mode_set
@@ -90,20 +92,6 @@ class PydanticFieldSchema(OpenApiSerializerFieldExtension):
         return _openapi_schema(self.target.schema)
 
 
-class _StrictInput(serializers.Serializer):
-    """Refuses keys it does not know, so a typo or a read-only field is a 400, not ignored."""
-
-    refused_fields: dict[str, str] = {}
-
-    def validate(self, attrs):
-        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        if unknown:
-            raise serializers.ValidationError(
-                {key: [self.refused_fields.get(key, "Unknown or read-only field.")] for key in unknown}
-            )
-        return attrs
-
-
 # ---------------------------------------------------------------- serializers
 
 
@@ -149,7 +137,7 @@ def _team_changes(values: dict) -> dict:
     return changes
 
 
-class AgentCreateSerializer(_StrictInput):
+class AgentCreateSerializer(StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     name = serializers.CharField(max_length=limits.NAME)
     description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True, default="")
@@ -160,7 +148,7 @@ class AgentCreateSerializer(_StrictInput):
     disallow_transfer_to_peers = serializers.BooleanField(required=False)
 
 
-class AgentUpdateSerializer(_StrictInput):
+class AgentUpdateSerializer(StrictInput):
     refused_fields = {"status": "Use the activate, pause and archive endpoints to change the status."}
 
     name = serializers.CharField(max_length=limits.NAME, required=False)
@@ -203,7 +191,7 @@ class AgentVersionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AgentVersionCreateSerializer(_StrictInput):
+class AgentVersionCreateSerializer(StrictInput):
     goal = serializers.CharField(max_length=limits.GOAL)
     instructions = serializers.CharField(max_length=limits.PROMPT)
     system_prompt = serializers.CharField(max_length=limits.PROMPT, required=False, allow_blank=True, default="")
@@ -259,13 +247,9 @@ class AgentList(ListAPIView):
                     "Unknown status.", details={"status": [f'"{params["status"]}" is not a valid choice.']}
                 )
             filters["status"] = params["status"]
-        if "workspace" in params:
-            try:
-                filters["workspace_id"] = int(params["workspace"])
-            except ValueError:
-                raise InvalidInput(
-                    "workspace must be an id.", details={"workspace": ["A valid integer is required."]}
-                ) from None
+        workspace_id = id_query_param(params=params, name="workspace")
+        if workspace_id is not None:
+            filters["workspace_id"] = workspace_id
         return selectors.agents_for_user(user=self.request.user, **filters).order_by("name", "id")
 
     @extend_schema(request=AgentCreateSerializer, responses={201: AgentSerializer})
@@ -376,23 +360,11 @@ class MemorySettingsSerializer(serializers.Serializer):
     personal_consent = serializers.BooleanField(read_only=True, help_text="The caller's own consent.")
 
 
-class MemorySettingsUpdateSerializer(_StrictInput):
+class MemorySettingsUpdateSerializer(StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     mode = serializers.ChoiceField(choices=WorkspaceSettings.MemoryMode.choices, required=False,
                                    help_text="Needs policy:create (workspace admins).")
     personal_consent = serializers.BooleanField(required=False, help_text="The caller's own consent.")
-
-
-def _int_param(params, name: str) -> int | None:
-    if name not in params:
-        return None
-    try:
-        value = int(params[name])
-    except ValueError:
-        raise InvalidInput(f"{name} must be an id.", details={name: ["A valid integer is required."]}) from None
-    if not 1 <= value <= 2**63 - 1:
-        raise InvalidInput(f"{name} must be an id.", details={name: ["A valid integer is required."]})
-    return value
 
 
 class MemoryList(ListAPIView):
@@ -410,12 +382,14 @@ class MemoryList(ListAPIView):
     def get_queryset(self):
         params = self.request.query_params
         agent_id = None
-        if params.get("agent"):
-            agent_id = selectors.agent_get_for_user(user=self.request.user, agent_id=params["agent"]).pk
+        agent = uuid_query_param(params=params, name="agent")
+        if agent is not None:
+            agent_id = selectors.agent_get_for_user(user=self.request.user, agent_id=agent).pk
         query = params.get("q") or None
         if query is not None and len(query) > limits.NAME:
             raise InvalidInput("q is too long.", details={"q": [f"At most {limits.NAME} characters."]})
-        return selectors.memories_for_user(user=self.request.user, workspace_id=_int_param(params, "workspace"),
+        workspace_id = id_query_param(params=params, name="workspace")
+        return selectors.memories_for_user(user=self.request.user, workspace_id=workspace_id,
                                            agent_id=agent_id, query=query)
 
 
@@ -448,7 +422,7 @@ class MemorySettings(GenericAPIView):
 
     @extend_schema(parameters=[OpenApiParameter("workspace", int, required=True)])
     def get(self, request):
-        workspace_id = _int_param(request.query_params, "workspace")
+        workspace_id = id_query_param(params=request.query_params, name="workspace")
         if workspace_id is None:
             raise InvalidInput("workspace is required.", details={"workspace": ["This field is required."]})
         workspace = workspace_get_for_user(user=request.user, workspace_id=workspace_id)

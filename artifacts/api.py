@@ -22,6 +22,7 @@ from artifacts import selectors, services
 from artifacts.errors import FileTooLarge
 from artifacts.models import Artifact
 from artifacts.uploads import BoundedUploadHandler
+from common.ids import id_query_param, text_query_param
 from rivercore.errors import InvalidInput, PermissionDenied
 from tenancy import permissions as perms
 from tenancy.selectors import require_permission, workspace_get_for_user, workspace_permissions
@@ -60,18 +61,6 @@ class ArtifactUploadSerializer(serializers.Serializer):
                                        help_text="The session the file belongs to (optional).")
 
 
-def _int_param(params, name: str) -> int | None:
-    if name not in params:
-        return None
-    try:
-        value = int(params[name])
-    except ValueError:
-        raise InvalidInput(f"{name} must be an id.", details={name: ["A valid integer is required."]}) from None
-    if not 0 <= value <= BIGINT_MAX:
-        raise InvalidInput(f"{name} is out of range.", details={name: ["out of range"]})
-    return value
-
-
 class ArtifactList(ListAPIView):
     serializer_class = ArtifactSerializer
     parser_classes = [MultiPartParser]
@@ -92,18 +81,19 @@ class ArtifactList(ListAPIView):
     def get_queryset(self):
         params = self.request.query_params
         queryset = selectors.artifacts_for_user(user=self.request.user)
-        workspace = _int_param(params, "workspace")
+        workspace = id_query_param(params=params, name="workspace")
         if workspace is not None:
             queryset = queryset.filter(workspace_id=workspace)
-        session = _int_param(params, "session")
+        session = id_query_param(params=params, name="session")
         if session is not None:
             queryset = queryset.filter(session_id=session)
         if "kind" in params:
             if params["kind"] not in Artifact.Kind.values:
                 raise InvalidInput("Unknown kind.", details={"kind": [f'"{params["kind"]}" is not a valid choice.']})
             queryset = queryset.filter(kind=params["kind"])
-        if params.get("name"):
-            queryset = queryset.filter(name=params["name"])
+        name = text_query_param(params=params, name="name")
+        if name is not None:
+            queryset = queryset.filter(name=name)
         return queryset.order_by("-created_at", "-id")
 
     @extend_schema(request={"multipart/form-data": ArtifactUploadSerializer},

@@ -1,4 +1,4 @@
-"""DRF plumbing shared by every app's API: pagination and the error shape."""
+"""DRF plumbing shared by every app's API: pagination, strict input and the error shape."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from common.ids import count_from_text
 from rivercore.errors import InvalidInput, RiverError, pydantic_details
 
 
@@ -26,16 +27,40 @@ class Pagination(PageNumberPagination):
         raw = request.query_params.get(self.page_size_query_param, "")
         if raw == "":
             return self.page_size
-        try:
-            size = int(raw)
-        except ValueError:
-            size = 0
+        size = count_from_text(raw) or 0
         if size < 1:
             raise InvalidInput(
                 "page_size must be a whole number of at least 1.",
                 details={self.page_size_query_param: ["A whole number of at least 1 is required."]},
             )
         return min(size, self.max_page_size)
+
+    def get_page_number(self, request, paginator):
+        """``?page=`` in ASCII digits (``int()`` would read ``٣`` or ``1\u2028`` as a page);
+        empty means the first page, anything else that is not a number is a 400."""
+        raw = request.query_params.get(self.page_query_param, "")
+        if raw == "" or raw in self.last_page_strings:
+            return super().get_page_number(request, paginator)
+        if count_from_text(raw) is None:
+            raise InvalidInput("page must be a whole number.",
+                               details={self.page_query_param: ["A page number in ASCII digits (0-9)."]})
+        return raw
+
+
+class StrictInput(serializers.Serializer):
+    """An input serializer that refuses keys it does not know, so a typo or a read-only
+    field is a 400 naming it rather than silently ignored. ``refused_fields`` gives a
+    key a more helpful message than the default."""
+
+    refused_fields: dict[str, str] = {}
+
+    def validate(self, attrs):
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            raise serializers.ValidationError(
+                {key[:100]: [self.refused_fields.get(key, "Unknown or read-only field.")] for key in unknown[:20]}
+            )
+        return attrs
 
 
 def error_response(code: str, message: str, details=None, *, status_code: int) -> Response:

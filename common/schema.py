@@ -59,6 +59,11 @@ _RATE_LIMITED = {
 }
 
 
+# Query parameters whose empty value means their default. Any other empty parameter,
+# an id filter above all (?workspace=, ?agent=), is a 400 naming it (common.ids).
+_EMPTY_MEANS_DEFAULT = {"page", "page_size", "archived"}
+
+
 def error_responses(result, generator, request, public):
     """POSTPROCESSING_HOOKS entry: add the shared Error component and the error responses."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
@@ -75,11 +80,9 @@ def error_responses(result, generator, request, public):
             for parameter in operation.get("parameters", []):
                 if parameter.get("in") != "query":
                     continue
-                kind = parameter.get("schema", {}).get("type")
-                if kind == "string":
+                if parameter.get("schema", {}).get("type") == "string":
                     parameter["schema"].setdefault("maxLength", settings.RIVER_QUERY_PARAM_MAX_LENGTH)
-                elif not parameter.get("required"):
-                    # River reads an empty optional filter (?workspace=) as no filter at all.
+                elif parameter["name"] in _EMPTY_MEANS_DEFAULT and not parameter.get("required"):
                     parameter["allowEmptyValue"] = True
             responses = operation.setdefault("responses", {})
             for status, description in wanted.items():

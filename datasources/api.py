@@ -13,6 +13,8 @@ from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView, ListAPIView
 from rest_framework.response import Response
 
+from common.api import StrictInput
+from common.ids import id_query_param
 from datasources import selectors, services
 from datasources.connectors import SUPPORTED_TYPES
 from datasources.models import DataSource
@@ -22,16 +24,6 @@ from tenancy import permissions as perms
 from tenancy.selectors import require_permission, workspace_get_for_user
 
 DATA_SOURCE_ID = OpenApiParameter("data_source_id", int, OpenApiParameter.PATH)
-
-
-class _StrictInput(serializers.Serializer):
-    """Refuses unknown keys, so a typo or a read-only field is a 400 rather than ignored."""
-
-    def validate(self, attrs):
-        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        if unknown:
-            raise serializers.ValidationError({key: ["Unknown or read-only field."] for key in unknown})
-        return attrs
 
 
 class _JSONObject(serializers.JSONField):
@@ -95,7 +87,7 @@ class _Limits(serializers.Serializer):
     query_timeout_seconds = _limit_field("query_timeout_seconds", "Statement timeout of every query.")
 
 
-class DataSourceCreateSerializer(_StrictInput, _Limits):
+class DataSourceCreateSerializer(StrictInput, _Limits):
     workspace = serializers.IntegerField()
     name = serializers.CharField(max_length=limits.NAME)
     description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True, default="")
@@ -107,7 +99,7 @@ class DataSourceCreateSerializer(_StrictInput, _Limits):
     create_file = serializers.BooleanField(required=False, default=False, help_text=_CREATE_FILE_HELP)
 
 
-class DataSourceUpdateSerializer(_StrictInput, _Limits):
+class DataSourceUpdateSerializer(StrictInput, _Limits):
     name = serializers.CharField(max_length=limits.NAME, required=False)
     description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True)
     type = serializers.ChoiceField(choices=DataSource.Type.choices, required=False, error_messages=_TYPE_ERRORS)
@@ -176,13 +168,9 @@ class DataSourceList(ListAPIView):
                         f"Unknown {field}.", details={field: [f'"{params[field]}" is not a valid choice.']}
                     )
                 queryset = queryset.filter(**{field: params[field]})
-        if "workspace" in params:
-            try:
-                queryset = queryset.filter(workspace_id=int(params["workspace"]))
-            except ValueError:
-                raise InvalidInput(
-                    "workspace must be an id.", details={"workspace": ["A valid integer is required."]}
-                ) from None
+        workspace_id = id_query_param(params=params, name="workspace")
+        if workspace_id is not None:
+            queryset = queryset.filter(workspace_id=workspace_id)
         if params.get("search"):
             queryset = queryset.filter(name__icontains=params["search"])
         return queryset.order_by("name", "id")

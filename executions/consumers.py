@@ -16,6 +16,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db.models import Q
 
+from common.ids import count_from_text
 from executions.models import ExecutionEvent
 from executions.selectors import execution_get_for_user, session_event_message, session_events, session_get_for_user
 from rivercore.errors import NotFound
@@ -116,10 +117,7 @@ class ExecutionConsumer(_EventConsumer):
         workspace_id = await _execution_workspace_id(self.scope["user"], self.execution_id)
         if workspace_id is None:
             return None
-        try:
-            self.last_seq = max(int(_query_param(self.scope, "after") or 0), 0)
-        except ValueError:
-            self.last_seq = 0
+        self.last_seq = count_from_text(_query_param(self.scope, "after")) or 0
         return execution_group(self.execution_id)
 
     async def after_accept(self) -> None:
@@ -197,10 +195,7 @@ class SessionConsumer(_EventConsumer):
         if session_id is None:
             return None
         self.session_id = session_id
-        try:
-            self.last_session_seq = max(int(_query_param(self.scope, "after") or 0), 0)
-        except ValueError:
-            self.last_session_seq = 0
+        self.last_session_seq = count_from_text(_query_param(self.scope, "after")) or 0
         return session_group(session_id)
 
     async def after_accept(self) -> None:

@@ -17,6 +17,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.ids import id_query_param, uuid_query_param
 from common.people import PersonRefSerializer
 from governance import services
 from governance.approvals import approval_get_for_user, approvals_for_user
@@ -86,11 +87,8 @@ class PolicyListCreate(ListAPIView):
     def get_queryset(self):
         queryset = policies_for_user(user=self.request.user)
         params = self.request.query_params
-        if params.get("workspace_id"):
-            try:
-                workspace_id = int(params["workspace_id"])
-            except ValueError:
-                raise InvalidInput("Invalid filter.", details={"workspace_id": ["must be an integer"]}) from None
+        workspace_id = id_query_param(params=params, name="workspace_id")
+        if workspace_id is not None:
             workspace = workspaces_for_user(user=self.request.user).filter(pk=workspace_id).first()
             if workspace is None:
                 raise NotFound("Workspace not found.")
@@ -153,27 +151,6 @@ class AuditEntrySerializer(serializers.ModelSerializer):
         ]
 
 
-def _int_param(params, name: str) -> int | None:
-    if not params.get(name):
-        return None
-    try:
-        value = int(params[name])
-    except ValueError:
-        raise InvalidInput("Invalid filter.", details={name: ["must be an integer"]}) from None
-    if not -(2**63) <= value < 2**63:
-        raise InvalidInput("Invalid filter.", details={name: ["is out of range"]})
-    return value
-
-
-def _uuid_param(params, name: str) -> UUID | None:
-    if not params.get(name):
-        return None
-    try:
-        return UUID(params[name])
-    except ValueError:
-        raise InvalidInput("Invalid filter.", details={name: ["must be a UUID"]}) from None
-
-
 def _datetime_param(params, name: str):
     if not params.get(name):
         return None
@@ -208,11 +185,11 @@ class AuditList(ListAPIView):
                 raise InvalidInput("Invalid filter.", details={"event_type": ["must be at most 60 characters, no NUL"]})
             queryset = queryset.filter(event_type=event_type)
         for name in ("execution_id", "organization_id", "workspace_id"):
-            value = _int_param(params, name)
+            value = id_query_param(params=params, name=name)
             if value is not None:
                 queryset = queryset.filter(**{name: value})
         for name in ("agent_id", "policy_id", "approval_id"):
-            value = _uuid_param(params, name)
+            value = uuid_query_param(params=params, name=name)
             if value is not None:
                 queryset = queryset.filter(**{name: value})
         since, until = _datetime_param(params, "since"), _datetime_param(params, "until")
@@ -252,7 +229,7 @@ class AuditVerify(APIView):
     )
     def get(self, request):
         administered = list(organizations_administered(user=request.user).values_list("pk", flat=True))
-        organization_id = _int_param(request.query_params, "organization_id")
+        organization_id = id_query_param(params=request.query_params, name="organization_id")
         if organization_id is not None:
             if organization_id not in administered:
                 if workspaces_for_user(user=request.user).filter(organization_id=organization_id).exists():

@@ -10,13 +10,14 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import include, path, reverse, reverse_lazy
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import Agent
+from common.ids import id_from_text
 from governance.notifications import notifications_for_user, notifications_mark_read
 from riverapp.context import SECTIONS, SESSION_KEY, Nav, current_workspace
 from riverapp.overview import overview_for_workspace
@@ -76,10 +77,9 @@ def _section_root(target: str) -> str:
 @login_required(login_url=LOGIN_URL)
 def workspace_switch(request):
     """Remember the workspace the pages show; only one of the user's own."""
-    try:
-        workspace_id = int(request.POST.get("workspace", ""))
-    except ValueError:
-        raise Http404("No such workspace.") from None
+    workspace_id = id_from_text(request.POST.get("workspace", ""))
+    if workspace_id is None:
+        raise Http404("No such workspace.")
     workspace = workspaces_for_user(user=request.user).select_related("organization").filter(pk=workspace_id).first()
     if workspace is None:
         raise Http404("No such workspace.")
@@ -116,11 +116,16 @@ def notifications_panel(request):
 @login_required(login_url=LOGIN_URL)
 def notifications_mark_read_view(request):
     """Mark one notification (``id``) or all of the user's (no ``id``) as read. From the
-    bell's panel (htmx) the answer is the panel again; from a page, a redirect back."""
-    raw = request.POST.get("id")
-    if raw and not raw.isdigit():
-        raise Http404("No such notification.")
-    notifications_mark_read(user=request.user, notification_id=int(raw) if raw else None)
+    bell's panel (htmx) the answer is the panel again; from a page, a redirect back.
+    An ``id`` that is given but is not an id (``²``, ``٣``, empty) is a 400: it must
+    never fall back to marking everything read."""
+    notification_id = None
+    if "id" in request.POST:
+        notification_id = id_from_text(request.POST["id"])
+        if notification_id is None:
+            return HttpResponseBadRequest("id must be a notification id (ASCII digits).",
+                                          content_type="text/plain; charset=utf-8")
+    notifications_mark_read(user=request.user, notification_id=notification_id)
     if request.headers.get("HX-Request") == "true":
         response = _panel(request)
         response["HX-Trigger"] = "river:counts-changed"

@@ -260,7 +260,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["common.options.IsAuthenticatedOrOptions"],
     "DEFAULT_PARSER_CLASSES": ["common.parsers.JSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["common.renderers.JSONRenderer"],
     "DEFAULT_METADATA_CLASS": "common.options.Metadata",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_PAGINATION_CLASS": "common.api.Pagination",

@@ -27,6 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user
+from common.ids import id_query_param, uuid_query_param
 from rivercore import limits
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
 from tenancy.models import Membership
@@ -151,14 +152,12 @@ class TriggerList(ListAPIView):
     def get_queryset(self):
         params = self.request.query_params
         filters: dict = {}
-        if params.get("workspace"):
-            try:
-                filters["workspace_id"] = int(params["workspace"])
-            except ValueError:
-                raise InvalidInput("workspace must be an id.",
-                                   details={"workspace": ["A valid integer is required."]}) from None
-        if params.get("agent"):
-            filters["agent_id"] = agent_get_for_user(user=self.request.user, agent_id=params["agent"]).pk
+        workspace_id = id_query_param(params=params, name="workspace")
+        if workspace_id is not None:
+            filters["workspace_id"] = workspace_id
+        agent = uuid_query_param(params=params, name="agent")
+        if agent is not None:
+            filters["agent_id"] = agent_get_for_user(user=self.request.user, agent_id=agent).pk
         return selectors.triggers_for_user(user=self.request.user, **filters).order_by("name", "id")
 
     @extend_schema(request=TriggerCreateSerializer, responses={201: TriggerSerializer})

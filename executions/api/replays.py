@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_with_permissions
+from common.api import StrictInput
 from executions.models import ExecutionReplay
 from executions.selectors import execution_get_for_user
 from executions.services import replay
@@ -16,7 +17,7 @@ from tenancy.permissions import AGENT_EXECUTE
 from tenancy.selectors import require_granted, require_permission
 
 
-class ReplayInput(serializers.Serializer):
+class ReplayInput(StrictInput):
     agent_version = serializers.IntegerField(required=False, min_value=1,
                                              help_text="What-if: replay against this version number.")
     policies = serializers.ListField(child=serializers.JSONField(), required=False, max_length=50,
@@ -24,7 +25,7 @@ class ReplayInput(serializers.Serializer):
                                                "inline definitions).")
 
 
-class BatchInput(serializers.Serializer):
+class BatchInput(StrictInput):
     agent_version = serializers.IntegerField(min_value=1)
     last_n = serializers.IntegerField(min_value=1, max_value=replay.BATCH_MAX_RUNS, default=replay.BATCH_DEFAULT_RUNS)
 

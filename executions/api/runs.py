@@ -7,6 +7,7 @@ and renders.
 from __future__ import annotations
 
 from django.urls import path
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
@@ -14,7 +15,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user, agent_get_with_permissions
+<<<<<<< HEAD
 from common.people import PersonRefSerializer
+=======
+from common.api import StrictInput
+from common.ids import count_query_param, id_query_param, uuid_query_param
+>>>>>>> i24-input
 from executions import services, stateless
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.selectors import execution_children, execution_get_for_user, executions_for_user
@@ -125,7 +131,7 @@ def event_json(row: ExecutionEvent) -> dict:
                          created_at=row.created_at, payload=row.payload)
 
 
-class RunInput(serializers.Serializer):
+class RunInput(StrictInput):
     input_prompt = serializers.CharField(allow_blank=True, required=False, default="", max_length=limits.PROMPT)
     payload = serializers.JSONField(required=False, default=None)
     artifacts = serializers.ListField(
@@ -133,7 +139,7 @@ class RunInput(serializers.Serializer):
         max_length=10, help_text="Artifact ids of the agent's workspace to attach (docs/artifacts.md).")
 
 
-class RespondInput(serializers.Serializer):
+class RespondInput(StrictInput):
     user_response = serializers.JSONField()
 
 
@@ -157,7 +163,7 @@ class AgentRunView(APIView):
 class ExecutionList(ListAPIView):
     serializer_class = ExecutionSerializer
 
-    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("agent", str),
+    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("agent", OpenApiTypes.UUID),
                                OpenApiParameter("workspace", int)])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
@@ -171,10 +177,12 @@ class ExecutionList(ListAPIView):
                 raise InvalidInput("Unknown run status.", details={
                     "status": [f"must be one of {', '.join(Execution.Status.values)}"]})
             qs = qs.filter(status=params["status"])
-        if params.get("agent"):
-            qs = qs.filter(agent_id=agent_get_for_user(user=self.request.user, agent_id=params["agent"]).pk)
-        if params.get("workspace"):
-            qs = qs.filter(workspace=workspace_get_for_user(user=self.request.user, workspace_id=params["workspace"]))
+        agent = uuid_query_param(params=params, name="agent")
+        if agent is not None:
+            qs = qs.filter(agent_id=agent_get_for_user(user=self.request.user, agent_id=agent).pk)
+        workspace_id = id_query_param(params=params, name="workspace")
+        if workspace_id is not None:
+            qs = qs.filter(workspace=workspace_get_for_user(user=self.request.user, workspace_id=workspace_id))
         return qs
 
 
@@ -189,10 +197,7 @@ class ExecutionEvents(APIView):
     @extend_schema(parameters=[OpenApiParameter("after", int)], responses=EventSerializer(many=True))
     def get(self, request, execution_id):
         execution = execution_get_for_user(user=request.user, execution_id=execution_id)
-        try:
-            after = int(request.query_params.get("after", 0))
-        except ValueError:
-            raise InvalidInput("after must be an integer.", details={"after": ["not an integer"]}) from None
+        after = count_query_param(params=request.query_params, name="after")
         events = execution.events.filter(seq__gt=after).order_by("seq")[:1000]
         return Response([event_json(row) for row in events])
 

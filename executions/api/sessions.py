@@ -6,8 +6,6 @@ anyone else (another workspace, or another member of the same one) gets a 404.""
 
 from __future__ import annotations
 
-import uuid
-
 from django.db.models import Count, Q
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -17,6 +15,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_in_workspace
+from common.api import StrictInput
+from common.ids import count_query_param, id_query_param, uuid_query_param
 from executions.models import Session, SessionMessage
 from executions.selectors import session_event_message, session_events, session_get_for_user, sessions_for_user
 from executions.services import sessions as services
@@ -26,16 +26,6 @@ from tenancy.permissions import AGENT_EXECUTE
 from tenancy.selectors import require_permission, workspace_get_for_user
 
 EVENTS_PAGE = 1000
-
-
-class _StrictInput(serializers.Serializer):
-    """Refuses keys it does not know, so a typo or a read-only field is a 400, not ignored."""
-
-    def validate(self, attrs):
-        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        if unknown:
-            raise serializers.ValidationError({key: ["Unknown or read-only field."] for key in unknown})
-        return attrs
 
 
 class SessionSerializer(serializers.ModelSerializer):
@@ -51,19 +41,19 @@ class SessionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class SessionCreateInput(_StrictInput):
+class SessionCreateInput(StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     agent = serializers.UUIDField(help_text="The entry agent: an active agent of the workspace (the root of its "
                                             "team, if it has sub-agents).")
     title = serializers.CharField(max_length=limits.NAME, required=False, allow_blank=True, default="")
 
 
-class SessionUpdateInput(_StrictInput):
+class SessionUpdateInput(StrictInput):
     title = serializers.CharField(max_length=limits.NAME, required=False, allow_blank=True)
     archived = serializers.BooleanField(required=False)
 
 
-class MessageInput(_StrictInput):
+class MessageInput(StrictInput):
     content = serializers.CharField(max_length=limits.PROMPT, trim_whitespace=True)
     attachments = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), max_length=services.ATTACHMENTS_MAX,
@@ -137,13 +127,12 @@ class SessionList(ListAPIView):
         qs = sessions_for_user(user=self.request.user)
         archived = _flag(params, "archived")
         qs = qs.filter(archived_at__isnull=not archived)
-        if params.get("workspace"):
-            try:
-                qs = qs.filter(workspace_id=int(params["workspace"]))
-            except ValueError:
-                raise InvalidInput("workspace must be an id.", details={"workspace": ["not an integer"]}) from None
-        if params.get("agent"):
-            qs = qs.filter(agent_id=_uuid(params["agent"], "agent"))
+        workspace_id = id_query_param(params=params, name="workspace")
+        if workspace_id is not None:
+            qs = qs.filter(workspace_id=workspace_id)
+        agent = uuid_query_param(params=params, name="agent")
+        if agent is not None:
+            qs = qs.filter(agent_id=agent)
         return _with_queue(qs).order_by("-updated_at", "-id")
 
     @extend_schema(request=SessionCreateInput, responses={201: SessionSerializer})
@@ -161,13 +150,6 @@ class SessionList(ListAPIView):
         session = services.session_create(workspace=workspace, agent=agent, user=request.user, title=values["title"])
         return Response(SessionSerializer(_with_queue(Session.objects.filter(pk=session.pk)).get()).data,
                         status=status.HTTP_201_CREATED)
-
-
-def _uuid(value: str, field: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise InvalidInput(f"{field} must be an id.", details={field: ["not a valid id"]}) from None
 
 
 class SessionDetail(APIView):
@@ -216,12 +198,7 @@ class SessionEvents(APIView):
                    responses=SessionEventSerializer(many=True))
     def get(self, request, session_id):
         session = _session(request, session_id)
-        try:
-            after = int(request.query_params.get("after", 0))
-        except ValueError:
-            raise InvalidInput("after must be an integer.", details={"after": ["not an integer"]}) from None
-        if after < 0:
-            raise InvalidInput("after must be 0 or more.", details={"after": ["must be 0 or more"]})
+        after = count_query_param(params=request.query_params, name="after")
         events = session_events(session_id=session.pk, after=after, limit=EVENTS_PAGE)
         return Response([session_event_message(row) for row in events])
 

@@ -91,7 +91,7 @@ def test_another_users_notification_is_not_marked(client, owner, outsider, other
 
 def test_mark_read_refuses_a_bad_id_and_get(client, owner):
     client.force_login(owner)
-    assert client.post("/notifications/read", {"id": "1 OR 1=1"}).status_code == 404
+    assert client.post("/notifications/read", {"id": "1 OR 1=1"}).status_code == 400
     assert client.get("/notifications/read").status_code == 405
 
 

@@ -5,6 +5,12 @@ with a real bearer token of a user who administers a workspace full of data, nex
 another organization's data. Each response must be no 5xx, carry a documented status
 code and content type, and match the documented body schema.
 
+Besides schemathesis's own cases, a third strategy takes valid cases and puts odd
+Unicode into them: lone surrogates (JSON ``\\ud800`` escapes), superscript, Arabic-Indic
+and full-width digits, bidirectional marks, text next to a NUL, emoji, combining marks.
+Lone surrogates go into JSON bodies (keys and values) only: a query string or a path
+is bytes, and Django decodes invalid UTF-8 there to U+FFFD.
+
 RIVER_FUZZ_MAX_EXAMPLES bounds the examples per operation (CI default small and
 derandomized so the run is repeatable; ``make fuzz`` runs many more at random).
 Nothing may leave the machine: a guard refuses every name lookup and connection that
@@ -15,16 +21,19 @@ from __future__ import annotations
 
 import io
 import ipaddress
+import json
 import os
 import socket
 import zlib
 from collections import Counter
+from urllib.parse import urlencode
 
 import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
+from django.test import Client
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -246,6 +255,58 @@ def test_the_fuzzer_sees_every_operation_of_the_schema():
     assert "POST /api/v1/agents/" in OPERATIONS and "POST /api/v1/approvals/{approval_id}/resolve" in OPERATIONS
 
 
+# ---------------------------------------------------------------- odd Unicode
+
+ODD_TEXT = [
+    "²", "³¹", "٣", "١٢", "１２", "\u0663\u0660", "𝟙𝟚", "Ⅻ", "½",  # digits of other classes
+    "\u200f12", "12\u200e", "\u202eabc", "\u2066x\u2069",  # bidirectional marks
+    "a\u0000", "\u0000", "\u00001", "1\u0000",  # NUL-adjacent
+    "🙂", "👩‍👩‍👧", "🏳️‍🌈", "e\u0301", "\u0301", "a" + "\u0300" * 50,  # emoji and combining marks
+    "\ufeff1", "\u00a01", "1\u2028", "\uffff", "\U0010ffff",  # invisible and edge code points
+]
+SURROGATES = ["\ud800", "\udfff", "a\udc00b", "\udbff\udbff", "1\ud83d"]
+odd_text = st.sampled_from(ODD_TEXT) | st.text(
+    alphabet=st.sampled_from("²٣１\u200f\u0301🙂\u0000Ⅻ"), min_size=1, max_size=6)
+odd_json_text = odd_text | st.sampled_from(SURROGATES)
+
+
+def _replace_strings(value, replacement: str, salt: int):
+    """``value`` with its string leaves (and, for every other dict, one key) replaced."""
+    if isinstance(value, str):
+        return replacement
+    if isinstance(value, list):
+        return [_replace_strings(item, replacement, salt) for item in value]
+    if isinstance(value, dict):
+        replaced = {key: _replace_strings(item, replacement, salt) for key, item in value.items()}
+        if salt % 2:
+            replaced[replacement] = replacement
+        return replaced
+    return replacement if salt % 3 == 0 else value
+
+
+def odd_unicode_cases(operation):
+    """A valid case with odd Unicode to put in it (drawn apart: schemathesis revalidates
+    a case it generated when its body changes, and cannot encode a lone surrogate)."""
+    return st.tuples(operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
+                     odd_json_text, odd_text, st.integers(min_value=0, max_value=5))
+
+
+def _send_with_odd_unicode(case, json_text: str, query_text: str, salt: int, token: str):
+    """Send ``case`` with its strings replaced, straight through Django's test client
+    (JSON bodies as ``json.dumps`` writes them: a surrogate as a ``\\ud800`` escape)."""
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    query = {name: query_text for name in case.query or {}}
+    path = case.formatted_path + ("?" + urlencode(query) if query else "")
+    method = getattr(client, case.method.lower())
+    try:
+        if case.media_type == "application/json" and isinstance(case.body, (dict, list, str)):
+            body = json.dumps(_replace_strings(case.body, json_text, salt))
+            return method(path, data=body, content_type="application/json")
+        return method(path)
+    finally:
+        # Django's test client connects close_old_connections again after each request;
+        # the schemathesis requests that follow must keep the test's connection.
+        request_started.disconnect(close_old_connections)
 def _point_at_seeded_objects(case, ids: dict) -> None:
     """Most generated ids exist nowhere; send two of three to a real object (ours or
     another organization's), chosen from the generated value so a replay is the same."""
@@ -265,9 +326,10 @@ def test_every_operation_answers_as_documented_and_never_5xx(label, seeded, loop
         operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
         operation.as_strategy(generation_mode=GenerationMode.NEGATIVE),
     )
+    odd = odd_unicode_cases(operation)
     headers = {"Authorization": f"Bearer {seeded['token']}"}
 
-    @given(case=strategy)
+    @given(case=strategy | odd)
     @settings(
         max_examples=MAX_EXAMPLES,
         deadline=None,
@@ -277,6 +339,17 @@ def test_every_operation_answers_as_documented_and_never_5xx(label, seeded, loop
         suppress_health_check=list(HealthCheck),
     )
     def run(case):
+        if isinstance(case, tuple):
+            case, json_text, query_text, salt = case
+            _point_at_seeded_objects(case, seeded["ids"])
+            STATS[label] += 1
+            response = _send_with_odd_unicode(case, json_text, query_text, salt, seeded["token"])
+            STATUSES[f"{response.status_code // 100}xx"] += 1
+            upstream = UPSTREAM_CODES.get(response.status_code)
+            documented = upstream and str(response.status_code) in operation.definition.raw.get("responses", {})
+            assert response.status_code < 500 or (documented and response.json()["error"]["code"] == upstream), (
+                case.formatted_path, json_text, response.content[:300])
+            return
         _point_at_seeded_objects(case, seeded["ids"])
         STATS[label] += 1
         response = case.call_and_validate(headers=headers, checks=CHECKS)
