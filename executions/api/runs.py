@@ -15,12 +15,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user, agent_get_with_permissions
-<<<<<<< HEAD
-from common.people import PersonRefSerializer
-=======
 from common.api import StrictInput
 from common.ids import count_query_param, id_query_param, uuid_query_param
->>>>>>> i24-input
+from common.people import PersonRefSerializer
 from executions import services, stateless
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.selectors import execution_children, execution_get_for_user, executions_for_user
