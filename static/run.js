@@ -6,8 +6,9 @@
    the last one shown is a duplicate and is dropped; one that skips a number means
    something was missed, so the socket is reopened from the last number shown and the
    server replays the rest from the event log. A lost connection reconnects the same
-   way (River.live in static/live.js: the shared backoff). Events that change the page's server-rendered parts (status and progress, the
-   approval and question cards, the outcome, the cause) make it fetch those parts again.
+   way (River.live in static/live.js: the shared backoff). Events that change the page's
+   server-rendered parts (status and progress, the approval and question cards, the
+   outcome, the cause) make it fetch those parts again.
    Each reasoning, tool and result line has a "Why?" panel, read from
    GET /api/v1/executions/{id}/steps/{n}/why with the page's session.
 
