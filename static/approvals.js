@@ -1,4 +1,5 @@
-/* Approval cards: JSON editor validation, expiry countdown, error swaps. No dependencies. */
+/* Approval cards: JSON editor validation, expiry countdown, error swaps; the inbox kept
+   live through River.live (static/live.js). */
 (function () {
   "use strict";
 
@@ -190,7 +191,7 @@
 
   // --- the inbox, live: new requests appear, decided ones leave (the workspace feed) ---
   var box = document.querySelector("[data-approvals-live]");
-  if (!box || !window.WebSocket) {
+  if (!box) {
     return;
   }
   var notice = document.getElementById("approvals-live");
@@ -250,30 +251,19 @@
       });
   }
 
-  var delay = 1000;
-  var opened = false;
-  function connect() {
-    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    var socket = new WebSocket(scheme + window.location.host + "/ws/workspace/?workspace=" +
-                               encodeURIComponent(box.getAttribute("data-workspace")));
-    socket.addEventListener("open", function () {
-      if (opened) { refreshList(); }  // the feed has no replay: catch up after a reconnect
-      opened = true;
-      delay = 1000;
+  window.River.live.connect({
+    path: "/ws/workspace/?workspace=" + encodeURIComponent(box.getAttribute("data-workspace")),
+    onOpen: function (info) {
+      if (info.reconnected) { refreshList(); }  // the feed has no replay: catch up after a reconnect
       box.setAttribute("data-live", "1");
-    });
-    socket.addEventListener("message", function (message) {
-      var event;
-      try { event = JSON.parse(message.data); } catch (err) { return; }
-      if (event && (event.type === "approval_required" || event.type === "approval_resolved")) {
+    },
+    onMessage: function (event) {
+      if (event.type === "approval_required" || event.type === "approval_resolved") {
         refreshList();
       }
-    });
-    socket.addEventListener("close", function () {
+    },
+    onClose: function () {
       box.removeAttribute("data-live");
-      window.setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    });
-  }
-  connect();
+    }
+  });
 })();

@@ -18,9 +18,7 @@
   Chart.defaults.animation = reduceMotion ? false : Chart.defaults.animation;
 
   function dayLabel(iso) {
-    var parts = iso.split("-");
-    var day = new Date(Number(parts[0]), Number(parts[1]) - 1, Number(parts[2]));
-    return day.toLocaleDateString(undefined, { month: "short", day: "numeric" });
+    return window.River.time.format(iso, "day");  // a calendar day, where the reader is
   }
   var labels = data.days.map(dayLabel);
 

@@ -75,10 +75,11 @@
   });
 
   // --- Live counts -------------------------------------------------------------------
-  // The frame's socket (/ws/frame/) says when the approvals or notifications may have
-  // changed; the page then asks /nav/counts for the numbers and shows them. The body's
-  // data-live-counts is "connected" while the socket is open (the browser tests wait
-  // for it before they make something happen).
+  // The frame's socket (/ws/frame/, kept open by River.live from static/live.js) says
+  // when the approvals or notifications may have changed; the page then asks
+  // /nav/counts for the numbers and shows them. The body's data-live-counts is
+  // "connected" while the socket is open (the browser tests wait for it before they
+  // make something happen).
   var body = document.body;
   var countsUrl = body.getAttribute("data-counts-url");
   var socketPath = body.getAttribute("data-frame-socket");
@@ -91,7 +92,7 @@
       badge.hidden = value === 0;
     });
     document.querySelectorAll("[data-live-count-mirror='" + name + "']").forEach(function (element) {
-      element.textContent = value.toLocaleString("en-US");
+      element.textContent = window.River.number.format(value);
     });
     document.querySelectorAll("[data-live-label='" + name + "']").forEach(function (element) {
       element.setAttribute("aria-label", "Notifications, " + value + " unread");
@@ -135,33 +136,22 @@
   // The panel's "mark read" answers carry HX-Trigger: river:counts-changed.
   body.addEventListener("river:counts-changed", refreshCounts);
 
-  var retryMs = 1000;
-  function connect() {
-    if (!socketPath || !("WebSocket" in window)) return;
-    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    var socket = new WebSocket(scheme + location.host + socketPath);
-    socket.addEventListener("open", function () {
-      retryMs = 1000;
-      body.setAttribute("data-live-counts", "connected");
-      refreshCounts(); // whatever changed while the socket was down
-    });
-    socket.addEventListener("message", function (message) {
-      var event;
-      try { event = JSON.parse(message.data); } catch (e) { return; }
-      refreshCounts();
-      if (event.type === "notifications_changed") reloadBellPanel();
-    });
-    socket.addEventListener("close", function (event) {
-      body.setAttribute("data-live-counts", "disconnected");
-      if (event.code === 1000 || unloading) return;
-      setTimeout(connect, retryMs);
-      retryMs = Math.min(retryMs * 2, 30000);
+  if (socketPath) {
+    window.River.live.connect({
+      path: socketPath,
+      onOpen: function () {
+        body.setAttribute("data-live-counts", "connected");
+        refreshCounts(); // whatever changed while the socket was down
+      },
+      onMessage: function (event) {
+        refreshCounts();
+        if (event.type === "notifications_changed") reloadBellPanel();
+      },
+      onClose: function () {
+        body.setAttribute("data-live-counts", "disconnected");
+      }
     });
   }
-  var unloading = false;
-  window.addEventListener("pagehide", function () { unloading = true; });
-  shown = null;
-  connect();
 
   // --- Main navigation on a phone: the current section scrolled into view -----------
   var current = document.querySelector(".mainnav [aria-current='page']");

@@ -6,12 +6,14 @@
    the last one shown is a duplicate and is dropped; one that skips a number means
    something was missed, so the socket is reopened from the last number shown and the
    server replays the rest from the event log. A lost connection reconnects the same
-   way. Events that change the page's server-rendered parts (status and progress, the
-   approval and question cards, the outcome, the cause) make it fetch those parts again.
+   way (River.live in static/live.js: the shared backoff). Events that change the page's
+   server-rendered parts (status and progress, the approval and question cards, the
+   outcome, the cause) make it fetch those parts again.
    Each reasoning, tool and result line has a "Why?" panel, read from
    GET /api/v1/executions/{id}/steps/{n}/why with the page's session.
 
-   No dependencies but htmx (for the cards' forms) and Chart.js (the result's chart).
+   No dependencies but static/live.js (the socket, local times), htmx (for the cards'
+   forms) and Chart.js (the result's chart).
    River's CSP allows no inline script: this file is the page's behaviour. */
 (function () {
   "use strict";
@@ -55,16 +57,8 @@
     return minutes + " min " + Math.round((ms % 60000) / 1000) + " s";
   }
 
-  function localTime(node) {
-    var when = new Date(node.getAttribute("datetime"));
-    if (!isNaN(when.getTime())) {
-      node.textContent = when.toLocaleString(undefined, {dateStyle: "medium", timeStyle: "medium"});
-    }
-  }
-
   function localTimes(root) {
-    var times = root.querySelectorAll("time[data-local]");
-    for (var i = 0; i < times.length; i++) { localTime(times[i]); }
+    window.River.time.localize(root, "date-second");
   }
 
   function statusLabel(status) {
@@ -153,10 +147,10 @@
     if (event.created_at) {
       var time = el("time");
       time.setAttribute("datetime", event.created_at);
-      var when = new Date(event.created_at);
-      if (!isNaN(when.getTime())) {
-        time.textContent = when.toLocaleTimeString(undefined, {timeStyle: "medium"});
-        time.title = when.toLocaleString();
+      var clock = window.River.time.format(event.created_at, "clock");
+      if (clock) {
+        time.textContent = clock;
+        time.title = window.River.time.format(event.created_at, "full");
       }
       if (bits.length) { meta.appendChild(document.createTextNode(" · ")); }
       meta.appendChild(time);
@@ -462,49 +456,28 @@
     if (connection) { connection.textContent = text; }
   }
 
-  var socket = null;
-  var delay = 1000;
-  function connect() {
-    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    socket = new WebSocket(scheme + window.location.host + "/ws/executions/" + runId + "/?after=" + lastSeq);
-    var mine = socket;
-    socket.addEventListener("open", function () {
-      delay = 1000;
+  var live = window.River.live.connect({
+    path: "/ws/executions/" + runId + "/",
+    after: function () { return lastSeq; },
+    keepTrying: function () { return !finished; },  // an ended run sends nothing more
+    onOpen: function () {
       state(finished ? "Finished" : "Live");
       feed.setAttribute("data-live", "1");
-    });
-    socket.addEventListener("message", function (message) {
-      var event;
-      try {
-        event = JSON.parse(message.data);
-      } catch (err) {
-        return;
-      }
+    },
+    onMessage: function (event, connection) {
       if (!show(event, true)) {
-        mine.close();  // reopened from lastSeq: the server replays what is missing
+        connection.reopen();  // reopened from lastSeq: the server replays what is missing
         return;
       }
       if (finished) { state("Finished"); }
-    });
-    socket.addEventListener("close", function () {
+    },
+    onClose: function (info) {
       feed.removeAttribute("data-live");
-      if (mine !== socket) {
-        return;
-      }
-      if (finished) {
-        state("Finished");  // an ended run sends nothing more
-        return;
-      }
-      state("Reconnecting…");
-      window.setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    });
-  }
-  if (window.WebSocket) {
-    connect();
-  }
-  // Tests and people debugging: close the socket to see the page resume from lastSeq.
+      state(finished ? "Finished" : info.retrying ? "Reconnecting…" : "Not connected");
+    }
+  });
+  // Tests and people debugging: drop the socket to see the page resume from lastSeq.
   feed.riverReconnect = function () {
-    if (socket) { socket.close(); }
+    live.reopen();
   };
 })();

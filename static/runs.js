@@ -1,22 +1,17 @@
-/* The runs list: rows follow their run's status live (the workspace's WebSocket feed),
-   and times are shown in the reader's locale. No dependencies; River's CSP allows no
-   inline script, so this file is the page's only behaviour. */
+/* The runs list: rows follow their run's status live (the workspace's WebSocket feed,
+   kept open by River.live), and times are shown in the reader's locale (River.time);
+   both from static/live.js. River's CSP allows no inline script, so this file is the
+   page's only behaviour. */
 (function () {
   "use strict";
 
   function localTimes(root) {
-    var times = (root || document).querySelectorAll("time[data-local]");
-    for (var i = 0; i < times.length; i++) {
-      var when = new Date(times[i].getAttribute("datetime"));
-      if (!isNaN(when.getTime())) {
-        times[i].textContent = when.toLocaleString(undefined, {dateStyle: "medium", timeStyle: "short"});
-      }
-    }
+    window.River.time.localize(root, "date-minute");
   }
   localTimes(document);
 
   var table = document.querySelector("table[data-runs-live]");
-  if (!table || !window.WebSocket) {
+  if (!table) {
     return;
   }
   var rowUrl = table.getAttribute("data-row-url");  // .../runs/0/row
@@ -107,30 +102,17 @@
     }
   }
 
-  var delay = 1000;
-  var opened = false;
-  function connect() {
-    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    var socket = new WebSocket(scheme + window.location.host + "/ws/workspace/?workspace=" +
-                               encodeURIComponent(table.getAttribute("data-workspace")));
-    socket.addEventListener("open", function () {
-      if (opened) {
+  window.River.live.connect({
+    path: "/ws/workspace/?workspace=" + encodeURIComponent(table.getAttribute("data-workspace")),
+    onOpen: function (info) {
+      if (info.reconnected) {
         refreshOpenRows();  // the workspace feed has no replay: catch up on what was missed
       }
-      opened = true;
-      delay = 1000;
       table.setAttribute("data-live", "1");
-    });
-    socket.addEventListener("message", function (message) {
-      try {
-        onEvent(JSON.parse(message.data));
-      } catch (err) { /* not an event */ }
-    });
-    socket.addEventListener("close", function () {
+    },
+    onMessage: onEvent,
+    onClose: function () {
       table.removeAttribute("data-live");
-      window.setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    });
-  }
-  connect();
+    }
+  });
 })();

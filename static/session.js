@@ -6,7 +6,8 @@
    the active run's bubble as they arrive; an event that changes the conversation (a
    message started or queued, a hand-off, an approval or a question, a run's end) makes
    the page fetch the conversation part again, which holds the complete answer. A lost
-   connection reconnects from the last session_seq seen, waiting longer each time.
+   connection reconnects from the last session_seq seen, waiting longer each time
+   (River.live, static/live.js).
 
    The composer uploads each attached file to POST /api/v1/artifacts/ (with the session),
    then sends the message with their ids to POST /api/v1/sessions/<id>/messages. The
@@ -119,9 +120,6 @@
 
   // --- the socket ------------------------------------------------------------------------
 
-  var socket = null;
-  var wait = 1000;
-
   function state(text) { if (connection) { connection.textContent = text; } }
 
   function onEvent(event) {
@@ -134,18 +132,17 @@
   }
 
   function connect() {
-    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    socket = new WebSocket(scheme + window.location.host + "/ws/sessions/" + sessionId + "/?after=" + lastSeq);
-    socket.addEventListener("open", function () { wait = 1000; state("Live"); });
-    socket.addEventListener("message", function (message) {
-      var event;
-      try { event = JSON.parse(message.data); } catch (err) { return; }
-      onEvent(event);
-    });
-    socket.addEventListener("close", function () {
-      state("Reconnecting…");
-      window.setTimeout(function () { connect(); refresh(); }, wait);
-      wait = Math.min(wait * 2, 30000);
+    window.River.live.connect({
+      path: "/ws/sessions/" + sessionId + "/",
+      after: function () { return lastSeq; },
+      onOpen: function (info) {
+        state("Live");
+        // The replay brings the stored events; the pieces of an answer are not stored,
+        // so the conversation part is fetched again for what was written meanwhile.
+        if (info.reconnected) { refresh(); }
+      },
+      onMessage: onEvent,
+      onClose: function (info) { state(info.retrying ? "Reconnecting…" : "Not connected"); }
     });
   }
 
