@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import time
 from datetime import datetime, timedelta
 from unittest import mock
 from zoneinfo import ZoneInfo
@@ -20,6 +19,7 @@ from django.apps import apps as django_apps
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
+from standardwebhooks.webhooks import Webhook
 
 from executions import services as execution_services
 from executions import tasks as execution_tasks
@@ -34,7 +34,7 @@ from triggers.apikeys import api_key_issue, trigger_invoke
 from triggers.metrics import metrics_ingest
 from triggers.schedule import schedule_slot_fire
 from triggers.services import trigger_create
-from triggers.webhooks import signature_compute, webhook_endpoint_create
+from triggers.webhooks import webhook_endpoint_create
 
 pytestmark = pytest.mark.django_db
 
@@ -211,11 +211,12 @@ def test_a_webhook_run_is_the_triggers_responsible_persons(gated, editor, owner)
     trigger = trigger_create(actor=editor, workspace=gated.workspace, agent=gated, name="Refund on event",
                              trigger_type="event", prompt="Refund ticket {{ payload.ticket }}", run_as_role="editor",
                              config={"endpoint": "desk", "event_type": "refund.asked", "condition": ""})
-    body = json.dumps({"id": "evt_1", "type": "refund.asked", "ticket": 7}).encode()
-    t = int(time.time())
+    body = json.dumps({"type": "refund.asked", "timestamp": timezone.now().isoformat(), "data": {"ticket": 7}})
+    at = timezone.now()
     delivered = APIClient().post(
         f"/api/v1/hooks/{issued.endpoint.pk}", data=body, content_type="application/json",
-        HTTP_X_RIVER_SIGNATURE=f"t={t},v1={signature_compute(secret=issued.secret, timestamp=t, body=body)}")
+        HTTP_WEBHOOK_ID="msg_1", HTTP_WEBHOOK_TIMESTAMP=str(int(at.timestamp())),
+        HTTP_WEBHOOK_SIGNATURE=Webhook(issued.secret).sign("msg_1", at, body))
     assert delivered.status_code == 202, delivered.content
     [execution_id] = delivered.json()["executions"]
 
