@@ -42,7 +42,7 @@ def test_run_as_role_defaults_to_analyst(api_client_for, owner, workspace, activ
 
 def test_run_as_role_may_not_exceed_the_creators(api_client_for, editor, workspace, active_agent):
     response = api_client_for(editor).post("/api/v1/triggers/", body(workspace, active_agent, run_as_role="admin"))
-    assert response.status_code == 400
+    assert response.status_code == 403
     assert "run_as_role" in response.json()["error"]["details"]
     assert not Trigger.objects.exists() and not ServicePrincipal.objects.exists()
 
@@ -52,7 +52,7 @@ def test_raising_the_role_later_is_held_to_the_same_ceiling(api_client_for, edit
     assert created.status_code == 201
     trigger_id = created.json()["id"]
     refused = api_client_for(editor).patch(f"/api/v1/triggers/{trigger_id}/", {"run_as_role": "admin"})
-    assert refused.status_code == 400 and "run_as_role" in refused.json()["error"]["details"]
+    assert refused.status_code == 403 and "run_as_role" in refused.json()["error"]["details"]
     lowered = api_client_for(editor).patch(f"/api/v1/triggers/{trigger_id}/", {"run_as_role": "viewer"})
     assert lowered.status_code == 200 and lowered.json()["run_as"]["role"] == "viewer"
 
