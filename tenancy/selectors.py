@@ -76,9 +76,16 @@ def workspace_roles(*, user, workspace: Workspace) -> list[str]:
     highest role here *now*, and nothing once that person is deleted, deactivated or
     holds no role in the workspace: a trigger never acts with authority nobody has.
     Read live, so a demotion applies to the next check, mid-run included."""
-    roles = _roles_held(user=user, workspace=workspace)
     if not getattr(user, "pk", None):
-        return roles
+        return _roles_held(user=user, workspace=workspace)
+    rows = list(Membership.objects.filter(user=user, workspace=workspace).annotate(
+        run_as_principal=Exists(ServicePrincipal.objects.filter(user_id=OuterRef("user_id")))
+    ).values_list("role", "run_as_principal"))
+    roles = [role for role, _ in rows]
+    if is_org_admin(user=user, organization_id=workspace.organization_id):
+        roles.append(ORG_ADMIN_ROLE)
+    elif not any(is_principal for _, is_principal in rows):
+        return roles  # a person (an identity is found by its membership; one holding none has no role)
     principal = ServicePrincipal.objects.filter(user_id=user.pk).select_related("responsible").first()
     if principal is None:
         return roles
@@ -132,6 +139,13 @@ def role_annotations(*, workspace_ref: str, organization_ref: str, user_ref: str
 
 
 def roles_annotated(row) -> list[str]:
+    """``workspace_roles``'s list from a row annotated by ``role_annotations``.
+
+    A run loaded by hand-written SQL (executions.services.claim on PostgreSQL) carries
+    ``member_role`` and ``org_admin`` of its ``requested_by`` only; its responsible
+    person's standing is then read here, in one query, so the cap holds on that path too."""
+    if not hasattr(row, "run_as_principal"):
+        return _run_roles_read(row)
     roles = [row.member_role] if row.member_role else []
     if row.org_admin:
         roles.append(ORG_ADMIN_ROLE)
@@ -141,6 +155,15 @@ def roles_annotated(row) -> list[str]:
     if row.responsible_org_admin:
         held.append(ORG_ADMIN_ROLE)
     return roles_capped(roles, ceiling=_ceiling(held))
+
+
+def _run_roles_read(run) -> list[str]:
+    if run.requested_by_id is None or not (run.member_role or run.org_admin):
+        return []  # holds nothing; a cap could only lower it
+    fresh = Workspace.objects.annotate(**role_annotations(
+        user_id=run.requested_by_id, workspace_ref="pk", organization_ref="organization_id")).only("pk").get(
+        pk=run.workspace_id)
+    return roles_annotated(fresh)
 
 
 def require_permission(*, user, workspace: Workspace, permission: str) -> None:

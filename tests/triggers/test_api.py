@@ -29,7 +29,8 @@ def test_editor_creates_a_schedule_trigger_with_a_service_identity(api_client_fo
     assert trigger.type == "scheduled"  # stored under the engine contract's name
     assert trigger.created_by == editor
     principal = trigger.run_as
-    assert data["run_as"] == {"user": principal.user_id, "username": principal.user.username, "role": "editor"}
+    assert data["run_as"] == {"user": principal.user_id, "username": principal.user.username, "role": "editor",
+                              "responsible": editor.pk}
     assert principal.user.username.startswith("trigger-") and not principal.user.has_usable_password()
     assert Membership.objects.get(user=principal.user, workspace=workspace).role == "editor"
 

@@ -15,7 +15,7 @@ from executions.services.start import request_build
 from tenancy.models import Membership, Workspace
 from tests.factories import make_agent
 from triggers.apikeys import api_key_issue, api_key_revoke
-from triggers.models import ApiKey, TriggerFiring
+from triggers.models import ApiKey, Trigger, TriggerFiring
 from triggers.services import trigger_create
 
 pytestmark = pytest.mark.django_db
@@ -162,6 +162,54 @@ def test_the_triggers_own_cap_applies_across_keys(owner, workspace, active_agent
     assert invoke(trigger.pk, first).status_code == 202
     refused = invoke(trigger.pk, second)
     assert refused.status_code == 429 and 1 <= int(refused["Retry-After"]) <= 60
+
+
+@pytest.fixture
+def one_minute(monkeypatch):
+    """Every invoke in the test falls in the same rate-limit window (no minute boundary
+    crossed mid-test)."""
+    from types import SimpleNamespace
+
+    from django.utils import timezone
+
+    fixed = timezone.now().replace(second=10, microsecond=0)
+    monkeypatch.setattr("triggers.apikeys.timezone", SimpleNamespace(now=lambda: fixed))
+    return fixed
+
+
+@pytest.mark.usefixtures("one_minute")
+def test_a_call_the_triggers_cap_refuses_uses_none_of_the_keys_budget(owner, workspace, active_agent):
+    capped = trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Capped",
+                            trigger_type="api", config={"rate_limit_per_minute": 1})
+    open_ = trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Open", trigger_type="api")
+    key = api_key_issue(created_by=owner, workspace=workspace, name="K", rate_limit_per_minute=2).plaintext
+    assert [invoke(capped.pk, key).status_code for _ in range(3)] == [202, 429, 429]
+    assert [invoke(open_.pk, key).status_code for _ in range(2)] == [202, 429]  # one left, not none
+
+
+@pytest.mark.usefixtures("one_minute")
+def test_a_call_the_keys_limit_refuses_gives_back_the_triggers_budget(owner, workspace, active_agent):
+    capped = trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Capped",
+                            trigger_type="api", config={"rate_limit_per_minute": 2})
+    spent = api_key_issue(created_by=owner, workspace=workspace, name="Spent", rate_limit_per_minute=1).plaintext
+    other = api_key_issue(created_by=owner, workspace=workspace, name="Other").plaintext
+    assert invoke(capped.pk, spent).status_code == 202
+    assert [invoke(capped.pk, spent).status_code for _ in range(3)] == [429, 429, 429]
+    assert [invoke(capped.pk, other).status_code for _ in range(2)] == [202, 429]
+
+
+@pytest.mark.usefixtures("one_minute")
+def test_refused_invocations_are_counted_not_written(owner, workspace, active_agent):
+    capped = trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Capped",
+                            trigger_type="api", config={"rate_limit_per_minute": 1})
+    key = api_key_issue(created_by=owner, workspace=workspace, name="K").plaintext
+    codes = [invoke(capped.pk, key).status_code for _ in range(12)]
+    assert codes == [202] + [429] * 11
+    Trigger.objects.filter(pk=capped.pk).update(enabled=False)
+    assert [invoke(capped.pk, key).status_code for _ in range(5)] == [409] * 5
+    assert TriggerFiring.objects.filter(trigger=capped).count() == 1  # the started one only
+    capped.refresh_from_db()
+    assert capped.refused_invocations == 16 and capped.last_refused_at is not None
 
 
 @pytest.mark.django_db(transaction=True)
