@@ -83,3 +83,26 @@ def test_a_person_is_not_capped(owner, editor, workspace):
 def test_the_batched_read_stays_one_query(admin_identity, workspace, django_assert_num_queries):
     with django_assert_num_queries(1):
         assert _annotated_roles(user=admin_identity.user, workspace=workspace) == ["admin"]
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda owner, workspace: Membership.objects.filter(user=owner, workspace=workspace).update(role="analyst"),
+     ["analyst"]),
+    (lambda owner, workspace: Membership.objects.filter(user=owner, workspace=workspace).delete(), []),
+], ids=["demoted", "removed"])
+def test_a_claimed_run_of_a_trigger_reads_the_cap_at_its_segment(owner, workspace, change, expected):
+    """The worker's claim loads a run with hand-written SQL; its request's roles are capped
+    there too, as they are when the claim happens, not when the run was queued."""
+    from executions.services.claim import execution_claim_load
+    from executions.services.start import user_context_build
+    from tests.factories import make_agent
+    from triggers.services import trigger_create, trigger_fire
+
+    agent = make_agent(workspace=workspace, owner=owner, name="Ops")
+    trigger = trigger_create(actor=owner, workspace=workspace, agent=agent, name="Ops", trigger_type="api",
+                             run_as_role="admin")
+    firing = trigger_fire(trigger=trigger, payload={}, source="test")
+    change(owner, workspace)
+    _token, run = execution_claim_load(execution_id=firing.execution_id)
+    context = user_context_build(execution=run)
+    assert context.roles == expected and "policy:create" not in context.permissions
