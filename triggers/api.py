@@ -412,8 +412,11 @@ ENDPOINT_ID = OpenApiParameter("endpoint_id", OpenApiTypes.UUID, OpenApiParamete
 
 
 def _writable_endpoint(request, endpoint_id) -> WebhookEndpoint:
+    """An endpoint the caller may rotate or delete: ``agent:create`` here, and no trigger
+    listening on it acts above the caller's role (403 naming ``run_as_role``)."""
     endpoint = selectors.webhook_endpoint_get_for_user(user=request.user, endpoint_id=endpoint_id)
     require_permission(user=request.user, workspace=endpoint.workspace, permission=AGENT_CREATE)
+    services.webhook_endpoint_authority_check(actor=request.user, workspace=endpoint.workspace, slug=endpoint.slug)
     return endpoint
 
 
@@ -433,6 +436,8 @@ class WebhookEndpointList(ListAPIView):
         body.is_valid(raise_exception=True)
         workspace = workspace_get_for_user(user=request.user, workspace_id=body.validated_data["workspace"])
         require_permission(user=request.user, workspace=workspace, permission=AGENT_CREATE)
+        services.webhook_endpoint_authority_check(actor=request.user, workspace=workspace,
+                                                  slug=body.validated_data["slug"])
         issued = webhooks.webhook_endpoint_create(workspace=workspace, slug=body.validated_data["slug"],
                                                   created_by=request.user)
         return Response(_issued(issued), status=status.HTTP_201_CREATED)

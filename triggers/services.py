@@ -40,7 +40,7 @@ from triggers.models import Trigger, TriggerFiring, WebhookEndpoint
 from triggers.pipelines import pipeline_cycle_check
 from triggers.prompt import PromptTemplateError, prompt_render, prompt_validate
 from triggers.schedule import schedule_remove, schedule_sync
-from triggers.types import EventConfig, WorkflowConfig, trigger_config_parse
+from triggers.types import EventConfig, WorkflowConfig, config_public, trigger_config_parse
 
 logger = logging.getLogger("river.triggers")
 
@@ -148,6 +148,17 @@ def trigger_authority_check(*, actor, trigger: Trigger, run_as_role: str | None 
             code="run_as_role_above_yours",
             details={"run_as_role": [f"The trigger runs as {acting}; you hold {held or 'no role'} here."]},
         )
+
+
+def webhook_endpoint_authority_check(*, actor, workspace: Workspace, slug: str) -> None:
+    """403 naming ``run_as_role`` when an event trigger listening on endpoint ``slug``
+    acts with a role above ``actor``'s: whoever creates, rotates or deletes (to re-create)
+    an endpoint holds its secret, and so chooses what its triggers receive."""
+    events = Trigger.objects.filter(workspace=workspace, type=TriggerType.EVENT).select_related(
+        "workspace", "run_as__user")
+    for trigger in events:
+        if config_public(trigger.config).get("endpoint") == slug:
+            trigger_authority_check(actor=actor, trigger=trigger)
 
 
 def trigger_change_authority_check(*, actor, trigger: Trigger, changes: dict) -> bool:

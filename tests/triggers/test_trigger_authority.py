@@ -309,3 +309,42 @@ def test_a_person_firing_a_trigger_acts_as_themselves_even_when_its_owner_is_gon
     _remove(owner, workspace)
     firing = trigger_fire(trigger=trigger, payload={}, source="ui", user=editor)
     assert firing.outcome == "started" and _run_permissions(firing)[0] == ["editor"]
+
+
+# --- a webhook endpoint's secret chooses what its triggers receive ------------------------------
+
+
+@pytest.fixture
+def admin_event_trigger(owner, workspace, active_agent, zendesk):
+    return trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Tickets", trigger_type="event",
+                          config={"endpoint": "zendesk", "event_type": "ticket.created"}, run_as_role="admin")
+
+
+def test_an_editor_cannot_rotate_or_delete_the_endpoint_of_an_admin_trigger(api_client_for, editor, owner, zendesk,
+                                                                           admin_event_trigger):
+    client = api_client_for(editor)
+    rotated = client.post(f"/api/v1/webhook-endpoints/{zendesk.pk}/rotate", {}, format="json")
+    assert rotated.status_code == 403 and "run_as_role" in rotated.json()["error"]["details"]
+    deleted = client.delete(f"/api/v1/webhook-endpoints/{zendesk.pk}/")
+    assert deleted.status_code == 403
+    zendesk.refresh_from_db()
+    assert zendesk.rotated_at is None
+    assert api_client_for(owner).post(f"/api/v1/webhook-endpoints/{zendesk.pk}/rotate", {},
+                                      format="json").status_code == 200
+
+
+def test_an_editor_cannot_recreate_the_endpoint_an_admin_trigger_listens_on(api_client_for, editor, workspace,
+                                                                           zendesk, admin_event_trigger):
+    zendesk.delete()  # gone, by an admin or otherwise
+    response = api_client_for(editor).post("/api/v1/webhook-endpoints/", {"workspace": workspace.pk,
+                                                                          "slug": "zendesk"}, format="json")
+    assert response.status_code == 403 and "run_as_role" in response.json()["error"]["details"]
+
+
+def test_the_rotate_page_refuses_an_editor_on_an_admin_trigger(client, editor, zendesk, admin_event_trigger):
+    client.force_login(editor)
+    response = client.post(f"/triggers/{admin_event_trigger.pk}/endpoint/rotate", {"previous_valid_seconds": "0"},
+                           follow=True)
+    assert "The secret was not rotated" in response.content.decode()
+    zendesk.refresh_from_db()
+    assert zendesk.rotated_at is None
