@@ -78,14 +78,17 @@ def workspace_roles(*, user, workspace: Workspace) -> list[str]:
     Read live, so a demotion applies to the next check, mid-run included."""
     if not getattr(user, "pk", None):
         return _roles_held(user=user, workspace=workspace)
+    is_principal = Exists(ServicePrincipal.objects.filter(user_id=OuterRef("user_id")))
     rows = list(Membership.objects.filter(user=user, workspace=workspace).annotate(
-        run_as_principal=Exists(ServicePrincipal.objects.filter(user_id=OuterRef("user_id")))
-    ).values_list("role", "run_as_principal"))
+        run_as_principal=is_principal).values_list("role", "run_as_principal"))
+    admin = OrganizationMember.objects.filter(user=user, organization_id=workspace.organization_id,
+                                              role=OrganizationMember.OrgRole.ADMIN).annotate(
+        run_as_principal=is_principal).values_list("run_as_principal", flat=True).first()
     roles = [role for role, _ in rows]
-    if is_org_admin(user=user, organization_id=workspace.organization_id):
+    if admin is not None:
         roles.append(ORG_ADMIN_ROLE)
-    elif not any(is_principal for _, is_principal in rows):
-        return roles  # a person (an identity is found by its membership; one holding none has no role)
+    if not admin and not any(principal for _, principal in rows):
+        return roles  # a person: the same two queries as ever
     principal = ServicePrincipal.objects.filter(user_id=user.pk).select_related("responsible").first()
     if principal is None:
         return roles
