@@ -272,6 +272,19 @@ def approved_action_failed_notify(*, approval: ApprovalRequest, error_message: s
     return outcome
 
 
+# --- a trigger paused because its responsible person is gone ----------------------------
+
+
+TRIGGER_OWNER_REMOVED = "trigger_owner_removed"
+
+
+def workspace_admins_notify(*, workspace: Workspace, kind: str, title: str, body: str, url: str) -> int:
+    """An in-app notification to the workspace's admins and its organization's admins
+    (never a service identity), in the caller's transaction; once per (kind, url)."""
+    return _in_app(workspace_id=workspace.pk, users=approvers_for(workspace=workspace, roles=["admin"]), kind=kind,
+                   title=title, body=body, url=url)
+
+
 # --- a person's inbox ----------------------------------------------------------------
 
 

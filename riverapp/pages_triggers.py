@@ -44,7 +44,14 @@ from triggers.selectors import (
     triggers_for_user,
     triggers_with_last_firing,
 )
-from triggers.services import DEFAULT_RUN_AS_ROLE, NAME_MAX, trigger_create, trigger_delete, trigger_update
+from triggers.services import (
+    DEFAULT_RUN_AS_ROLE,
+    NAME_MAX,
+    trigger_create,
+    trigger_delete,
+    trigger_update,
+    webhook_endpoint_authority_check,
+)
 from triggers.types import API_TYPE_NAMES, TERMINAL_STATUSES, TriggerType, config_public, type_from_api
 
 FIRINGS_PER_PAGE = 25
@@ -296,6 +303,7 @@ def _trigger_save(request, workspace, agent, form):
     secret = key = None
     with transaction.atomic():
         if form.api_type == "event" and data["endpoint"] == NEW_ENDPOINT:
+            webhook_endpoint_authority_check(actor=request.user, workspace=workspace, slug=data["new_endpoint"])
             secret = webhooks.webhook_endpoint_create(
                 workspace=workspace, slug=data["new_endpoint"], created_by=request.user,
                 scheme=data["new_endpoint_scheme"] or WebhookScheme.STANDARD,
@@ -409,6 +417,11 @@ def trigger_endpoint_rotate(request, trigger_id):
     endpoint = _endpoint_of(trigger)
     if endpoint is None:
         raise Http404("This trigger has no webhook endpoint.")
+    try:
+        webhook_endpoint_authority_check(actor=request.user, workspace=trigger.workspace, slug=endpoint.slug)
+    except RiverError as exc:
+        messages.error(request, f"The secret was not rotated: {exc.message}")
+        return redirect("trigger-page", trigger_id=trigger.pk)
     form = RotateForm(request.POST)
     if not form.is_valid():
         messages.error(request, "The secret was not rotated: choose how long the old secret keeps working.")

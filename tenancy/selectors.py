@@ -44,12 +44,58 @@ def is_org_admin(*, user, organization_id: int) -> bool:
     return organizations_administered(user=user).filter(pk=organization_id).exists()
 
 
-def workspace_roles(*, user, workspace: Workspace) -> list[str]:
-    """Role names the user holds here: the workspace role, plus ``org_admin``."""
+def _roles_held(*, user, workspace: Workspace) -> list[str]:
+    """The workspace role and ``org_admin`` as stored, before any cap."""
     roles = list(Membership.objects.filter(user=user, workspace=workspace).values_list("role", flat=True))
     if is_org_admin(user=user, organization_id=workspace.organization_id):
         roles.append(ORG_ADMIN_ROLE)
     return roles
+
+
+def roles_capped(roles: list[str], *, ceiling: str | None) -> list[str]:
+    """``roles`` with each one above ``ceiling`` lowered to it; none at all without a
+    ceiling (a service identity whose responsible person holds nothing here)."""
+    if ceiling is None:
+        return []
+    capped: list[str] = []
+    for role in roles:
+        role = role if role_rank(role) <= role_rank(ceiling) else ceiling
+        if role not in capped:
+            capped.append(role)
+    return capped
+
+
+def _ceiling(roles: list[str]) -> str | None:
+    return max(roles, key=role_rank) if roles else None
+
+
+def workspace_roles(*, user, workspace: Workspace) -> list[str]:
+    """Role names the user holds here: the workspace role, plus ``org_admin``.
+
+    A trigger's service identity holds its role only up to its responsible person's
+    highest role here *now*, and nothing once that person is deleted, deactivated or
+    holds no role in the workspace: a trigger never acts with authority nobody has.
+    Read live, so a demotion applies to the next check, mid-run included."""
+    if not getattr(user, "pk", None):
+        return _roles_held(user=user, workspace=workspace)
+    is_principal = Exists(ServicePrincipal.objects.filter(user_id=OuterRef("user_id")))
+    rows = list(Membership.objects.filter(user=user, workspace=workspace).annotate(
+        run_as_principal=is_principal).values_list("role", "run_as_principal"))
+    admin = OrganizationMember.objects.filter(user=user, organization_id=workspace.organization_id,
+                                              role=OrganizationMember.OrgRole.ADMIN).annotate(
+        run_as_principal=is_principal).values_list("run_as_principal", flat=True).first()
+    roles = [role for role, _ in rows]
+    if admin is not None:
+        roles.append(ORG_ADMIN_ROLE)
+    if not admin and not any(principal for _, principal in rows):
+        return roles  # a person: the same two queries as ever
+    principal = ServicePrincipal.objects.filter(user_id=user.pk).select_related("responsible").first()
+    if principal is None:
+        return roles
+    responsible = principal.responsible
+    if responsible is None or not responsible.is_active:
+        return []
+    return roles_capped(roles, ceiling=_ceiling(_roles_held(user=responsible, workspace=workspace)))
 
 
 def roles_permissions(roles: list[str]) -> frozenset[str]:
@@ -70,22 +116,57 @@ def role_annotations(*, workspace_ref: str, organization_ref: str, user_ref: str
                      user_id: int | None = None) -> dict:
     """Annotations that read a user's roles in the same query as the row that names the
     workspace (``*_ref`` are field paths on that row; the user is ``user_ref`` on it, or
-    ``user_id``): ``member_role`` (the workspace role or None) and ``org_admin``.
-    ``roles_annotated`` turns them into ``workspace_roles``'s list."""
+    ``user_id``): ``member_role`` (the workspace role or None) and ``org_admin``; and,
+    for a trigger's service identity (``run_as_principal``), its responsible person's
+    standing (``responsible_role``, ``responsible_org_admin``, both empty unless that
+    person exists and is active). ``roles_annotated`` turns them into
+    ``workspace_roles``'s list, with the same cap."""
     user = OuterRef(user_ref) if user_ref is not None else user_id
+    principal = ServicePrincipal.objects.filter(user_id=user)
+    responsible_member = Membership.objects.filter(
+        user_id=OuterRef("responsible_id"), user__is_active=True, workspace_id=OuterRef(OuterRef(workspace_ref)))
+    responsible_admin = OrganizationMember.objects.filter(
+        user_id=OuterRef("responsible_id"), user__is_active=True,
+        organization_id=OuterRef(OuterRef(organization_ref)), role=OrganizationMember.OrgRole.ADMIN)
     return {
         "member_role": Subquery(Membership.objects.filter(
             user_id=user, workspace_id=OuterRef(workspace_ref)).values("role")[:1]),
         "org_admin": Exists(OrganizationMember.objects.filter(
             user_id=user, organization_id=OuterRef(organization_ref), role=OrganizationMember.OrgRole.ADMIN)),
+        "run_as_principal": Exists(principal),
+        "responsible_role": Subquery(principal.annotate(
+            held=Subquery(responsible_member.values("role")[:1])).values("held")[:1]),
+        "responsible_org_admin": Subquery(principal.annotate(
+            held=Exists(responsible_admin)).values("held")[:1]),
     }
 
 
 def roles_annotated(row) -> list[str]:
+    """``workspace_roles``'s list from a row annotated by ``role_annotations``.
+
+    A run loaded by hand-written SQL (executions.services.claim on PostgreSQL) carries
+    ``member_role`` and ``org_admin`` of its ``requested_by`` only; its responsible
+    person's standing is then read here, in one query, so the cap holds on that path too."""
+    if not hasattr(row, "run_as_principal"):
+        return _run_roles_read(row)
     roles = [row.member_role] if row.member_role else []
     if row.org_admin:
         roles.append(ORG_ADMIN_ROLE)
-    return roles
+    if not row.run_as_principal:
+        return roles
+    held = [row.responsible_role] if row.responsible_role else []
+    if row.responsible_org_admin:
+        held.append(ORG_ADMIN_ROLE)
+    return roles_capped(roles, ceiling=_ceiling(held))
+
+
+def _run_roles_read(run) -> list[str]:
+    if run.requested_by_id is None or not (run.member_role or run.org_admin):
+        return []  # holds nothing; a cap could only lower it
+    fresh = Workspace.objects.annotate(**role_annotations(
+        user_id=run.requested_by_id, workspace_ref="pk", organization_ref="organization_id")).only("pk").get(
+        pk=run.workspace_id)
+    return roles_annotated(fresh)
 
 
 def require_permission(*, user, workspace: Workspace, permission: str) -> None:

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from rivercore.errors import InvalidInput, NotFound
+from rivercore.errors import InvalidInput, NotFound, PermissionDenied
 from tenancy.models import AccessToken, Membership, ServicePrincipal, Workspace
 from tenancy.permissions import ROLE_ORDER, role_rank
 from tenancy.selectors import role_highest, user_is_service_principal
@@ -80,13 +80,14 @@ RUN_AS_FIELD = "run_as_role"
 
 
 def run_as_role_check(*, actor, workspace: Workspace, role: str, field: str = RUN_AS_FIELD) -> None:
-    """Refuse (400 naming ``field``) a run-as role that is not a workspace role or that
-    is above ``actor``'s own standing in the workspace: nobody hands out more than they hold."""
+    """Refuse a run-as role that is not a workspace role (400 naming ``field``) or that
+    is above ``actor``'s own current standing in the workspace (403 naming ``field``):
+    nobody hands out more than they hold."""
     if role not in ROLE_ORDER:
         raise InvalidInput("Unknown role.", details={field: [f"Choose one of: {', '.join(ROLE_ORDER)}."]})
     held = role_highest(user=actor, workspace=workspace)
     if held is None or role_rank(role) > role_rank(held):
-        raise InvalidInput(
+        raise PermissionDenied(
             "The run-as role may not exceed your own role in this workspace.",
             details={field: [f"You hold {held or 'no role'} here; {role} is higher."]},
         )
@@ -111,6 +112,26 @@ def service_principal_role_set(*, principal: ServicePrincipal, actor, role: str)
     run_as_role_check(actor=actor, workspace=principal.workspace, role=role)
     Membership.objects.update_or_create(workspace=principal.workspace, user=principal.user,
                                         defaults={"role": role})
+    return principal
+
+
+def service_principal_rebind(*, principal: ServicePrincipal, actor) -> ServicePrincipal:
+    """``actor`` changed the identity's trigger, so it now answers to them: they become
+    its responsible person and its role is lowered to theirs when it was higher. The
+    caller holds the trigger's row lock and checked that ``actor`` may manage it."""
+    held = role_highest(user=actor, workspace=principal.workspace)
+    if held is None:
+        raise PermissionDenied("You hold no role in this workspace.",
+                               details={RUN_AS_FIELD: ["You hold no role here, so no trigger may act for you."]})
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().filter(
+            workspace=principal.workspace, user=principal.user).first()
+        if membership is not None and role_rank(membership.role) > role_rank(held):
+            membership.role = held
+            membership.save(update_fields=["role"])
+        if principal.responsible_id != actor.pk:
+            principal.responsible = actor
+            principal.save(update_fields=["responsible"])
     return principal
 
 

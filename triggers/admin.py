@@ -11,7 +11,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
-from rivercore.errors import InvalidInput
+from rivercore.errors import InvalidInput, RiverError
 from tenancy.admin_scoping import (
     ScopedInlineMixin,
     TenantScopedAdmin,
@@ -20,7 +20,7 @@ from tenancy.admin_scoping import (
 )
 from triggers.models import ApiKey, MetricSample, PipelineHandoff, Trigger, TriggerFiring, WebhookEndpoint
 from triggers.prompt import PromptTemplateError, prompt_validate
-from triggers.types import config_public, trigger_config_parse
+from triggers.types import config_public
 
 CONFIG_HELP = {
     "scheduled": 'When to run, as a cron line and a time zone: {"cron": "0 8 * * 1-5", "timezone": '
@@ -65,25 +65,45 @@ class TriggerAdminForm(forms.ModelForm):
         except PromptTemplateError as exc:
             raise forms.ValidationError(f"The prompt has a placeholder River cannot fill: {exc}.") from None
 
+    def clean_name(self):
+        from triggers.services import trigger_name_check
+
+        try:
+            return trigger_name_check(workspace=self.instance.workspace, name=self.cleaned_data.get("name", ""),
+                                      exclude=self.instance.pk)
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.details.get("name", [exc.message])) from None
+
     def clean_config(self):
+        from triggers.services import trigger_config_check
+
         raw = self.cleaned_data.get("config")
         try:
-            parsed = trigger_config_parse(trigger_type=self.instance.type, config=raw)
+            parsed = trigger_config_check(trigger_type=self.instance.type, config=raw,
+                                          workspace=self.instance.workspace, agent=self.instance.agent)
         except InvalidInput as exc:
             lines = [f"{_field_label(path).capitalize()}: {'; '.join(messages)}"
                      for path, messages in (exc.details or {}).items()]
             raise forms.ValidationError(lines or [exc.message]) from None
-        if self.instance.type == "workflow" and str(parsed.upstream_agent) == str(self.instance.agent_id):
-            raise forms.ValidationError("Upstream agent: a pipeline stage cannot follow itself.")
-        if self.instance.type == "workflow":
-            from triggers.pipelines import pipeline_cycle_check
-
-            try:
-                pipeline_cycle_check(workspace=self.instance.workspace, agent=self.instance.agent, config=parsed)
-            except InvalidInput as exc:
-                raise forms.ValidationError([f"Upstream agent: {m}" for m in exc.details.get(
-                    "config.upstream_agent", [exc.message])]) from None
         return parsed.model_dump(mode="json")
+
+    def changes(self) -> dict:
+        return {name: self.cleaned_data[name] for name in self.changed_data if name in self.cleaned_data}
+
+    def clean(self):
+        """The API's rule: nobody changes a trigger that acts with a role above their
+        own (only disabling it is open to all who may edit it)."""
+        from triggers.services import trigger_change_authority_check
+
+        data = super().clean()
+        actor = getattr(self, "actor", None)
+        if actor is not None and self.instance.pk and self.changed_data:
+            try:
+                trigger_change_authority_check(actor=actor, trigger=self.instance, changes=self.changes())
+            except RiverError as exc:
+                details = exc.details.get("run_as_role", []) if isinstance(exc.details, dict) else []
+                raise forms.ValidationError([exc.message, *details]) from None
+        return data
 
 
 class FiringInline(ScopedInlineMixin, admin.TabularInline):
@@ -134,14 +154,20 @@ class TriggerAdmin(TenantScopedAdmin):
     def has_add_permission(self, request) -> bool:
         return False  # through the API: the run-as role is checked against its creator
 
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"actor": request.user})
+
     def save_model(self, request, obj, form, change):
-        from django.utils import timezone
+        """Through ``trigger_update``, as the API: the same checks, the re-binding to
+        the person who changed it, and its beat entry kept in step."""
+        from triggers.services import trigger_update
 
-        from triggers.schedule import schedule_sync
-
-        obj.updated_at = timezone.now()
-        super().save_model(request, obj, form, change)
-        schedule_sync(trigger=obj)  # its beat entry follows an edited cron, zone or enabled
+        changes = form.changes()
+        if changes:
+            updated = trigger_update(actor=request.user, trigger=obj, **changes)
+            obj.refresh_from_db()
+            obj.run_as = updated.run_as
 
     def delete_model(self, request, obj):
         from triggers.services import trigger_delete

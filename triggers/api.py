@@ -3,9 +3,11 @@
 Triggers, API keys and webhook endpoints are managed like agents: members of the
 workspace read them, those who may create agents there (``agent:create``: editors,
 admins, organization admins) create, edit, rotate, revoke and delete them; anyone else
-gets a 404. Two endpoints take no user: ``triggers/{id}/invoke`` authenticates by
-``X-API-Key`` only (triggers.apikeys) and ``hooks/{endpoint id}`` by its signature
-(triggers.webhooks).
+gets a 404. Nobody creates, edits, enables or re-points a trigger whose runs act with a
+role above their own (403 naming ``run_as_role``); a change re-binds the trigger to the
+person who made it (triggers.services.trigger_update). Two endpoints take no user:
+``triggers/{id}/invoke`` authenticates by ``X-API-Key`` only (triggers.apikeys) and
+``hooks/{endpoint id}`` by its signature (triggers.webhooks).
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ class _StrictInput(serializers.Serializer):
 class RunAsSerializer(serializers.Serializer):
     user = serializers.IntegerField(help_text="Id of the service principal's user; runs name it as triggered_by.")
     username = serializers.CharField()
-    role = serializers.CharField(allow_null=True)
+    role = serializers.CharField(allow_null=True, help_text="The identity's stored role; its runs act with at most "
+                                                            "its responsible person's current role.")
+    responsible = serializers.IntegerField(allow_null=True, help_text="Id of the person answerable for its runs "
+                                                                      "(who created or last changed the trigger).")
 
 
 class TriggerSerializer(serializers.ModelSerializer):
@@ -73,7 +78,7 @@ class TriggerSerializer(serializers.ModelSerializer):
     class Meta:
         model = Trigger
         fields = ["id", "workspace", "agent", "name", "type", "prompt", "config", "enabled", "run_as", "created_by",
-                  "created_at", "updated_at"]
+                  "created_at", "updated_at", "refused_invocations", "last_refused_at"]
         read_only_fields = fields
 
     @extend_schema_field(serializers.ChoiceField(choices=list(API_TYPE_NAMES.values())))
@@ -91,7 +96,8 @@ class TriggerSerializer(serializers.ModelSerializer):
         else:
             role = Membership.objects.filter(user_id=principal.user_id, workspace_id=trigger.workspace_id
                                              ).values_list("role", flat=True).first()
-        return {"user": principal.user_id, "username": principal.user.username, "role": role}
+        return {"user": principal.user_id, "username": principal.user.username, "role": role,
+                "responsible": principal.responsible_id}
 
 
 class TriggerCreateSerializer(_StrictInput):
@@ -426,8 +432,11 @@ ENDPOINT_ID = OpenApiParameter("endpoint_id", OpenApiTypes.UUID, OpenApiParamete
 
 
 def _writable_endpoint(request, endpoint_id) -> WebhookEndpoint:
+    """An endpoint the caller may rotate or delete: ``agent:create`` here, and no trigger
+    listening on it acts above the caller's role (403 naming ``run_as_role``)."""
     endpoint = selectors.webhook_endpoint_get_for_user(user=request.user, endpoint_id=endpoint_id)
     require_permission(user=request.user, workspace=endpoint.workspace, permission=AGENT_CREATE)
+    services.webhook_endpoint_authority_check(actor=request.user, workspace=endpoint.workspace, slug=endpoint.slug)
     return endpoint
 
 
@@ -447,6 +456,8 @@ class WebhookEndpointList(ListAPIView):
         body.is_valid(raise_exception=True)
         workspace = workspace_get_for_user(user=request.user, workspace_id=body.validated_data["workspace"])
         require_permission(user=request.user, workspace=workspace, permission=AGENT_CREATE)
+        services.webhook_endpoint_authority_check(actor=request.user, workspace=workspace,
+                                                  slug=body.validated_data["slug"])
         issued = webhooks.webhook_endpoint_create(
             workspace=workspace, slug=body.validated_data["slug"], created_by=request.user,
             scheme=body.validated_data["scheme"], secret=body.validated_data.get("secret"))

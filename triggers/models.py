@@ -29,6 +29,10 @@ class Trigger(models.Model):
                                    related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Invocations by key refused before anything started (disabled, rate limited): counted
+    # here, not written as a firing each, so a key holder cannot grow the firings table.
+    refused_invocations = models.PositiveBigIntegerField(default=0)
+    last_refused_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -64,6 +68,7 @@ class TriggerFiring(models.Model):
         DISABLED = "disabled", "Trigger disabled"
         ERROR = "error", "Error"
         MISSED = "missed", "Schedule slot missed"
+        OWNER_REMOVED = "owner_removed", "Responsible person gone: trigger paused"
 
     id = models.BigAutoField(primary_key=True)
     trigger = models.ForeignKey(Trigger, on_delete=models.CASCADE, related_name="firings")

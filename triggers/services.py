@@ -21,13 +21,18 @@ from django.utils import timezone
 
 from agents.models import Agent
 from executions.services import execution_start
+from governance.notifications import TRIGGER_OWNER_REMOVED, workspace_admins_notify
 from rivercore.contracts import TriggerType
-from rivercore.errors import InvalidInput, pydantic_details
+from rivercore.errors import InvalidInput, PermissionDenied, pydantic_details
 from telemetry.metrics import trigger_firing_record
 from tenancy.models import Workspace
+from tenancy.permissions import role_rank
+from tenancy.selectors import role_highest
 from tenancy.services import (
+    run_as_role_check,
     service_principal_create,
     service_principal_label_set,
+    service_principal_rebind,
     service_principal_retire,
     service_principal_role_set,
 )
@@ -35,7 +40,7 @@ from triggers.models import Trigger, TriggerFiring, WebhookEndpoint
 from triggers.pipelines import pipeline_cycle_check
 from triggers.prompt import PromptTemplateError, prompt_render, prompt_validate
 from triggers.schedule import schedule_remove, schedule_sync
-from triggers.types import EventConfig, WorkflowConfig, trigger_config_parse
+from triggers.types import EventConfig, WorkflowConfig, config_public, trigger_config_parse
 
 logger = logging.getLogger("river.triggers")
 
@@ -64,7 +69,7 @@ def _prompt_check(prompt: str) -> str:
         raise InvalidInput("The prompt template is invalid.", details={"prompt": [str(exc)]}) from None
 
 
-def _config_check(*, trigger_type: TriggerType, config, workspace: Workspace, agent: Agent):
+def trigger_config_check(*, trigger_type: TriggerType, config, workspace: Workspace, agent: Agent):
     """The typed config, with the checks that need the database (the webhook endpoint
     exists in the workspace; an upstream agent of the same workspace that is not the
     trigger's own agent)."""
@@ -92,6 +97,13 @@ def _name_free(*, workspace: Workspace, name: str, exclude=None) -> None:
         raise InvalidInput("Name taken.", details={"name": ["A trigger with this name exists in the workspace."]})
 
 
+def trigger_name_check(*, workspace: Workspace, name: str, exclude=None) -> str:
+    """The trimmed name, if valid and free in the workspace (400 naming ``name``)."""
+    name = _name_check(name)
+    _name_free(workspace=workspace, name=name, exclude=exclude)
+    return name
+
+
 def trigger_create(
     *, actor, workspace: Workspace, agent: Agent, name: str, trigger_type: TriggerType, prompt: str = "",
     config: dict | None = None, enabled: bool = True, run_as_role: str = DEFAULT_RUN_AS_ROLE,
@@ -102,7 +114,7 @@ def trigger_create(
         raise InvalidInput("The agent is not in this workspace.", details={"agent": ["Not an agent of the workspace."]})
     name = _name_check(name)
     prompt = _prompt_check(prompt)
-    parsed = _config_check(trigger_type=trigger_type, config=config, workspace=workspace, agent=agent)
+    parsed = trigger_config_check(trigger_type=trigger_type, config=config, workspace=workspace, agent=agent)
     _name_free(workspace=workspace, name=name)
     with transaction.atomic():
         principal = service_principal_create(workspace=workspace, created_by=actor, label=f"Trigger {name}",
@@ -122,12 +134,58 @@ def trigger_create(
         return trigger
 
 
+def trigger_authority_check(*, actor, trigger: Trigger, run_as_role: str | None = None) -> None:
+    """403 naming ``run_as_role`` unless ``actor`` currently holds at least the role the
+    trigger's runs would act with: ``run_as_role`` when the change sets one, else the
+    role they act with now (capped at the responsible person's, see
+    tenancy.selectors.workspace_roles). Nobody edits, enables or re-points a trigger to
+    borrow an authority they do not hold."""
+    held = role_highest(user=actor, workspace=trigger.workspace)
+    acting = run_as_role or role_highest(user=trigger.run_as.user, workspace=trigger.workspace)
+    if held is None or (acting is not None and role_rank(acting) > role_rank(held)):
+        raise PermissionDenied(
+            "This trigger's runs act with a role above yours; ask someone who holds it.",
+            code="run_as_role_above_yours",
+            details={"run_as_role": [f"The trigger runs as {acting}; you hold {held or 'no role'} here."]},
+        )
+
+
+def webhook_endpoint_authority_check(*, actor, workspace: Workspace, slug: str) -> None:
+    """403 naming ``run_as_role`` when an event trigger listening on endpoint ``slug``
+    acts with a role above ``actor``'s: whoever creates, rotates or deletes (to re-create)
+    an endpoint holds its secret, and so chooses what its triggers receive."""
+    events = Trigger.objects.filter(workspace=workspace, type=TriggerType.EVENT).select_related(
+        "workspace", "run_as__user")
+    for trigger in events:
+        if config_public(trigger.config).get("endpoint") == slug:
+            trigger_authority_check(actor=actor, trigger=trigger)
+
+
+def trigger_change_authority_check(*, actor, trigger: Trigger, changes: dict) -> bool:
+    """The checks ``trigger_update`` makes before applying ``changes``; True when the
+    change re-binds the trigger to ``actor`` (anything but disabling alone, which grants
+    nothing and is open to whoever manages triggers). Raises 400/403 naming
+    ``run_as_role``. Forms call it to show the refusal next to their fields."""
+    if set(changes) == {"enabled"} and not changes["enabled"]:
+        return False
+    if "run_as_role" in changes:  # a known role no higher than the actor's, or 400/403
+        run_as_role_check(actor=actor, workspace=trigger.workspace, role=changes["run_as_role"])
+    trigger_authority_check(actor=actor, trigger=trigger, run_as_role=changes.get("run_as_role"))
+    return True
+
+
 def trigger_update(*, actor, trigger: Trigger, **changes: Any) -> Trigger:
-    """Change name, prompt, config (replaced whole), enabled or run_as_role."""
+    """Change name, prompt, config (replaced whole), enabled or run_as_role.
+
+    A change by a person re-binds the trigger to them (``service_principal_rebind``:
+    they become its responsible person, its role is capped at theirs), after
+    ``trigger_authority_check``. Only disabling, which grants nothing, is open to
+    anyone who manages triggers and leaves the trigger's binding as it was."""
     fields: list[str] = []
     with transaction.atomic():
         trigger = Trigger.objects.select_for_update(of=("self",)).select_related(
             "agent", "workspace", "run_as__workspace", "run_as__user").get(pk=trigger.pk)
+        rebind = trigger_change_authority_check(actor=actor, trigger=trigger, changes=changes)
         if "name" in changes:
             trigger.name = _name_check(changes["name"])
             _name_free(workspace=trigger.workspace, name=trigger.name, exclude=trigger.pk)
@@ -137,7 +195,7 @@ def trigger_update(*, actor, trigger: Trigger, **changes: Any) -> Trigger:
             trigger.prompt = _prompt_check(changes["prompt"])
             fields.append("prompt")
         if "config" in changes:
-            trigger.config = _config_check(trigger_type=TriggerType(trigger.type), config=changes["config"],
+            trigger.config = trigger_config_check(trigger_type=TriggerType(trigger.type), config=changes["config"],
                                            workspace=trigger.workspace, agent=trigger.agent)
             fields.append("config")
         if "enabled" in changes:
@@ -145,6 +203,8 @@ def trigger_update(*, actor, trigger: Trigger, **changes: Any) -> Trigger:
             fields.append("enabled")
         if "run_as_role" in changes:
             service_principal_role_set(principal=trigger.run_as, actor=actor, role=changes["run_as_role"])
+        if rebind:
+            service_principal_rebind(principal=trigger.run_as, actor=actor)
         trigger.updated_at = timezone.now()
         try:
             with transaction.atomic():
@@ -211,6 +271,45 @@ def trigger_firing_skip(
     return firing
 
 
+def trigger_responsible_missing(*, trigger: Trigger) -> str | None:
+    """Why the person answerable for the trigger's identity can no longer lend it any
+    authority (deleted, deactivated, holding no role in the workspace), or None."""
+    responsible = trigger.run_as.responsible
+    if responsible is None:
+        return "its responsible person's account was deleted"
+    if not responsible.is_active:
+        return f"its responsible person {responsible.get_username()} is deactivated"
+    if role_highest(user=responsible, workspace=trigger.workspace) is None:
+        return f"its responsible person {responsible.get_username()} holds no role in the workspace"
+    return None
+
+
+def _trigger_pause_owner_removed(*, trigger: Trigger, why: str, source: str, payload, dedupe_key: str | None,
+                                 fired_at: datetime) -> TriggerFiring:
+    """Disable the trigger, record an ``owner_removed`` firing and tell the workspace's
+    admins, all or none. The compare-and-set on ``enabled`` makes one caller do it when
+    several fire at once; the others record an ordinary ``disabled`` skip."""
+    with transaction.atomic():
+        paused = Trigger.objects.filter(pk=trigger.pk, enabled=True).update(enabled=False, updated_at=fired_at)
+        if paused != 1:
+            return trigger_firing_skip(trigger=trigger, source=source, reason=Reason.DISABLED,
+                                       detail="the trigger is disabled", payload=payload, dedupe_key=dedupe_key,
+                                       fired_at=fired_at)
+        trigger.enabled = False
+        schedule_sync(trigger=trigger)  # a scheduled trigger's beat entry stops too
+        firing = trigger_firing_skip(trigger=trigger, source=source, reason=Reason.OWNER_REMOVED,
+                                     detail=f"paused: {why}", payload=payload, dedupe_key=dedupe_key,
+                                     fired_at=fired_at)
+        workspace_admins_notify(
+            workspace=trigger.workspace, kind=TRIGGER_OWNER_REMOVED, title=f"Trigger {trigger.name} paused",
+            body=(f"Trigger {trigger.name} was paused when it fired: {why}. Its runs act only with the "
+                  "authority of a person who still holds it; an editor or admin of the workspace who edits "
+                  "and enables it becomes answerable for it."),
+            url=f"/triggers/{trigger.pk}/?paused={firing.pk}")
+    logger.warning("trigger %s paused: %s", trigger.pk, why)
+    return firing
+
+
 def trigger_fire(
     *, trigger: Trigger, payload=None, source: str, dedupe_key: str | None = None,
     triggered_at: datetime | None = None, user=None, requester=None,
@@ -228,11 +327,15 @@ def trigger_fire(
     triggered_at = triggered_at or now
     size = _payload_bytes(payload)
     # Read fresh: a trigger disabled or an agent paused a moment ago is seen.
-    trigger = Trigger.objects.select_related("agent", "run_as__user").get(pk=trigger.pk)
+    trigger = Trigger.objects.select_related("agent", "workspace", "run_as__user", "run_as__responsible").get(
+        pk=trigger.pk)
     agent = trigger.agent
     skip: tuple[str, str] | None = None
     if not trigger.enabled:
         skip = (Reason.DISABLED, "the trigger is disabled")
+    elif user is None and (why := trigger_responsible_missing(trigger=trigger)) is not None:
+        return _trigger_pause_owner_removed(trigger=trigger, why=why, source=source, payload=payload,
+                                            dedupe_key=dedupe_key, fired_at=now)
     elif agent.status != Agent.Status.ACTIVE or agent.current_version_id is None:
         skip = (Reason.AGENT_INACTIVE, f"agent {agent.name} is {agent.status}"
                 + ("" if agent.current_version_id else " with no deployed version"))

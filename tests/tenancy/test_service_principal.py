@@ -4,7 +4,7 @@ creator's role, and can never resolve an approval."""
 import pytest
 from django.test import Client
 
-from rivercore.errors import InvalidInput
+from rivercore.errors import InvalidInput, PermissionDenied
 from tenancy.models import AccessToken, Membership
 from tenancy.services import run_as_role_check, service_principal_create, token_authenticate, token_issue
 
@@ -39,12 +39,12 @@ def test_the_role_never_exceeds_the_creators(workspace, django_user_model, creat
     if allowed:
         run_as_role_check(actor=creator, workspace=workspace, role=asked)
     else:
-        with pytest.raises(InvalidInput) as raised:
+        with pytest.raises(PermissionDenied) as raised:
             run_as_role_check(actor=creator, workspace=workspace, role=asked)
         assert "run_as_role" in raised.value.details
 
 
 def test_an_org_admin_may_grant_admin_and_an_outsider_nothing(workspace, org_admin, outsider):
     run_as_role_check(actor=org_admin, workspace=workspace, role="admin")
-    with pytest.raises(InvalidInput):
+    with pytest.raises(PermissionDenied):
         run_as_role_check(actor=outsider, workspace=workspace, role="viewer")

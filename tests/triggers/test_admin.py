@@ -2,6 +2,7 @@
 
 import pytest
 
+from tenancy.models import Membership
 from triggers.services import trigger_fire
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +29,8 @@ def test_a_bad_prompt_placeholder_is_explained(admin_client, make_trigger):
     assert "The prompt has a placeholder River cannot fill" in response.content.decode()
 
 
-def test_a_valid_edit_is_saved_as_the_typed_config(admin_client, make_trigger):
+def test_a_valid_edit_is_saved_as_the_typed_config(admin_client, admin_user, workspace, make_trigger):
+    Membership.objects.create(workspace=workspace, user=admin_user, role="admin")  # edits bind it to them
     trigger = make_trigger(name="Load", trigger_type="threshold",
                            config={"expression": "cpu_percent > 90 for 5m"})
     response = admin_client.post(f"/admin/triggers/trigger/{trigger.pk}/change/", {

@@ -4,6 +4,7 @@ plain words, and shows metric samples and pipeline hand-offs read-only."""
 import pytest
 from django_celery_beat.models import PeriodicTask
 
+from tenancy.models import Membership
 from tests.factories import make_agent
 from triggers.metrics import metrics_ingest
 from triggers.schedule import periodic_task_name
@@ -13,7 +14,9 @@ pytestmark = pytest.mark.django_db
 FORMSET = {"firings-TOTAL_FORMS": "0", "firings-INITIAL_FORMS": "0"}
 
 
-def test_editing_a_scheduled_trigger_in_the_admin_moves_its_periodic_task(admin_client, make_trigger):
+def test_editing_a_scheduled_trigger_in_the_admin_moves_its_periodic_task(admin_client, admin_user, workspace,
+                                                                          make_trigger):
+    Membership.objects.create(workspace=workspace, user=admin_user, role="admin")  # edits bind it to them
     trigger = make_trigger(name="Mornings", trigger_type="scheduled", config={"cron": "0 8 * * *"})
     response = admin_client.post(f"/admin/triggers/trigger/{trigger.pk}/change/", {
         "name": "Mornings", "prompt": "", "config": '{"cron": "15 7 * * 1", "timezone": "Europe/Paris"}', **FORMSET})

@@ -29,7 +29,8 @@ def test_editor_creates_a_schedule_trigger_with_a_service_identity(api_client_fo
     assert trigger.type == "scheduled"  # stored under the engine contract's name
     assert trigger.created_by == editor
     principal = trigger.run_as
-    assert data["run_as"] == {"user": principal.user_id, "username": principal.user.username, "role": "editor"}
+    assert data["run_as"] == {"user": principal.user_id, "username": principal.user.username, "role": "editor",
+                              "responsible": editor.pk}
     assert principal.user.username.startswith("trigger-") and not principal.user.has_usable_password()
     assert Membership.objects.get(user=principal.user, workspace=workspace).role == "editor"
 
@@ -42,7 +43,7 @@ def test_run_as_role_defaults_to_analyst(api_client_for, owner, workspace, activ
 
 def test_run_as_role_may_not_exceed_the_creators(api_client_for, editor, workspace, active_agent):
     response = api_client_for(editor).post("/api/v1/triggers/", body(workspace, active_agent, run_as_role="admin"))
-    assert response.status_code == 400
+    assert response.status_code == 403
     assert "run_as_role" in response.json()["error"]["details"]
     assert not Trigger.objects.exists() and not ServicePrincipal.objects.exists()
 
@@ -52,7 +53,7 @@ def test_raising_the_role_later_is_held_to_the_same_ceiling(api_client_for, edit
     assert created.status_code == 201
     trigger_id = created.json()["id"]
     refused = api_client_for(editor).patch(f"/api/v1/triggers/{trigger_id}/", {"run_as_role": "admin"})
-    assert refused.status_code == 400 and "run_as_role" in refused.json()["error"]["details"]
+    assert refused.status_code == 403 and "run_as_role" in refused.json()["error"]["details"]
     lowered = api_client_for(editor).patch(f"/api/v1/triggers/{trigger_id}/", {"run_as_role": "viewer"})
     assert lowered.status_code == 200 and lowered.json()["run_as"]["role"] == "viewer"
 

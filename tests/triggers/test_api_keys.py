@@ -12,10 +12,10 @@ from rest_framework.test import APIClient
 
 from executions.models import Execution
 from executions.services.start import request_build
-from tenancy.models import Workspace
+from tenancy.models import Membership, Workspace
 from tests.factories import make_agent
 from triggers.apikeys import api_key_issue, api_key_revoke
-from triggers.models import ApiKey, TriggerFiring
+from triggers.models import ApiKey, Trigger, TriggerFiring
 from triggers.services import trigger_create
 
 pytestmark = pytest.mark.django_db
@@ -82,11 +82,13 @@ def test_another_orgs_key_gets_the_same_403_as_a_trigger_that_does_not_exist(api
     assert not Execution.objects.exists() and not TriggerFiring.objects.exists()
 
 
-def test_a_key_of_another_workspace_of_the_same_org_is_refused_but_an_org_key_works(api_trigger, org, owner):
+def test_a_key_of_another_workspace_of_the_same_org_is_refused_but_an_org_key_works(api_trigger, org, owner,
+                                                                                     org_admin):
     sibling = Workspace.objects.create(organization=org, name="Sales", slug="sales")
+    Membership.objects.create(workspace=sibling, user=owner, role="admin")
     sibling_key = api_key_issue(created_by=owner, workspace=sibling, name="Sales").plaintext
     assert invoke(api_trigger.pk, sibling_key, {"customer": {"id": 7}}).status_code == 403
-    org_key = api_key_issue(created_by=owner, organization=org, name="Org-wide").plaintext
+    org_key = api_key_issue(created_by=org_admin, organization=org, name="Org-wide").plaintext
     assert invoke(api_trigger.pk, org_key, {"customer": {"id": 7}}).status_code == 202
 
 
@@ -119,7 +121,9 @@ def test_a_non_api_trigger_or_a_disabled_one_is_409(owner, workspace, active_age
     api_trigger.save(update_fields=["enabled"])
     response = invoke(api_trigger.pk, key, {"customer": {"id": 7}})
     assert response.status_code == 409 and response.json()["error"]["code"] == "trigger_disabled"
-    assert TriggerFiring.objects.get().reason == "disabled"
+    assert not TriggerFiring.objects.exists()  # counted on the trigger, not written as a firing
+    api_trigger.refresh_from_db()
+    assert api_trigger.refused_invocations == 1
 
 
 def test_a_payload_must_be_an_object(api_trigger, key):
@@ -160,6 +164,54 @@ def test_the_triggers_own_cap_applies_across_keys(owner, workspace, active_agent
     assert refused.status_code == 429 and 1 <= int(refused["Retry-After"]) <= 60
 
 
+@pytest.fixture
+def one_minute(monkeypatch):
+    """Every invoke in the test falls in the same rate-limit window (no minute boundary
+    crossed mid-test)."""
+    from types import SimpleNamespace
+
+    from django.utils import timezone
+
+    fixed = timezone.now().replace(second=10, microsecond=0)
+    monkeypatch.setattr("triggers.apikeys.timezone", SimpleNamespace(now=lambda: fixed))
+    return fixed
+
+
+@pytest.mark.usefixtures("one_minute")
+def test_a_call_the_triggers_cap_refuses_uses_none_of_the_keys_budget(owner, workspace, active_agent):
+    capped = trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Capped",
+                            trigger_type="api", config={"rate_limit_per_minute": 1})
+    open_ = trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Open", trigger_type="api")
+    key = api_key_issue(created_by=owner, workspace=workspace, name="K", rate_limit_per_minute=2).plaintext
+    assert [invoke(capped.pk, key).status_code for _ in range(3)] == [202, 429, 429]
+    assert [invoke(open_.pk, key).status_code for _ in range(2)] == [202, 429]  # one left, not none
+
+
+@pytest.mark.usefixtures("one_minute")
+def test_a_call_the_keys_limit_refuses_gives_back_the_triggers_budget(owner, workspace, active_agent):
+    capped = trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Capped",
+                            trigger_type="api", config={"rate_limit_per_minute": 2})
+    spent = api_key_issue(created_by=owner, workspace=workspace, name="Spent", rate_limit_per_minute=1).plaintext
+    other = api_key_issue(created_by=owner, workspace=workspace, name="Other").plaintext
+    assert invoke(capped.pk, spent).status_code == 202
+    assert [invoke(capped.pk, spent).status_code for _ in range(3)] == [429, 429, 429]
+    assert [invoke(capped.pk, other).status_code for _ in range(2)] == [202, 429]
+
+
+@pytest.mark.usefixtures("one_minute")
+def test_refused_invocations_are_counted_not_written(owner, workspace, active_agent):
+    capped = trigger_create(actor=owner, workspace=workspace, agent=active_agent, name="Capped",
+                            trigger_type="api", config={"rate_limit_per_minute": 1})
+    key = api_key_issue(created_by=owner, workspace=workspace, name="K").plaintext
+    codes = [invoke(capped.pk, key).status_code for _ in range(12)]
+    assert codes == [202] + [429] * 11
+    Trigger.objects.filter(pk=capped.pk).update(enabled=False)
+    assert [invoke(capped.pk, key).status_code for _ in range(5)] == [409] * 5
+    assert TriggerFiring.objects.filter(trigger=capped).count() == 1  # the started one only
+    capped.refresh_from_db()
+    assert capped.refused_invocations == 16 and capped.last_refused_at is not None
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_limit_holds_under_concurrent_requests(owner, workspace, active_agent):
     from unittest import mock
@@ -188,7 +240,9 @@ def test_the_limit_holds_under_concurrent_requests(owner, workspace, active_agen
     assert codes == [202] * 5 + [429] * 7
     assert all(r["Retry-After"].isdigit() for r in responses if r.status_code == 429)
     assert Execution.objects.filter(trigger_id=trigger.pk).count() == 5
-    assert TriggerFiring.objects.filter(trigger=trigger, reason="rate_limited").count() == 7
+    assert not TriggerFiring.objects.filter(trigger=trigger, reason="rate_limited").exists()
+    trigger.refresh_from_db()
+    assert trigger.refused_invocations == 7
 
 
 # --- managing keys over REST -----------------------------------------------------------------
