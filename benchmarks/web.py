@@ -39,14 +39,16 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection, transaction
 
+from benchmarks.verdict import verdict
+from benchmarks.workers import worker_answers
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SLUG = "river-bench-web"
 TARGET_RUNS_PER_SECOND, TARGET_CREATE_P50_MS = 100, 50
 TARGET_RESUME_MARGIN_MS, TARGET_RESUME_GROWTH = 10, 1.2
 TARGET_FANOUT_P50_MS, TARGET_FANOUT_P99_MS = 3, 15
-SINGLE_CLIENT_REQUESTS, APPROVALS, WARMUP, BROKER_SAMPLES = 100, 50, 3, 200
-EVENTS, EVENTS_PER_SECOND = 3000, 200
+WARMUP, EVENTS_PER_SECOND = 3, 200
 BATCH = 2000
 MODEL_REPLY = json.dumps({
     "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench",
@@ -61,11 +63,28 @@ def _ms(values: list[float], q: float) -> float:
 
 
 def _check(ok: bool, text: str) -> str:
-    return f"  {'PASS' if ok else 'FAIL'}: {text}"
+    return f"  {verdict(ok)}: {text}"
 
 
-def web_bench(*, clients: int = 16, creations: int = 400, paused: Sequence[int] = (10, 10000),
-              active_runs: int = 200) -> Iterator[str]:
+@dataclass(frozen=True)
+class WebSize:
+    """How much each web section does; the defaults are the full benchmark's."""
+
+    clients: int = 16  # concurrent HTTP clients creating runs
+    creations: int = 400  # runs those clients create
+    single_requests: int = 100  # runs one client creates alone, first
+    paused: Sequence[int] = (10, 10000)  # paused runs waiting, one resume measurement each
+    approvals: int = 50  # approvals timed per K (after WARMUP)
+    broker_samples: int = 200  # broker round trips
+    active_runs: int = 200  # WebSocket clients, one per running run
+    events: int = 3000  # events fanned out, EVENTS_PER_SECOND
+
+
+SMOKE = WebSize(clients=2, creations=10, single_requests=5, paused=(2, 4), approvals=2, broker_samples=10,
+                active_runs=3, events=30)
+
+
+def web_bench(size: WebSize = WebSize()) -> Iterator[str]:
     """Report lines for the three sections. Needs REDIS_URL (the server's broker and
     channel layer). Deletes its runs, agents, data source and tokens at the end."""
     from django.test.utils import override_settings
@@ -79,9 +98,9 @@ def web_bench(*, clients: int = 16, creations: int = 400, paused: Sequence[int] 
                 _ModelServer() as model, _daphne(Path(tmp)) as port:
             yield (f"web: daphne on 127.0.0.1:{port}, DEBUG=false, database {connection.settings_dict['NAME']}, "
                    f"Redis {settings.REDIS_URL}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-            yield from _creation(port, fx, clients=clients, creations=creations)
-            yield from _resume(port, fx, model, Path(tmp), paused=sorted(paused))
-            yield from _fanout(port, fx, active_runs=active_runs)
+            yield from _creation(port, fx, size)
+            yield from _resume(port, fx, model, Path(tmp), size)
+            yield from _fanout(port, fx, size)
             yield f"web: load average {os.getloadavg()[0]:.1f} at the end"
     finally:
         _cleanup(fx)
@@ -286,14 +305,15 @@ class _ModelServer:
 # --- 1. run creation ----------------------------------------------------------------------
 
 
-def _creation(port: int, fx: _Fixtures, *, clients: int, creations: int) -> Iterator[str]:
+def _creation(port: int, fx: _Fixtures, size: WebSize) -> Iterator[str]:
     from executions.models import Execution
 
     path, body = f"/api/v1/agents/{fx.runner.pk}/run", {"input_prompt": "Web bench run."}
     alone = _Client(port, fx.tokens["requester"])
-    single = [alone.request("POST", path, body)[2] for _ in range(5 + SINGLE_CLIENT_REQUESTS)][5:]  # 5 warm-up
+    clients = size.clients
+    single = [alone.request("POST", path, body)[2] for _ in range(5 + size.single_requests)][5:]  # 5 warm-up
     alone.conn.close()
-    tickets, lock, latencies, codes = iter(range(creations)), threading.Lock(), [], Counter()
+    tickets, lock, latencies, codes = iter(range(size.creations)), threading.Lock(), [], Counter()
     start = threading.Barrier(clients + 1)
 
     def client() -> None:
@@ -327,11 +347,12 @@ def _creation(port: int, fx: _Fixtures, *, clients: int, creations: int) -> Iter
 # --- 2. approval resume -------------------------------------------------------------------
 
 
-def _resume(port: int, fx: _Fixtures, model: _ModelServer, tmp: Path, *, paused: list[int]) -> Iterator[str]:
+def _resume(port: int, fx: _Fixtures, model: _ModelServer, tmp: Path, size: WebSize) -> Iterator[str]:
+    from benchmarks.approval_storm import resumes_recorded, storm_prepare
     from executions.models import Execution
-    from riverapp.approval_storm import resumes_recorded, storm_prepare
 
-    broker = _broker_round_trip()
+    paused = sorted(size.paused)
+    broker = _broker_round_trip(size.broker_samples)
     rtt = _ms(broker, 50)
     with resumes_recorded():  # the template's first segment runs here; nothing is queued
         template = storm_prepare(agent=fx.gated, starter=fx.requester, data_source_id=fx.source.pk, count=1,
@@ -342,16 +363,17 @@ def _resume(port: int, fx: _Fixtures, model: _ModelServer, tmp: Path, *, paused:
     worker = [str(BIN / "celery"), "-A", "riverapp", "worker", "-P", "solo", "-c", "1", "-l", "info",
               "--without-heartbeat", "--without-mingle", "--without-gossip", "-n", f"{SLUG}@%h"]
     yield (f"approval resume: POST /api/v1/approvals/{{id}}/resolve -> a Celery worker (-P solo) makes the run's "
-           f"next model call; {APPROVALS} approvals per K after {WARMUP} warm-up (load average "
+           f"next model call; {size.approvals} approvals per K after {WARMUP} warm-up (load average "
            f"{os.getloadavg()[0]:.1f})")
     yield f"  broker round trip (kombu publish + consume, same Redis): p50 {rtt:.2f} ms, p99 {_ms(broker, 99):.2f} ms"
     p50s = {}
-    with _process(worker, env=env, log=log, ready=lambda: "ready." in log.read_text(errors="replace")):
+    node, broker_url = f"{SLUG}@{socket.gethostname()}", settings.CELERY_BROKER_URL
+    with _process(worker, env=env, log=log, ready=lambda: worker_answers(node=node, broker_url=broker_url)):
         approver = _Client(port, fx.tokens["approver"])  # the warm-up waits out section 1's stale messages
         for k in paused:
             waiting = Execution.objects.filter(agent=fx.gated, status=Execution.Status.AWAITING_APPROVAL).count()
             _copy_paused(template, [f"Refund, waiting {n}" for n in range(waiting, k - 1)])  # + the one approved: K
-            samples = [_approve_one(approver, template, model) for _ in range(WARMUP + APPROVALS)][WARMUP:]
+            samples = [_approve_one(approver, template, model) for _ in range(WARMUP + size.approvals)][WARMUP:]
             answered, called, tool = (list(column) for column in zip(*samples, strict=True))
             p50s[k], limit = _ms(called, 50), rtt + TARGET_RESUME_MARGIN_MS
             yield (f"  K={k} paused: POST -> 200 (message on the broker) p50 {_ms(answered, 50):.1f} ms, p99 "
@@ -367,14 +389,14 @@ def _resume(port: int, fx: _Fixtures, model: _ModelServer, tmp: Path, *, paused:
                      f"(target <= {TARGET_RESUME_GROWTH})")
 
 
-def _broker_round_trip() -> list[float]:
+def _broker_round_trip(count: int) -> list[float]:
     from riverapp.celery import app
 
     samples = []
     with app.connection_for_write() as conn:
         queue = conn.SimpleQueue(f"{SLUG}-rtt-{uuid.uuid4().hex[:8]}")
         try:
-            for n in range(20 + BROKER_SAMPLES):  # 20 warm-up
+            for n in range(20 + count):  # 20 warm-up
                 sent = time.monotonic()
                 queue.put({"n": n})
                 queue.get(timeout=5).ack()
@@ -433,18 +455,19 @@ def _approve_one(approver: _Client, template, model: _ModelServer) -> tuple[floa
 # --- 3. event fan-out ---------------------------------------------------------------------
 
 
-def _fanout(port: int, fx: _Fixtures, *, active_runs: int) -> Iterator[str]:
+def _fanout(port: int, fx: _Fixtures, size: WebSize) -> Iterator[str]:
     from executions.models import Execution
 
-    yield (f"event fan-out: a WebSocket client per running run (/ws/executions/{{id}}/, bearer); {EVENTS} events, "
+    yield (f"event fan-out: a WebSocket client per running run (/ws/executions/{{id}}/, bearer); {size.events} events, "
            f"one per transaction, {EVENTS_PER_SECOND}/s round robin; commit -> receipt (load average "
            f"{os.getloadavg()[0]:.1f})")
+    active_runs = size.active_runs
     for count in dict.fromkeys((1, active_runs)):
         runs = Execution.objects.bulk_create([
             Execution(workspace_id=fx.workspace.pk, agent=fx.runner, agent_version_id=fx.runner.current_version_id,
                       requested_by=fx.requester, status=Execution.Status.RUNNING, input_prompt="Fan-out.")
             for _ in range(count)])
-        latencies, lost = _fan_once(port, fx.tokens["requester"], runs)
+        latencies, lost = _fan_once(port, fx.tokens["requester"], runs, events=size.events)
         p50, p99 = _ms(latencies, 50), _ms(latencies, 99)
         yield (f"  {count} run(s): p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {_ms(latencies, 100):.1f} ms "
                f"({len(latencies)} received, {lost} not)")
@@ -455,7 +478,7 @@ def _fanout(port: int, fx: _Fixtures, *, active_runs: int) -> Iterator[str]:
                          f"{lost} lost (target <= {TARGET_FANOUT_P99_MS} ms, none lost)")
 
 
-def _fan_once(port: int, token: str, runs: list) -> tuple[list[float], int]:
+def _fan_once(port: int, token: str, runs: list, *, events: int) -> tuple[list[float], int]:
     spawn = multiprocessing.get_context("spawn")  # never fork a process with threads and connections
     ours, theirs = spawn.Pipe()
     child = spawn.Process(target=_ws_clients, args=(f"ws://127.0.0.1:{port}", token, [r.pk for r in runs], theirs),
@@ -466,7 +489,7 @@ def _fan_once(port: int, token: str, runs: list) -> tuple[list[float], int]:
         if kind != "ready":
             raise RuntimeError(f"WebSocket clients did not connect: {detail}")
         time.sleep(1.0)  # the handshakes' work in the server settles
-        committed = _commit_events(runs, warmup=max(len(runs), 100), total=EVENTS)
+        committed = _commit_events(runs, warmup=max(len(runs), 100), total=events)
         time.sleep(1.0)  # the last events' way to the clients
         ours.send("stop")
         received = ours.recv() if ours.poll(60) else []
@@ -535,7 +558,7 @@ async def _ws_follow(base: str, token: str, run_ids: list[int], pipe) -> None:
     pipe.send([(run_id, json.loads(text)["seq"], at) for run_id, at, text in received])
 
 
-# --- standalone: python -m riverapp.bench_web ---------------------------------------------
+# --- standalone: python -m benchmarks.web ---------------------------------------------
 
 
 def main() -> None:
@@ -559,8 +582,8 @@ def main() -> None:
         if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone():
             admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(db["NAME"])))
     call_command("migrate", verbosity=0, interactive=False)
-    for line in web_bench(clients=args.clients, creations=args.creations, paused=args.paused,
-                          active_runs=args.active_runs):
+    for line in web_bench(WebSize(clients=args.clients, creations=args.creations, paused=args.paused,
+                                  active_runs=args.active_runs)):
         print(line, flush=True)
 
 
