@@ -5,7 +5,7 @@ LangGraph (``PostgresSaver``, and ``AsyncPostgresSaver`` under ``ainvoke``) and 
 (a workflow whose model and tool calls are steps), so River's benchmark can set its
 own numbers beside theirs. Usage::
 
-    python riverapp/peers.py postgres://postgres@127.0.0.1:5432/river_peers TURNS RUNS
+    python benchmarks/peers.py postgres://postgres@127.0.0.1:5432/river_peers TURNS RUNS
 
 The loop: the state is a list of message dicts, starting with one user message.
 Turn ``i`` is a model step, a pure stub with no latency that appends an assistant

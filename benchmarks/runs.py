@@ -130,7 +130,7 @@ def peers_bench(*, agents: dict[int, Agent], user, runs: int, dsn: str, stub: Ca
                 if turns == lengths[0] and key in ("langgraph_sync", "dbos"):
                     verdicts.append((PEER_NAMES[key], faster))
     for name, faster in verdicts:
-        yield (f"  {verdict(faster)}  a {lengths[0]}-turn run faster than {name}"
+        yield (f"  {verdict(faster, target=faster is not None)}  a {lengths[0]}-turn run faster than {name}"
                + ("" if faster is not None else " (the peer did not run)"))
 
 
