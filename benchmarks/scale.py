@@ -146,6 +146,7 @@ def _talking_to(database_url: str, broker_url: str) -> Iterator[None]:
     the caller's connection and broker are put back afterwards. Celery keeps the
     producer pool of the first broker it wrote to, so that (its private ``_pool`` and
     ``amqp._producer_pool``) is dropped on the way in and out."""
+    import kombu.pools
     import psycopg
     from django.db import connections
     from django.db.utils import load_backend
@@ -157,6 +158,10 @@ def _talking_to(database_url: str, broker_url: str) -> Iterator[None]:
         if app._pool is not None:
             app._pool.force_close_all()
         app._pool = app.amqp._producer_pool = None
+        # kombu keeps its pools per broker URL, the closed one included: a later
+        # publish to the same URL (the web section's broker) would get "Acquire on
+        # closed pool", so they are forgotten too and made anew on the next publish.
+        kombu.pools.reset()
 
     wanted = {**connections.settings["default"], **database_from_url("database_url", database_url)}
     with psycopg.connect(database_url, dbname="postgres", autocommit=True) as admin:
