@@ -1,6 +1,6 @@
 """The approval storm: many paused runs, each resolved by several concurrent requests.
 
-Shared by ``manage.py bench --approvals`` and tests/executions/test_approval_storm.py.
+Shared by ``python -m benchmarks --approvals`` and tests/executions/test_approval_storm.py.
 Every piece is River's own code path:
 
 1. ``storm_prepare`` starts real runs of an agent whose ``write_back`` needs approval
@@ -195,7 +195,7 @@ def storm_resume(*, execution_ids: list[int], threads: int = 4) -> dict[int, lis
         return dict(pool.map(one, execution_ids))
 
 
-# --- the benchmark (manage.py bench --approvals N) ------------------------------------------
+# --- the benchmark (python -m benchmarks --approvals N) ------------------------------------------
 
 
 @contextmanager

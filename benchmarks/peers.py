@@ -26,7 +26,7 @@ Per peer, after ``WARMUP_RUNS`` unrecorded runs, each measured run gives:
   set (psycopg pipelines them, but the server runs each). Transaction control that
   the driver issues on its own (psycopg's implicit ``BEGIN``, and ``COMMIT`` /
   ``ROLLBACK``, which are protocol-level calls rather than cursor statements) is not
-  counted, as in River's own ``manage.py bench``. How each peer is counted:
+  counted, as in River's own benchmark (``python -m benchmarks``). How each peer is counted:
 
   * LangGraph, both savers: the saver gets one psycopg connection (autocommit, the
     settings of ``PostgresSaver.from_conn_string``) whose ``cursor_factory`` is a
