@@ -44,9 +44,11 @@ lint: install-dev
 	$(VENV)/bin/mypy
 	DEBUG=true $(PY) manage.py makemigrations --check --dry-run
 
+# The benchmark harness (benchmarks/, outside the product); ARGS="--smoke" runs every
+# section at a tiny size, ARGS="--help" lists the options. See docs/benchmarks.md.
 bench: install-dev
 	DEBUG=$${DEBUG:-true} DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/river_bench} \
-		REDIS_URL=$${BENCH_REDIS_URL:-redis://127.0.0.1:6379/11} $(PY) manage.py bench $(ARGS)
+		REDIS_URL=$${BENCH_REDIS_URL:-redis://127.0.0.1:6379/11} $(PY) -m benchmarks $(ARGS)
 
 # Fault campaign: a private Redis on FAULTS_REDIS_PORT (started and restarted by the
 # script) and a database of its own; see docs/faults.md. CI runs `make faults ARGS=--short`.

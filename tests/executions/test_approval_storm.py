@@ -16,10 +16,10 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from benchmarks import approval_storm as storm
 from datasources.services import data_source_create, data_source_discover
 from executions.models import Execution
 from governance.models import ApprovalRequest, AuditLogEntry
-from riverapp import approval_storm as storm
 from tenancy.models import Membership
 from tenancy.permissions import Role
 from tenancy.services import token_issue

@@ -15,6 +15,7 @@ import psycopg
 from django.db import connection
 
 from agents.models import Agent, AgentMemory, AgentVersion
+from benchmarks.verdict import verdict
 from executions.models import Execution
 from executions.services import execution_run_segment, execution_start
 from rivercore.contracts import ResponseStatus
@@ -94,21 +95,23 @@ def fixed_cost_bench(*, agent: Agent, user, runs: int, stub: Callable[[int], obj
            "the stub model's time taken out):")
     most = max(r["statements"] for r in results)
     yield f"  p50 {p50:.2f} ms   p99 {p99:.2f} ms   statements {statements:g} (max {most})"
-    yield f"  {'PASS' if p50 <= TARGET_FIXED_MS else 'FAIL'}  fixed cost p50 <= {TARGET_FIXED_MS:g} ms: {p50:.2f} ms"
-    yield (f"  {'PASS' if statements <= TARGET_FIXED_STATEMENTS else 'FAIL'}  statements per run <= "
+    yield f"  {verdict(p50 <= TARGET_FIXED_MS)}  fixed cost p50 <= {TARGET_FIXED_MS:g} ms: {p50:.2f} ms"
+    yield (f"  {verdict(statements <= TARGET_FIXED_STATEMENTS)}  statements per run <= "
            f"{TARGET_FIXED_STATEMENTS}: {statements:g}")
 
 
-def peers_bench(*, agents: dict[int, Agent], user, runs: int, dsn: str, stub: Callable[[int], object]) -> Iterator[str]:
-    """The same scripted runs through River and its peers, on the same PostgreSQL."""
-    from riverapp.peers import peer_cleanup, peer_measure
+def peers_bench(*, agents: dict[int, Agent], user, runs: int, dsn: str, stub: Callable[[int], object],
+                lengths: tuple[int, ...] = PEER_TURNS) -> Iterator[str]:
+    """The same scripted runs through River and its peers, on the same PostgreSQL, for
+    runs of each of ``lengths`` turns (each a key of ``agents``)."""
+    from benchmarks.peers import peer_cleanup, peer_measure
 
     yield (f"Peers: the same scripted run (a tool call a turn, a final answer on the last), {runs} timed runs of "
            "each length, zero-latency model; p50 run time, statements and WAL bytes per turn")
     yield f"  {'turns':>5}  {'system':<30} {'run ms':>9} {'stmts/turn':>10} {'WAL B/turn':>10}   River's ratio"
     verdicts = []
     with psycopg.connect(dsn, autocommit=True) as side:
-        for turns in PEER_TURNS:
+        for turns in lengths:
             agent = agents[turns]
             for _ in range(2):
                 _river_run(agent, user, stub(turns), None)
@@ -124,10 +127,10 @@ def peers_bench(*, agents: dict[int, Agent], user, runs: int, dsn: str, stub: Ca
             for key, entry in peers.items():
                 line, faster = _peer_line(turns, PEER_NAMES.get(key, key), entry, mine)
                 yield line
-                if turns == PEER_TURNS[0] and key in ("langgraph_sync", "dbos"):
+                if turns == lengths[0] and key in ("langgraph_sync", "dbos"):
                     verdicts.append((PEER_NAMES[key], faster))
     for name, faster in verdicts:
-        yield (f"  {'PASS' if faster else 'FAIL'}  a {PEER_TURNS[0]}-turn run faster than {name}"
+        yield (f"  {verdict(faster, target=faster is not None)}  a {lengths[0]}-turn run faster than {name}"
                + ("" if faster is not None else " (the peer did not run)"))
 
 

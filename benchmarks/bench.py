@@ -1,4 +1,11 @@
-"""``manage.py bench``: what a durable turn costs River, on PostgreSQL.
+"""``python -m benchmarks`` (``make bench``): what River costs, section by section, on PostgreSQL.
+
+Every section runs even if one before it fails: a failing section prints ``FAIL`` with
+its reason and the command exits non-zero at the end. ``--smoke`` runs every section at
+a tiny size (seconds each) and prints ``SMOKE`` instead of judging figures against their
+targets, so CI can prove that each section still runs to the end.
+
+The ``turns`` section (this module):
 
 Runs durable executions of 15 turns through ``execution_run_segment`` with a
 zero-latency in-process model (a cheap tool call on turns 1-14, a final answer on
@@ -36,7 +43,9 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
+import traceback
 from contextlib import ExitStack, contextmanager
 from unittest import mock
 
@@ -50,14 +59,19 @@ from django.test.utils import override_settings
 from pydantic import BaseModel, ConfigDict
 
 from agents.models import Agent, AgentVersion
+from benchmarks.runs import PEER_TURNS, bench_agent, fixed_cost_bench, peers_bench, runs_cleanup
+from benchmarks.scale import BASELINE_RUNS as SCALE_BASELINE_RUNS
+from benchmarks.scale import RABBITMQ_URL as SCALE_RABBITMQ_URL
+from benchmarks.scale import REDIS_URL as SCALE_REDIS_URL
+from benchmarks.scale import scale_bench
+from benchmarks.startup import startup_bench
+from benchmarks.verdict import targets_judge, verdict
+from benchmarks.web import SMOKE as WEB_SMOKE
+from benchmarks.web import WebSize, web_bench
 from executions import tasks
 from executions.journal import DbJournal
 from executions.models import Execution, ExecutionStep
 from executions.services import execution_run_segment, execution_start
-from riverapp.bench_runs import PEER_TURNS, bench_agent, fixed_cost_bench, peers_bench, runs_cleanup
-from riverapp.bench_scale import RABBITMQ_URL as SCALE_RABBITMQ_URL
-from riverapp.bench_scale import REDIS_URL as SCALE_REDIS_URL
-from riverapp.bench_startup import startup_bench
 from rivercore.contracts import ResponseStatus
 from rivercore.llm import LLMReply, LLMToolCall
 from rivercore.tools import Tool, ToolCategory, get_tool, register
@@ -72,10 +86,7 @@ TARGET_TAIL_RATIO = 2.0  # p99 / p50 of the per-turn overhead, one run at a time
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
 SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "web", "scale")
-
-
 SCALE_DATABASE = "river_bench_scale"
-SCALE_BROKERS = {"redis": SCALE_REDIS_URL, "rabbitmq": SCALE_RABBITMQ_URL}
 
 
 def _dsn(params: dict) -> str:
@@ -257,7 +268,8 @@ def _verb(sql: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Benchmark durable 15-turn runs on PostgreSQL: per-turn overhead, SQL statements, WAL bytes."
+    help = ("River's benchmark on PostgreSQL: per-turn and per-run cost, peers, approvals, startup, web and "
+            "runs at scale; every section runs, and the exit status is non-zero if any failed.")
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
@@ -278,9 +290,17 @@ class Command(BaseCommand):
         parser.add_argument("--scale-runs", default="200,1000", help="runs at once, comma-separated (default 200,1000)")
         parser.add_argument("--brokers", default="redis,rabbitmq",
                             help="brokers the scale section runs on: redis, rabbitmq or both (default both)")
+        parser.add_argument("--scale-database", default=SCALE_DATABASE,
+                            help=f"the scale section's database, on the same server (default {SCALE_DATABASE})")
+        parser.add_argument("--scale-redis", default=SCALE_REDIS_URL,
+                            help=f"the scale section's Redis: its broker with redis, its channel layer always "
+                                 f"(default {SCALE_REDIS_URL})")
+        parser.add_argument("--smoke", action="store_true",
+                            help="every chosen section at a tiny size (seconds each), figures not judged: proves "
+                                 "the sections run to the end; overrides the size options")
 
     def handle(self, *args, runs, wal_runs, raw_commits, approvals, racers, only_approvals, sections, fixed_runs,
-               peer_runs, scale_workers, scale_runs, brokers, **options):
+               peer_runs, scale_workers, scale_runs, brokers, scale_database, scale_redis, smoke, **options):
         if approvals < 0 or racers < 1:
             raise CommandError("--approvals must be 0 or more and --racers at least 1.")
         chosen = ["approvals"] if only_approvals else [name.strip() for name in sections.split(",") if name.strip()]
@@ -296,14 +316,24 @@ class Command(BaseCommand):
             raise CommandError(f"--scale-runs must be whole numbers separated by commas, got {scale_runs!r}.") from None
         broker_names = [b.strip() for b in brokers.split(",") if b.strip()]
         if not scale_counts or min(scale_counts) < 1 or not broker_names or \
-                set(broker_names) - set(SCALE_BROKERS):
-            raise CommandError(f"--scale-runs needs counts of at least 1 and --brokers a choice of "
-                               f"{', '.join(SCALE_BROKERS)}.")
+                set(broker_names) - {"redis", "rabbitmq"}:
+            raise CommandError("--scale-runs needs counts of at least 1 and --brokers a choice of redis, rabbitmq.")
         if connection.vendor != "postgresql":
             raise CommandError("The benchmark needs PostgreSQL: set DATABASE_URL to a postgres:// URL.")
+        scale_model_seconds, scale_turns, scale_baseline = 1.0, 3, SCALE_BASELINE_RUNS
+        web_size, peer_lengths = WebSize(), PEER_TURNS
+        if smoke:
+            runs, wal_runs, raw_commits, fixed_runs, peer_runs = 2, 1, 20, 2, 1
+            approvals, racers = (min(approvals, 4), min(racers, 2))
+            scale_workers, scale_counts, scale_model_seconds, scale_turns, scale_baseline = 1, [3], 0.05, 2, 1
+            web_size, peer_lengths = WEB_SMOKE, PEER_TURNS[:1]
+            self.stdout.write(f"Smoke run: every section at a tiny size; figures are not judged (SMOKE). "
+                              f"Sections: {', '.join(chosen)}")
+        targets_judge(judging=not smoke)
         self._ensure_database()
         call_command("migrate", verbosity=0, interactive=False)
         agent, user = self._fixtures()
+        outcomes: dict[str, str] = {}
         with ExitStack() as stack:
             # This process drives the segments itself; nothing is handed to workers.
             for task in (tasks.run_segment, tasks.post_process):
@@ -311,33 +341,53 @@ class Command(BaseCommand):
             stack.enter_context(override_settings(DEBUG=False))  # no query log in the timings
             agents = {turns: bench_agent(base=agent, turns=turns, tool=TOOL_NAME) for turns in PEER_TURNS}
             try:
-                if "turns" in chosen:
-                    self._report(agent, user, runs=runs, wal_runs=wal_runs, raw_commits=raw_commits)
-                if "fixed" in chosen:
-                    self._lines(fixed_cost_bench(agent=agents[PEER_TURNS[0]], user=user, runs=fixed_runs,
-                                                 stub=StubModel))
-                if "peers" in chosen:
-                    self._lines(peers_bench(agents=agents, user=user, runs=peer_runs, stub=StubModel,
-                                            dsn=_dsn(self._params())))
-                if "approvals" in chosen and approvals:
-                    self._approval_storm(agent.workspace, user, count=approvals, racers=racers)
-                if "startup" in chosen:
-                    self._lines(startup_bench())
+                in_process = {
+                    "turns": lambda: self._report(agent, user, runs=runs, wal_runs=wal_runs, raw_commits=raw_commits),
+                    "fixed": lambda: self._lines(fixed_cost_bench(agent=agents[PEER_TURNS[0]], user=user,
+                                                                  runs=fixed_runs, stub=StubModel)),
+                    "peers": lambda: self._lines(peers_bench(agents=agents, user=user, runs=peer_runs, stub=StubModel,
+                                                             dsn=_dsn(self._params()), lengths=peer_lengths)),
+                    "approvals": lambda: self._approval_storm(agent.workspace, user, count=approvals, racers=racers),
+                    "startup": lambda: self._lines(startup_bench()),
+                }
+                for name, body in in_process.items():
+                    if name in chosen:
+                        skipped = name == "approvals" and not approvals
+                        outcomes[name] = "skipped (--approvals 0)" if skipped else self._section(name, body)
             finally:
                 Execution.objects.filter(agent=agent).delete()
                 runs_cleanup(list(agents.values()))
         # These two go through real servers and workers, with nothing patched.
         if "web" in chosen:
-            from riverapp.bench_web import web_bench
+            outcomes["web"] = self._section("web", lambda: self._lines(web_bench(web_size)))
+        for broker in broker_names if "scale" in chosen else []:
+            name, broker_url = f"scale ({broker})", SCALE_RABBITMQ_URL if broker == "rabbitmq" else scale_redis
+            outcomes[name] = self._section(name, lambda broker_url=broker_url: self._lines(scale_bench(
+                database_url=_dsn(self._params(scale_database)), broker_url=broker_url, redis_url=scale_redis,
+                workers=scale_workers, runs=scale_counts, model_seconds=scale_model_seconds, turns=scale_turns,
+                baseline_runs=scale_baseline)))
+        self.stdout.write("")
+        self.stdout.write("Sections: " + "; ".join(f"{name} {outcome}" for name, outcome in outcomes.items()))
+        failed = [name for name, outcome in outcomes.items() if outcome.startswith("FAIL")]
+        if failed:
+            raise CommandError(f"{len(failed)} of {len(outcomes)} sections failed: {', '.join(failed)}")
 
-            self._lines(web_bench())
-        if "scale" in chosen:
-            from riverapp.bench_scale import scale_bench
-
-            for broker in broker_names:
-                self._lines(scale_bench(database_url=_dsn(self._params(SCALE_DATABASE)),
-                                        broker_url=SCALE_BROKERS[broker], workers=scale_workers, runs=scale_counts,
-                                        model_seconds=1.0, turns=3))
+    def _section(self, name: str, body) -> str:
+        """Run one section; its failure is reported (reason here, traceback on stderr) and
+        returned, never raised, so the sections after it still run."""
+        self.stdout.write("")
+        self.stdout.write(f"== {name}")
+        started = time.monotonic()
+        try:
+            body()
+        except Exception as exc:  # noqa: BLE001 - one section failing must not stop the others
+            traceback.print_exc(file=sys.stderr)
+            reason = f"{type(exc).__name__}: {exc}".strip().splitlines()
+            self.stdout.write(f"FAIL  section {name} after {time.monotonic() - started:.1f} s: "
+                              + (" ".join(reason[:1] + reason[-1:]) if len(reason) > 1 else reason[0]))
+            return "FAIL"
+        self.stdout.write(f"done  section {name} in {time.monotonic() - started:.1f} s")
+        return "done"
 
     def _lines(self, lines) -> None:
         self.stdout.write("")
@@ -382,7 +432,7 @@ class Command(BaseCommand):
         return agent, user
 
     def _approval_storm(self, workspace, starter, *, count: int, racers: int) -> None:
-        from riverapp.approval_storm import storm_bench
+        from benchmarks.approval_storm import storm_bench
 
         approvers = []
         for number in range(racers):
@@ -591,4 +641,4 @@ class Command(BaseCommand):
         ]
         out("Targets:")
         for label, ok, figure in checks:
-            out(f"  {'PASS' if ok else 'FAIL'}  {label}: {figure}")
+            out(f"  {verdict(ok)}  {label}: {figure}")

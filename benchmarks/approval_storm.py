@@ -1,6 +1,6 @@
 """The approval storm: many paused runs, each resolved by several concurrent requests.
 
-Shared by ``manage.py bench --approvals`` and tests/executions/test_approval_storm.py.
+Shared by ``python -m benchmarks --approvals`` and tests/executions/test_approval_storm.py.
 Every piece is River's own code path:
 
 1. ``storm_prepare`` starts real runs of an agent whose ``write_back`` needs approval
@@ -32,6 +32,7 @@ from unittest import mock
 import httpx
 from django.db import connection
 
+from benchmarks.verdict import verdict
 from executions import services, tasks
 from governance import tasks as governance_tasks
 from governance.models import ApprovalRequest
@@ -194,7 +195,7 @@ def storm_resume(*, execution_ids: list[int], threads: int = 4) -> dict[int, lis
         return dict(pool.map(one, execution_ids))
 
 
-# --- the benchmark (manage.py bench --approvals N) ------------------------------------------
+# --- the benchmark (python -m benchmarks --approvals N) ------------------------------------------
 
 
 @contextmanager
@@ -304,6 +305,6 @@ def storm_bench(*, workspace, starter, approvers: list, count: int, data_dir) ->
         f"  decisions: {dict(Counter(decided.values()))}; resumes queued once each: {queued_once}",
         f"  resumed {once}/{count} runs once in {resume_seconds:.1f} s (a second delivery did nothing); "
         f"rows written wrong: {wrong}",
-        f"  {'PASS' if ok else 'FAIL'}: only 200/409, one decision and one resume per run, each approved "
+        f"  {verdict(ok, target=False)}: only 200/409, one decision and one resume per run, each approved "
         "write written exactly once",
     ]

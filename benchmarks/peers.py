@@ -5,7 +5,7 @@ LangGraph (``PostgresSaver``, and ``AsyncPostgresSaver`` under ``ainvoke``) and 
 (a workflow whose model and tool calls are steps), so River's benchmark can set its
 own numbers beside theirs. Usage::
 
-    python riverapp/peers.py postgres://postgres@127.0.0.1:5432/river_peers TURNS RUNS
+    python benchmarks/peers.py postgres://postgres@127.0.0.1:5432/river_peers TURNS RUNS
 
 The loop: the state is a list of message dicts, starting with one user message.
 Turn ``i`` is a model step, a pure stub with no latency that appends an assistant
@@ -26,7 +26,7 @@ Per peer, after ``WARMUP_RUNS`` unrecorded runs, each measured run gives:
   set (psycopg pipelines them, but the server runs each). Transaction control that
   the driver issues on its own (psycopg's implicit ``BEGIN``, and ``COMMIT`` /
   ``ROLLBACK``, which are protocol-level calls rather than cursor statements) is not
-  counted, as in River's own ``manage.py bench``. How each peer is counted:
+  counted, as in River's own benchmark (``python -m benchmarks``). How each peer is counted:
 
   * LangGraph, both savers: the saver gets one psycopg connection (autocommit, the
     settings of ``PostgresSaver.from_conn_string``) whose ``cursor_factory`` is a

@@ -4,7 +4,8 @@ In a scratch directory (its own SQLite database, nothing shared with the bench's
 PostgreSQL), it migrates, seeds the demo workspace, starts ``manage.py runriver`` (one
 process: web, in-memory broker, worker threads) and times how long until it answers, then
 asks for a run over HTTP with an API token and times until the run has started and
-finished. The run uses the offline planner, as ``make run`` does."""
+settled: ended, or paused for a person (the demo's first run asks the user a question).
+The run uses the offline planner, as ``make run`` does."""
 
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ from pathlib import Path
 
 from django.conf import settings
 
+from benchmarks.verdict import verdict
 from executions.models import Execution
 
 TARGET_FIRST_RUN_START_SECONDS = 1.0
+# Where the first run rests: ended, or paused for a person (the demo's first run asks the
+# user a question, awaiting_interaction), since then no worker holds it any more.
+SETTLED = Execution.TERMINAL | Execution.PAUSED
 DEADLINE_SECONDS = 120.0
 
 _ISSUE_SCRIPT = """
@@ -117,16 +122,17 @@ def startup_bench() -> Iterator[str]:
                          "the first run to start")
             seen_started = time.monotonic() - asked
             done = _until(lambda: (r := _run_state(port, issued["token"], execution_id))
-                          and r["status"] in Execution.TERMINAL and r, "the first run to finish")
+                          and r["status"] in SETTLED and r, "the first run to settle (end or pause)")
             finished = time.monotonic() - asked
         finally:
             server.terminate()
             server.wait(timeout=30)
     yield "Startup, as `make run` starts River (SQLite, in-memory broker, one process, offline planner):"
     yield f"  runriver answers {ready:.2f} s after it is started (migrated and seeded beforehand)"
-    yield (f"  first run: the client sees it started {seen_started * 1000:.0f} ms after its request; it ended "
+    settled = "ended" if done["status"] in Execution.TERMINAL else "paused"
+    yield (f"  first run: the client sees it started {seen_started * 1000:.0f} ms after its request; it {settled} "
            f"{done['status']} {finished:.2f} s after the request (queued {run.get('queued_at')}, "
            f"started {run.get('started_at')})")
-    verdict = "PASS" if seen_started <= TARGET_FIRST_RUN_START_SECONDS else "FAIL"
-    yield (f"  {verdict}  first run started <= {TARGET_FIRST_RUN_START_SECONDS:g} s after the request: "
+    judged = verdict(seen_started <= TARGET_FIRST_RUN_START_SECONDS)
+    yield (f"  {judged}  first run started <= {TARGET_FIRST_RUN_START_SECONDS:g} s after the request: "
            f"{seen_started:.2f} s")

@@ -25,6 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.verdict import verdict
+from benchmarks.workers import Workers, process_children
+
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/river_bench_scale"
 REDIS_URL = "redis://127.0.0.1:6379/12"  # the broker with --broker redis; the channel layer always
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
@@ -48,8 +51,9 @@ def _ms(values: list[float]) -> str:
     return f"p50 {_pct(values, 50) * 1000:.1f} ms, p99 {_pct(values, 99) * 1000:.1f} ms"
 
 
-def _figure(name: str, shown: str, target: str, ok: bool, indent: str = "    ") -> str:
-    return f"{indent}{name}: {shown} (target {target}) {'PASS' if ok else 'FAIL'}"
+def _figure(name: str, shown: str, target: str, ok: bool, indent: str = "    ", *, judged: bool = False) -> str:
+    """``judged``: a check of correctness, PASS or FAIL even in a smoke run."""
+    return f"{indent}{name}: {shown} (target {target}) {verdict(ok, target=not judged)}"
 
 
 class Model:
@@ -126,12 +130,10 @@ class Sampler(threading.Thread):
 def _cpu_ticks(pool) -> tuple[int, int, int]:
     """CPU ticks so far: the machine's (all, idle), and the running workers' (parents
     and pool children, user and system)."""
-    from scripts.faults import _children
-
     machine = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     parents = [proc.pid for proc in pool.alive()]
     workers = 0
-    for pid in parents + [child for parent in parents for child in _children(parent)]:
+    for pid in parents + [child for parent in parents for child in process_children(parent)]:
         with contextlib.suppress(OSError):
             workers += sum(int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13])
     return sum(machine), machine[3] + machine[4], workers
@@ -144,6 +146,7 @@ def _talking_to(database_url: str, broker_url: str) -> Iterator[None]:
     the caller's connection and broker are put back afterwards. Celery keeps the
     producer pool of the first broker it wrote to, so that (its private ``_pool`` and
     ``amqp._producer_pool``) is dropped on the way in and out."""
+    import kombu.pools
     import psycopg
     from django.db import connections
     from django.db.utils import load_backend
@@ -155,6 +158,10 @@ def _talking_to(database_url: str, broker_url: str) -> Iterator[None]:
         if app._pool is not None:
             app._pool.force_close_all()
         app._pool = app.amqp._producer_pool = None
+        # kombu keeps its pools per broker URL, the closed one included: a later
+        # publish to the same URL (the web section's broker) would get "Acquire on
+        # closed pool", so they are forgotten too and made anew on the next publish.
+        kombu.pools.reset()
 
     wanted = {**connections.settings["default"], **database_from_url("database_url", database_url)}
     with psycopg.connect(database_url, dbname="postgres", autocommit=True) as admin:
@@ -196,14 +203,14 @@ def _fixtures():
     return agent, user
 
 
-def _worker_env(*, database_url: str, broker_url: str, model_url: str) -> dict:
+def _worker_env(*, database_url: str, broker_url: str, redis_url: str, model_url: str) -> dict:
     inherited = {k: v for k, v in os.environ.items() if k not in ("DURABLE_MARKER_DIR", "CELERY_BROKER_WRITE_URL")}
     return {
         **inherited, "DJANGO_SETTINGS_MODULE": "riverapp.settings", "DEBUG": "false",  # production: no query log
         "SECRET_KEY": secrets.token_urlsafe(50),
         "RIVER_AUDIT_HMAC_KEYS": f"scale:{base64.b64encode(secrets.token_bytes(32)).decode()}",
         "DATABASE_URL": f"{database_url}{'&' if '?' in database_url else '?'}application_name={WORKER_APP}",
-        "REDIS_URL": broker_url if broker_url.startswith("redis") else REDIS_URL,
+        "REDIS_URL": broker_url if broker_url.startswith("redis") else redis_url,
         "RIVER_BROKER_URL": broker_url,
         "RIVER_RUNS_PER_PROCESS": os.environ.get("RIVER_RUNS_PER_PROCESS", "200"),
         "RIVER_LLM_MODEL": "openai/scale-bench", "RIVER_LLM_BASE_URL": model_url,
@@ -313,13 +320,6 @@ def _first_model_call(ctx: dict, model: Model) -> float | None:
     return model.first_request_at - started
 
 
-def _children(pid: int) -> set[int]:
-    try:
-        return {int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
-    except OSError:
-        return set()
-
-
 def _fresh_process_first_call(ctx: dict, model: Model) -> float | None:
     """Seconds from the loss of the only worker's pool process (SIGKILLed) to the first
     model request of a run sent at that moment: the fresh process Celery forks in its
@@ -327,8 +327,8 @@ def _fresh_process_first_call(ctx: dict, model: Model) -> float | None:
     from executions.services import execution_start
 
     parent = ctx["pool"].procs[0].pid
-    old = _children(parent)
-    if not _wait(lambda: bool(_children(parent)), 30) or not old:
+    old = process_children(parent)
+    if not _wait(lambda: bool(process_children(parent)), 30) or not old:
         return None
     model.first_request_at, started = None, time.monotonic()
     os.kill(next(iter(old)), signal.SIGKILL)
@@ -346,7 +346,7 @@ def _batch_lines(batch: Batch, baseline_p99: float) -> Iterator[str]:
     ratio = _pct(batch.overheads, 99) / baseline_p99 if baseline_p99 else float("nan")
     yield f"  {batch.runs} runs at once (created in {batch.created_in:.1f} s), in flight over {batch.window:.1f} s:"
     yield _figure("completed", f"{completed}/{batch.runs}" + (f", not: {others}" if completed < batch.runs else ""),
-                  "all", completed == batch.runs)
+                  "all", completed == batch.runs, judged=True)
     yield _figure("runs in flight at once", f"peak {batch.peak_running}", f">= {TARGET_IN_FLIGHT}",
                   batch.peak_running >= TARGET_IN_FLIGHT)
     yield _figure("PostgreSQL sessions of all workers", f"peak {batch.peak_sessions}", f"<= {TARGET_SESSIONS}",
@@ -362,7 +362,7 @@ def _batch_lines(batch: Batch, baseline_p99: float) -> Iterator[str]:
            f"the workers {batch.worker_cpu * 1000 / max(1, batch.turns):.1f} ms a turn")
 
 
-def _report(ctx: dict, model: Model, *, workers: int, runs: list[int]) -> Iterator[str]:
+def _report(ctx: dict, model: Model, *, workers: int, runs: list[int], baseline_runs: int) -> Iterator[str]:
     pool, agent = ctx["pool"], ctx["agent"]
     yield (f"scale: {workers} Celery worker processes (prefork, -c 1, RIVER_RUNS_PER_PROCESS="
            f"{pool.env['RIVER_RUNS_PER_PROCESS']}), broker {ctx['broker']}, model {ctx['model_seconds']:g} s a "
@@ -381,28 +381,30 @@ def _report(ctx: dict, model: Model, *, workers: int, runs: list[int]) -> Iterat
         pool.start()
     pool.wait_ready()
     _batch(ctx, 10 * workers)  # warm-up: every process has loaded litellm and the run path
-    baseline = [_batch(ctx, 1) for _ in range(BASELINE_RUNS)]
+    baseline = [_batch(ctx, 1) for _ in range(baseline_runs)]
     overheads = [o for b in baseline for o in b.overheads]
-    yield (f"  baseline, {BASELINE_RUNS} runs one at a time: per-turn overhead {_ms(overheads)} (outside the "
+    yield (f"  baseline, {baseline_runs} runs one at a time: per-turn overhead {_ms(overheads)} (outside the "
            f"model call: {_ms([o for b in baseline for o in b.outside_model])}); completed "
-           f"{sum(b.statuses.get('completed', 0) for b in baseline)}/{BASELINE_RUNS}")
+           f"{sum(b.statuses.get('completed', 0) for b in baseline)}/{baseline_runs}")
     for count in runs:
         yield from _batch_lines(_batch(ctx, count), _pct(overheads, 99))
 
 
 def scale_bench(*, database_url: str, broker_url: str, workers: int, runs: list[int], model_seconds: float,
-                turns: int, stdout_lines=None) -> Iterator[str]:
+                turns: int, redis_url: str = REDIS_URL, baseline_runs: int = BASELINE_RUNS,
+                stdout_lines=None) -> Iterator[str]:
     """Report lines (module docstring); ``stdout_lines``, if given, is called with each
-    as it comes. The caller must not patch ``run_segment.delay``: runs go through the
+    as it comes. ``redis_url`` is the workers' Redis (channel layer, cache) when the
+    broker is RabbitMQ. The caller must not patch ``run_segment.delay``: runs go through the
     broker. The targets for throughput, queue wait and overhead are set for 200 in flight."""
     from django.core.management import call_command
 
-    from scripts.faults import Workers
     from tests.executions import durable_support  # noqa: F401 - registers durable_note here too
 
     logs, model = Path(tempfile.mkdtemp(prefix=f"{SLUG}-")), Model(seconds=model_seconds, turns=turns)
-    pool = Workers(_worker_env(database_url=database_url, broker_url=broker_url, model_url=model.server.base_url),
-                   logs, concurrency=1)
+    pool = Workers(_worker_env(database_url=database_url, broker_url=broker_url, redis_url=redis_url,
+                               model_url=model.server.base_url),
+                   logs, concurrency=1, name="scale", imports=("tests.executions.durable_support",))
     try:
         with _talking_to(database_url, broker_url):
             call_command("migrate", verbosity=0, interactive=False)
@@ -411,7 +413,7 @@ def scale_bench(*, database_url: str, broker_url: str, workers: int, runs: list[
             ctx = {"agent": agent, "user": user, "database_url": database_url, "broker": broker_url.split(":")[0],
                    "model_seconds": model_seconds, "turns": turns, "pool": pool}
             try:
-                for line in _report(ctx, model, workers=workers, runs=runs):
+                for line in _report(ctx, model, workers=workers, runs=runs, baseline_runs=baseline_runs):
                     if stdout_lines is not None:
                         stdout_lines(line)
                     yield line

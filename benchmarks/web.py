@@ -39,14 +39,17 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection, transaction
 
+from benchmarks.verdict import verdict
+from benchmarks.workers import worker_answers
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SLUG = "river-bench-web"
 TARGET_RUNS_PER_SECOND, TARGET_CREATE_P50_MS = 100, 50
 TARGET_RESUME_MARGIN_MS, TARGET_RESUME_GROWTH = 10, 1.2
 TARGET_FANOUT_P50_MS, TARGET_FANOUT_P99_MS = 3, 15
-SINGLE_CLIENT_REQUESTS, APPROVALS, WARMUP, BROKER_SAMPLES = 100, 50, 3, 200
-EVENTS, EVENTS_PER_SECOND = 3000, 200
+WARMUP, EVENTS_PER_SECOND = 3, 200
+RECEIPT_WAIT = 15.0  # seconds the WebSocket clients wait, after the last commit, for events still on their way
 BATCH = 2000
 MODEL_REPLY = json.dumps({
     "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench",
@@ -60,12 +63,30 @@ def _ms(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] * 1000 if ordered else float("nan")
 
 
-def _check(ok: bool, text: str) -> str:
-    return f"  {'PASS' if ok else 'FAIL'}: {text}"
+def _check(ok: bool, text: str, *, judged: bool = False) -> str:
+    """``judged``: a check of correctness, PASS or FAIL even in a smoke run."""
+    return f"  {verdict(ok, target=not judged)}: {text}"
 
 
-def web_bench(*, clients: int = 16, creations: int = 400, paused: Sequence[int] = (10, 10000),
-              active_runs: int = 200) -> Iterator[str]:
+@dataclass(frozen=True)
+class WebSize:
+    """How much each web section does; the defaults are the full benchmark's."""
+
+    clients: int = 16  # concurrent HTTP clients creating runs
+    creations: int = 400  # runs those clients create
+    single_requests: int = 100  # runs one client creates alone, first
+    paused: Sequence[int] = (10, 10000)  # paused runs waiting, one resume measurement each
+    approvals: int = 50  # approvals timed per K (after WARMUP)
+    broker_samples: int = 200  # broker round trips
+    active_runs: int = 200  # WebSocket clients, one per running run
+    events: int = 3000  # events fanned out, EVENTS_PER_SECOND
+
+
+SMOKE = WebSize(clients=2, creations=10, single_requests=5, paused=(2, 4), approvals=2, broker_samples=10,
+                active_runs=3, events=30)
+
+
+def web_bench(size: WebSize = WebSize()) -> Iterator[str]:
     """Report lines for the three sections. Needs REDIS_URL (the server's broker and
     channel layer). Deletes its runs, agents, data source and tokens at the end."""
     from django.test.utils import override_settings
@@ -79,9 +100,9 @@ def web_bench(*, clients: int = 16, creations: int = 400, paused: Sequence[int] 
                 _ModelServer() as model, _daphne(Path(tmp)) as port:
             yield (f"web: daphne on 127.0.0.1:{port}, DEBUG=false, database {connection.settings_dict['NAME']}, "
                    f"Redis {settings.REDIS_URL}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-            yield from _creation(port, fx, clients=clients, creations=creations)
-            yield from _resume(port, fx, model, Path(tmp), paused=sorted(paused))
-            yield from _fanout(port, fx, active_runs=active_runs)
+            yield from _creation(port, fx, size)
+            yield from _resume(port, fx, model, Path(tmp), size)
+            yield from _fanout(port, fx, size)
             yield f"web: load average {os.getloadavg()[0]:.1f} at the end"
     finally:
         _cleanup(fx)
@@ -286,14 +307,15 @@ class _ModelServer:
 # --- 1. run creation ----------------------------------------------------------------------
 
 
-def _creation(port: int, fx: _Fixtures, *, clients: int, creations: int) -> Iterator[str]:
+def _creation(port: int, fx: _Fixtures, size: WebSize) -> Iterator[str]:
     from executions.models import Execution
 
     path, body = f"/api/v1/agents/{fx.runner.pk}/run", {"input_prompt": "Web bench run."}
     alone = _Client(port, fx.tokens["requester"])
-    single = [alone.request("POST", path, body)[2] for _ in range(5 + SINGLE_CLIENT_REQUESTS)][5:]  # 5 warm-up
+    clients = size.clients
+    single = [alone.request("POST", path, body)[2] for _ in range(5 + size.single_requests)][5:]  # 5 warm-up
     alone.conn.close()
-    tickets, lock, latencies, codes = iter(range(creations)), threading.Lock(), [], Counter()
+    tickets, lock, latencies, codes = iter(range(size.creations)), threading.Lock(), [], Counter()
     start = threading.Barrier(clients + 1)
 
     def client() -> None:
@@ -318,6 +340,8 @@ def _creation(port: int, fx: _Fixtures, *, clients: int, creations: int) -> Iter
     yield f"  1 client: {len(single)} requests, latency p50 {_ms(single, 50):.1f} ms, p99 {_ms(single, 99):.1f} ms"
     yield (f"  {clients} clients: {codes[202]} runs, {rate:.0f} runs/s; latency p50 {p50:.1f} ms, p99 "
            f"{_ms(latencies, 99):.1f} ms; status codes {dict(sorted(codes.items()))}")
+    yield _check(codes[202] == size.creations, f"{codes[202]} of {size.creations} creations answered 202",
+                 judged=True)
     yield _check(rate >= TARGET_RUNS_PER_SECOND, f"{rate:.0f} runs/s (target >= {TARGET_RUNS_PER_SECOND})")
     yield _check(p50 <= TARGET_CREATE_P50_MS, f"p50 {p50:.1f} ms with {clients} clients "
                  f"(target <= {TARGET_CREATE_P50_MS} ms)")
@@ -327,11 +351,12 @@ def _creation(port: int, fx: _Fixtures, *, clients: int, creations: int) -> Iter
 # --- 2. approval resume -------------------------------------------------------------------
 
 
-def _resume(port: int, fx: _Fixtures, model: _ModelServer, tmp: Path, *, paused: list[int]) -> Iterator[str]:
+def _resume(port: int, fx: _Fixtures, model: _ModelServer, tmp: Path, size: WebSize) -> Iterator[str]:
+    from benchmarks.approval_storm import resumes_recorded, storm_prepare
     from executions.models import Execution
-    from riverapp.approval_storm import resumes_recorded, storm_prepare
 
-    broker = _broker_round_trip()
+    paused = sorted(size.paused)
+    broker = _broker_round_trip(size.broker_samples)
     rtt = _ms(broker, 50)
     with resumes_recorded():  # the template's first segment runs here; nothing is queued
         template = storm_prepare(agent=fx.gated, starter=fx.requester, data_source_id=fx.source.pk, count=1,
@@ -342,16 +367,17 @@ def _resume(port: int, fx: _Fixtures, model: _ModelServer, tmp: Path, *, paused:
     worker = [str(BIN / "celery"), "-A", "riverapp", "worker", "-P", "solo", "-c", "1", "-l", "info",
               "--without-heartbeat", "--without-mingle", "--without-gossip", "-n", f"{SLUG}@%h"]
     yield (f"approval resume: POST /api/v1/approvals/{{id}}/resolve -> a Celery worker (-P solo) makes the run's "
-           f"next model call; {APPROVALS} approvals per K after {WARMUP} warm-up (load average "
+           f"next model call; {size.approvals} approvals per K after {WARMUP} warm-up (load average "
            f"{os.getloadavg()[0]:.1f})")
     yield f"  broker round trip (kombu publish + consume, same Redis): p50 {rtt:.2f} ms, p99 {_ms(broker, 99):.2f} ms"
     p50s = {}
-    with _process(worker, env=env, log=log, ready=lambda: "ready." in log.read_text(errors="replace")):
+    node, broker_url = f"{SLUG}@{socket.gethostname()}", settings.CELERY_BROKER_URL
+    with _process(worker, env=env, log=log, ready=lambda: worker_answers(node=node, broker_url=broker_url)):
         approver = _Client(port, fx.tokens["approver"])  # the warm-up waits out section 1's stale messages
         for k in paused:
             waiting = Execution.objects.filter(agent=fx.gated, status=Execution.Status.AWAITING_APPROVAL).count()
             _copy_paused(template, [f"Refund, waiting {n}" for n in range(waiting, k - 1)])  # + the one approved: K
-            samples = [_approve_one(approver, template, model) for _ in range(WARMUP + APPROVALS)][WARMUP:]
+            samples = [_approve_one(approver, template, model) for _ in range(WARMUP + size.approvals)][WARMUP:]
             answered, called, tool = (list(column) for column in zip(*samples, strict=True))
             p50s[k], limit = _ms(called, 50), rtt + TARGET_RESUME_MARGIN_MS
             yield (f"  K={k} paused: POST -> 200 (message on the broker) p50 {_ms(answered, 50):.1f} ms, p99 "
@@ -367,14 +393,14 @@ def _resume(port: int, fx: _Fixtures, model: _ModelServer, tmp: Path, *, paused:
                      f"(target <= {TARGET_RESUME_GROWTH})")
 
 
-def _broker_round_trip() -> list[float]:
+def _broker_round_trip(count: int) -> list[float]:
     from riverapp.celery import app
 
     samples = []
     with app.connection_for_write() as conn:
         queue = conn.SimpleQueue(f"{SLUG}-rtt-{uuid.uuid4().hex[:8]}")
         try:
-            for n in range(20 + BROKER_SAMPLES):  # 20 warm-up
+            for n in range(20 + count):  # 20 warm-up
                 sent = time.monotonic()
                 queue.put({"n": n})
                 queue.get(timeout=5).ack()
@@ -433,43 +459,54 @@ def _approve_one(approver: _Client, template, model: _ModelServer) -> tuple[floa
 # --- 3. event fan-out ---------------------------------------------------------------------
 
 
-def _fanout(port: int, fx: _Fixtures, *, active_runs: int) -> Iterator[str]:
+def _fanout(port: int, fx: _Fixtures, size: WebSize) -> Iterator[str]:
     from executions.models import Execution
 
-    yield (f"event fan-out: a WebSocket client per running run (/ws/executions/{{id}}/, bearer); {EVENTS} events, "
+    yield (f"event fan-out: a WebSocket client per running run (/ws/executions/{{id}}/, bearer); {size.events} events, "
            f"one per transaction, {EVENTS_PER_SECOND}/s round robin; commit -> receipt (load average "
            f"{os.getloadavg()[0]:.1f})")
+    active_runs = size.active_runs
     for count in dict.fromkeys((1, active_runs)):
         runs = Execution.objects.bulk_create([
             Execution(workspace_id=fx.workspace.pk, agent=fx.runner, agent_version_id=fx.runner.current_version_id,
                       requested_by=fx.requester, status=Execution.Status.RUNNING, input_prompt="Fan-out.")
             for _ in range(count)])
-        latencies, lost = _fan_once(port, fx.tokens["requester"], runs)
+        latencies, lost = _fan_once(port, fx.tokens["requester"], runs, events=size.events)
         p50, p99 = _ms(latencies, 50), _ms(latencies, 99)
         yield (f"  {count} run(s): p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {_ms(latencies, 100):.1f} ms "
                f"({len(latencies)} received, {lost} not)")
+        yield _check(not lost, f"{lost} of {len(latencies) + lost} events lost with {count} run(s) (target: none)",
+                     judged=True)
         if count == active_runs:
             yield _check(p50 <= TARGET_FANOUT_P50_MS, f"p50 {p50:.2f} ms at {count} active runs "
                          f"(target <= {TARGET_FANOUT_P50_MS} ms)")
-            yield _check(p99 <= TARGET_FANOUT_P99_MS and not lost, f"p99 {p99:.2f} ms at {count} active runs, "
-                         f"{lost} lost (target <= {TARGET_FANOUT_P99_MS} ms, none lost)")
+            yield _check(p99 <= TARGET_FANOUT_P99_MS, f"p99 {p99:.2f} ms at {count} active runs "
+                         f"(target <= {TARGET_FANOUT_P99_MS} ms)")
 
 
-def _fan_once(port: int, token: str, runs: list) -> tuple[list[float], int]:
+def _fan_once(port: int, token: str, runs: list, *, events: int) -> tuple[list[float], int]:
     spawn = multiprocessing.get_context("spawn")  # never fork a process with threads and connections
     ours, theirs = spawn.Pipe()
     child = spawn.Process(target=_ws_clients, args=(f"ws://127.0.0.1:{port}", token, [r.pk for r in runs], theirs),
                           name="bench-web-sockets", daemon=True)
     child.start()
+    theirs.close()  # the child holds its own end: its exit is then an EOF here, not a silence
     try:
         kind, detail = ours.recv() if ours.poll(180) else ("error", "no answer within 180 s")
         if kind != "ready":
             raise RuntimeError(f"WebSocket clients did not connect: {detail}")
         time.sleep(1.0)  # the handshakes' work in the server settles
-        committed = _commit_events(runs, warmup=max(len(runs), 100), total=EVENTS)
-        time.sleep(1.0)  # the last events' way to the clients
-        ours.send("stop")
-        received = ours.recv() if ours.poll(60) else []
+        warmup = max(len(runs), 100)
+        committed = _commit_events(runs, warmup=warmup, total=events)
+        ours.send(warmup + events)  # the clients stop once they hold that many, or after RECEIPT_WAIT
+        if not ours.poll(60):
+            raise RuntimeError("the WebSocket clients sent no receipts within 60 s")
+        try:
+            received = ours.recv()
+        except EOFError:
+            child.join(timeout=15)
+            raise RuntimeError(f"the WebSocket clients exited ({child.exitcode}) without their receipts; "
+                               "their traceback is on stderr") from None
     finally:
         child.join(timeout=15)
         if child.is_alive():
@@ -510,7 +547,7 @@ def _ws_clients(base: str, token: str, run_ids: list[int], pipe) -> None:
 async def _ws_follow(base: str, token: str, run_ids: list[int], pipe) -> None:
     from websockets.asyncio.client import connect
 
-    received: list[tuple[int, float, str]] = []
+    received: list[tuple[int, float, int]] = []
     opening = asyncio.Semaphore(20)
 
     async def open_one(run_id: int):
@@ -519,7 +556,10 @@ async def _ws_follow(base: str, token: str, run_ids: list[int], pipe) -> None:
 
     async def follow(sock, run_id: int) -> None:
         async for text in sock:
-            received.append((run_id, time.monotonic(), text))
+            at = time.monotonic()
+            # Only the feed's numbered events are measured; anything else on the socket is skipped.
+            if isinstance(seq := json.loads(text).get("seq"), int):
+                received.append((run_id, at, seq))
 
     try:
         sockets = await asyncio.gather(*(open_one(r) for r in run_ids))
@@ -528,14 +568,17 @@ async def _ws_follow(base: str, token: str, run_ids: list[int], pipe) -> None:
         return
     readers = [asyncio.create_task(follow(s, r)) for s, r in zip(sockets, run_ids, strict=True)]
     pipe.send(("ready", ""))
-    await asyncio.to_thread(pipe.recv)
+    expected = await asyncio.to_thread(pipe.recv)
+    deadline = time.monotonic() + RECEIPT_WAIT
+    while len(received) < expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
     for sock in sockets:
         await sock.close()
     await asyncio.gather(*readers, return_exceptions=True)
-    pipe.send([(run_id, json.loads(text)["seq"], at) for run_id, at, text in received])
+    pipe.send([(run_id, seq, at) for run_id, at, seq in received])
 
 
-# --- standalone: python -m riverapp.bench_web ---------------------------------------------
+# --- standalone: python -m benchmarks.web ---------------------------------------------
 
 
 def main() -> None:
@@ -559,8 +602,8 @@ def main() -> None:
         if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone():
             admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(db["NAME"])))
     call_command("migrate", verbosity=0, interactive=False)
-    for line in web_bench(clients=args.clients, creations=args.creations, paused=args.paused,
-                          active_runs=args.active_runs):
+    for line in web_bench(WebSize(clients=args.clients, creations=args.creations, paused=args.paused,
+                                  active_runs=args.active_runs)):
         print(line, flush=True)
 
 
