@@ -32,6 +32,7 @@ from tests.governance.approval_tools import WRITE_TOOL
 from triggers import tasks as trigger_tasks
 from triggers.apikeys import api_key_issue, trigger_invoke
 from triggers.metrics import metrics_ingest
+from triggers.models import WebhookEndpoint, WebhookScheme
 from triggers.schedule import schedule_slot_fire
 from triggers.services import trigger_create
 from triggers.webhooks import signature_compute, webhook_endpoint_create
@@ -208,6 +209,9 @@ def test_a_scheduled_run_is_the_triggers_responsible_persons(gated, editor, owne
 
 def test_a_webhook_run_is_the_triggers_responsible_persons(gated, editor, owner):
     issued = webhook_endpoint_create(workspace=gated.workspace, slug="desk", created_by=owner)
+    # Signed below with River's own t=,v1= header: the endpoint uses that (legacy) scheme, as
+    # one made before Standard Webhooks became the default (tests/triggers/test_webhooks.py).
+    WebhookEndpoint.objects.filter(pk=issued.endpoint.pk).update(scheme=WebhookScheme.RIVER_LEGACY)
     trigger = trigger_create(actor=editor, workspace=gated.workspace, agent=gated, name="Refund on event",
                              trigger_type="event", prompt="Refund ticket {{ payload.ticket }}", run_as_role="editor",
                              config={"endpoint": "desk", "event_type": "refund.asked", "condition": ""})
