@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install install-dev lint bench faults fuzz migrate clean
+.PHONY: run test test-fast install install-dev lint bench faults fuzz migrate clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ run: install
 
 test: install-dev
 	$(PY) scripts/test.py $(ARGS)
+
+# The fast lane: everything but the tests marked slow (browser, server and worker
+# processes, transaction=True); see docs/testing.md.
+test-fast: install-dev
+	$(PY) scripts/test.py -m "not slow" $(ARGS)
 
 # Schemathesis against the OpenAPI document with many random examples per operation
 # (CI runs the same test with a few derandomized ones as part of `make test`).

@@ -3,7 +3,7 @@ paginated, and for organization admins the chain's verification verdict.
 
 The verdict comes from ``governance.audit.audit_verify_progress``: each view checks at
 most ``PROGRESS_BUDGET`` entries from where the last one stopped, so the page costs the
-same on a trail of a thousand entries or of millions (docs/ui-catalog.md).
+same on a trail of a thousand entries or of millions (docs/ui.md, "Audit").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Conversations in the browser (docs/ui-sessions.md): the list of the user's sessions in
+"""Conversations in the browser (docs/ui.md, "Conversations"): the list of the user's sessions in
 the current workspace (/sessions/), a new conversation with an agent, and the
 conversation page (/sessions/<id>/) with its composer, rename and archive.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
@@ -10,6 +12,38 @@ from executions.write_behind import journal_connections_close
 from tenancy.models import Membership, Organization, OrganizationMember, Workspace
 from tenancy.permissions import Role
 from tenancy.services import token_issue
+
+TESTS = Path(__file__).resolve().parent
+SLOW_FOLDERS = (TESTS / "browser",)  # Chromium against a server and a Celery worker
+SLOW_FIXTURES = {"live_server", "transactional_db"}  # a server thread; tables emptied after each test
+
+
+def _is_slow(item) -> bool:
+    """Browser tests, tests that run a live server, and ``transaction=True`` tests (they
+    commit and truncate every table afterwards) are slow; tests that start servers,
+    workers or beat processes say so themselves with ``pytest.mark.slow``."""
+    if any(folder in Path(str(item.fspath)).resolve().parents for folder in SLOW_FOLDERS):
+        return True
+    if SLOW_FIXTURES & set(item.fixturenames):
+        return True
+    marker = item.get_closest_marker("django_db")
+    return bool(marker and (marker.kwargs.get("transaction") or (marker.args and marker.args[0])))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the slow tests (``-m "not slow"`` is the fast lane) and skips, on SQLite, the
+    tests that need PostgreSQL (``pytest.mark.postgres(reason=...)``). This runs before
+    pytest's own ``-m`` selection, which sees the markers added here."""
+    from django.conf import settings
+
+    on_sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
+        needs_postgres = item.get_closest_marker("postgres")
+        if needs_postgres and on_sqlite:
+            why = needs_postgres.kwargs.get("reason") or (needs_postgres.args[0] if needs_postgres.args else "")
+            item.add_marker(pytest.mark.skip(reason=f"needs PostgreSQL: {why}" if why else "needs PostgreSQL"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,6 +5,7 @@ riverapp.settings, so the tests exercise the same configuration code.
 """
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("DEBUG", "true")
 os.environ.setdefault("SECRET_KEY", "river-tests-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
@@ -19,3 +20,12 @@ from riverapp.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+    # The test database is a file beside the configured one, as River runs on SQLite: WAL,
+    # a busy timeout, and every thread (the engine's tool threads, the write-behind
+    # journal) on a connection of its own. Django's default, a shared-cache in-memory
+    # database, locks whole tables and fails a second writer at once with "database
+    # table is locked" instead of waiting for it.
+    _sqlite_file = Path(DATABASES["default"]["NAME"])  # noqa: F405
+    DATABASES["default"]["TEST"] = {"NAME": str(_sqlite_file.with_name(f"test_{_sqlite_file.name}"))}  # noqa: F405

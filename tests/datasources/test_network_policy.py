@@ -151,16 +151,20 @@ def test_what_is_not_an_address_or_a_name_is_refused(host, settings, no_connect)
         network.host_check(host=host, port=5432)
 
 
+# River's own database is a server on a port only on PostgreSQL; on SQLite it is a file.
+OWN_DATABASE = pytest.mark.postgres(reason="River's own database must be a PostgreSQL server (its address is refused)")
+
+
 @pytest.mark.parametrize(
     ("host", "port"),
     [
-        ("127.0.0.1", 5432),  # River's own database (tests/settings.py: DATABASE_URL)
-        ("localhost", 5432),
-        ("127.0.0.2", 5432),  # any loopback address on the port of a loopback service
-        ("::1", 5432),
-        ("::ffff:127.0.0.1", 5432),
-        ("2130706433", 5432),
-        ("::127.0.0.1", 5432),
+        pytest.param("127.0.0.1", 5432, marks=OWN_DATABASE),  # River's own database (tests/settings.py: DATABASE_URL)
+        pytest.param("localhost", 5432, marks=OWN_DATABASE),
+        pytest.param("127.0.0.2", 5432, marks=OWN_DATABASE),  # any loopback address on the port of a loopback service
+        pytest.param("::1", 5432, marks=OWN_DATABASE),
+        pytest.param("::ffff:127.0.0.1", 5432, marks=OWN_DATABASE),
+        pytest.param("2130706433", 5432, marks=OWN_DATABASE),
+        pytest.param("::127.0.0.1", 5432, marks=OWN_DATABASE),
         ("127.0.0.1", 6379),  # Redis: cache, broker and channel layer
     ],
 )
@@ -175,6 +179,7 @@ def test_rivers_own_services_are_refused_even_when_allow_listed(host, port, sett
 
 
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+@OWN_DATABASE
 def test_rivers_own_database_by_name_is_refused(settings, resolve_as, no_connect):
     settings.RIVER_DATA_SOURCE_ALLOWED_HOSTS = ["public", "db.internal", "10.0.0.0/8"]
     settings.DATABASES = {"default": {**settings.DATABASES["default"], "HOST": "db.internal", "PORT": "5432"}}

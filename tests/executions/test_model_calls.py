@@ -67,6 +67,7 @@ def test_a_message_shared_by_consecutive_calls_is_stored_once(workspace, owner, 
 
 
 @pytest.mark.django_db
+@pytest.mark.postgres(reason="measures stored row sizes with pg_column_size")
 def test_storage_grows_linearly_with_turns(workspace, owner, sent):
     short, _ = _run(workspace, owner, 15)
     long, _ = _run(workspace, owner, 60)

@@ -8,10 +8,10 @@ A lone surrogate (``"\\ud800"`` in JSON) anywhere in a JSON body is a 400
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 
 from common.renderers import JSONRenderer
@@ -146,21 +146,24 @@ def test_trigger_invoke_with_a_lone_surrogate_is_a_400(workspace, owner):
 
 
 def test_a_signed_webhook_with_a_lone_surrogate_is_a_400_not_a_silent_202(workspace, owner):
+    from standardwebhooks.webhooks import Webhook
+
     from triggers.services import trigger_create
-    from triggers.webhooks import signature_compute, webhook_endpoint_create
+    from triggers.webhooks import webhook_endpoint_create
 
     issued = webhook_endpoint_create(workspace=workspace, slug="desk", created_by=owner)
     agent = make_agent(workspace=workspace, owner=owner)
     trigger_create(actor=owner, workspace=workspace, agent=agent, name="Tickets", trigger_type="event",
                    prompt="Triage", config={"endpoint": "desk", "event_type": "ticket.created"})
-    body = b'{"type": "ticket.created", "id": "e1", "subject": "\\ud800"}'
-    t = int(time.time())
+    body = '{"type": "ticket.created", "timestamp": "2026-01-01T00:00:00Z", "data": {"subject": "\\ud800"}}'
+    at = timezone.now()
     response = Client().post(
         f"/api/v1/hooks/{issued.endpoint.pk}", data=body, content_type="application/json",
-        HTTP_X_RIVER_SIGNATURE=f"t={t},v1={signature_compute(secret=issued.secret, timestamp=t, body=body)}")
-    assert response.status_code == 400
+        HTTP_WEBHOOK_ID="msg_1", HTTP_WEBHOOK_TIMESTAMP=str(int(at.timestamp())),
+        HTTP_WEBHOOK_SIGNATURE=Webhook(issued.secret).sign("msg_1", at, body))
+    assert response.status_code == 400, response.content
     assert _error(response)["code"] == "invalid_unicode"
-    assert list(_error(response)["details"]) == ["subject"]
+    assert list(_error(response)["details"]) == ["data.subject"]
     assert not agent.executions.exists()
 
 

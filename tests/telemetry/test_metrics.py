@@ -121,6 +121,7 @@ SUBPROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # two worker processes, each loading Django
 def test_metrics_recorded_by_two_worker_processes_are_summed(client, open_metrics, db):
     labels = {"tool_name": "test_echo", "category": "execution", "status": "completed"}
     before = value(scrape(client), "river_agent_tool_calls_total", **labels)

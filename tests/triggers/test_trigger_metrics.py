@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import time
 
 import pytest
@@ -39,9 +40,12 @@ def test_a_refused_webhook_signature_is_counted_by_reason_never_by_its_text(clie
     before = scrape(client)
     body = b'{"type": "ticket.created"}'
     with pytest.raises(SignatureRefused):
-        webhook_verify(endpoint=zendesk, signature_header=f"t={int(time.time())},v1={'0' * 64}", body=body)
+        webhook_verify(endpoint=zendesk, body=body, headers={  # Standard Webhooks, the endpoint's scheme
+            "webhook-id": "msg_1", "webhook-timestamp": str(int(time.time())),
+            "webhook-signature": "v1," + base64.b64encode(b"\0" * 32).decode()})
     with pytest.raises(SignatureRefused):
-        webhook_verify(endpoint=zendesk, signature_header="garbage <script>", body=body)
+        webhook_verify(endpoint=zendesk, body=body, headers={
+            "webhook-id": "msg_2", "webhook-timestamp": str(int(time.time())), "webhook-signature": "garbage <script>"})
     after = scrape(client)
 
     def delta(reason):

@@ -13,7 +13,8 @@ from rivercore.contracts import (
 from rivercore.tools import all_tools
 from rivercore.types.agents import TOOL_NAMES
 
-EXAMPLE = json.loads((Path(__file__).parent / "example_execution_request.json").read_text())
+EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "executions" / "example_execution_request.json"
+EXAMPLE = json.loads(EXAMPLE_FILE.read_text())
 
 
 def test_spec_example_request_validates_unchanged():

@@ -10,7 +10,7 @@ from rivercore.runner import Engine, new_state, response_build, select_tier
 from rivercore.state import RunState
 from rivercore.types.agents import Tier
 from tests.executions import engine_support as support
-from tests.factories import ScriptedLLM, text_reply, tool_reply
+from tests.rivercore.scripted import ScriptedLLM, text_reply, tool_reply
 
 
 @pytest.fixture(autouse=True)

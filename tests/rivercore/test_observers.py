@@ -11,7 +11,7 @@ from rivercore.contracts import ResponseStatus, StepType
 from rivercore.llm import LLMError, LLMErrorKind
 from rivercore.runner import Engine, new_state
 from tests.executions import engine_support as support
-from tests.factories import ScriptedLLM, text_reply, tool_reply
+from tests.rivercore.scripted import ScriptedLLM, text_reply, tool_reply
 
 
 class Recorder:
