@@ -89,7 +89,7 @@ def _next_firing_as_expected(trigger: Trigger, cell: Cell, *, owner, runs_before
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_page(cell, workspace, owner, gated):
+def test_page_run_holds_the_persons_current_role_and_never_their_approval(cell, workspace, owner, gated):
     person = person_with_role(workspace=workspace, role=cell.role)
     browser = Client()
     browser.force_login(person)
@@ -108,7 +108,7 @@ def test_page(cell, workspace, owner, gated):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_api(cell, workspace, owner, gated, api_client_for):
+def test_api_run_holds_the_persons_current_role_and_never_their_approval(cell, workspace, owner, gated, api_client_for):
     person = person_with_role(workspace=workspace, role=cell.role)
     client = api_client_for(person)
     started = client.post(f"/api/v1/agents/{gated.pk}/run", {"input_prompt": "Refund 7"}, format="json")
@@ -126,7 +126,8 @@ def test_api(cell, workspace, owner, gated, api_client_for):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_session_message(cell, workspace, owner, gated, api_client_for):
+def test_session_message_run_holds_the_persons_current_role_and_never_their_approval(cell, workspace, owner, gated,
+                                                                                     api_client_for):
     person = person_with_role(workspace=workspace, role=cell.role)
     client = api_client_for(person)
     opened = client.post("/api/v1/sessions/", {"workspace": workspace.pk, "agent": str(gated.pk)}, format="json")
@@ -154,7 +155,7 @@ def _invoke(trigger, key):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_key(cell, workspace, owner, gated):
+def test_key_run_holds_the_persons_current_role_and_never_their_approval(cell, workspace, owner, gated):
     """The person's key on their own API trigger (acting with their role), and on the
     admin's API trigger acting with the same role, which the key may invoke only while
     its owner holds that role."""
@@ -200,7 +201,7 @@ def _deliver(endpoint_id, secret, message_id):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_webhook(cell, workspace, owner, gated):
+def test_webhook_run_holds_the_persons_current_role_and_never_their_approval(cell, workspace, owner, gated):
     from triggers.webhooks import webhook_endpoint_create
 
     person = person_with_role(workspace=workspace, role=cell.role)
@@ -224,7 +225,7 @@ def test_webhook(cell, workspace, owner, gated):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_schedule(cell, workspace, owner, gated):
+def test_schedule_run_holds_the_persons_current_role_and_never_their_approval(cell, workspace, owner, gated):
     person = person_with_role(workspace=workspace, role=cell.role)
     trigger = trigger_create(actor=person, workspace=workspace, agent=gated, name="Morning refunds",
                              trigger_type="scheduled", prompt="Refund ticket 7", run_as_role=cell.role,
@@ -247,7 +248,7 @@ def _hot_cpu(workspace, now):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_threshold(cell, workspace, owner, gated):
+def test_threshold_run_holds_the_persons_current_role_and_never_their_approval(cell, workspace, owner, gated):
     person = person_with_role(workspace=workspace, role=cell.role)
     trigger = trigger_create(actor=person, workspace=workspace, agent=gated, name="cpu-hot",
                              trigger_type="threshold", prompt="CPU is {{ payload.value }}", run_as_role=cell.role,
@@ -266,7 +267,8 @@ def test_threshold(cell, workspace, owner, gated):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_pipeline(cell, workspace, owner, gated, django_capture_on_commit_callbacks):
+def test_pipeline_run_holds_the_persons_current_role_and_never_their_approval(
+        cell, workspace, owner, gated, django_capture_on_commit_callbacks):
     """The person's workflow trigger runs Refunds after Collect; the person started Collect."""
     person = person_with_role(workspace=workspace, role=cell.role)
     collect = make_agent(workspace=workspace, owner=owner, name="Collect")

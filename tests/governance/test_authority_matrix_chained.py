@@ -45,7 +45,7 @@ def _gated(workspace, owner):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_delegation(cell, workspace, owner):
+def test_delegation_run_holds_the_persons_current_role_and_never_their_approval(cell, workspace, owner):
     person = person_with_role(workspace=workspace, role=cell.role)
     _gated(workspace, owner)
     coordinator = make_agent(workspace=workspace, owner=owner, name="Coordinator", tools=["delegate_to_agent"],
@@ -64,7 +64,7 @@ def test_delegation(cell, workspace, owner):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
-def test_hand_off(cell, workspace, owner):
+def test_hand_off_run_holds_the_persons_current_role_and_never_their_approval(cell, workspace, owner):
     person = person_with_role(workspace=workspace, role=cell.role)
     triage = make_agent(workspace=workspace, owner=owner, name="Triage", action_level="act_with_approval")
     refunds = _gated(workspace, owner)
