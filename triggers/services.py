@@ -26,8 +26,8 @@ from rivercore.contracts import TriggerType
 from rivercore.errors import InvalidInput, PermissionDenied, pydantic_details
 from telemetry.metrics import trigger_firing_record
 from tenancy.models import Workspace
-from tenancy.permissions import role_rank
-from tenancy.selectors import role_highest
+from tenancy.permissions import AGENT_EXECUTE, role_rank
+from tenancy.selectors import role_highest, roles_permissions
 from tenancy.services import (
     run_as_role_check,
     service_principal_create,
@@ -272,15 +272,19 @@ def trigger_firing_skip(
 
 
 def trigger_responsible_missing(*, trigger: Trigger) -> str | None:
-    """Why the person answerable for the trigger's identity can no longer lend it any
-    authority (deleted, deactivated, holding no role in the workspace), or None."""
+    """Why the person answerable for the trigger's identity can no longer lend it the
+    authority to start a run (deleted, deactivated, holding no role in the workspace, or
+    only one without ``agent:execute``, as a key's owner must hold), or None."""
     responsible = trigger.run_as.responsible
     if responsible is None:
         return "its responsible person's account was deleted"
     if not responsible.is_active:
         return f"its responsible person {responsible.get_username()} is deactivated"
-    if role_highest(user=responsible, workspace=trigger.workspace) is None:
+    held = role_highest(user=responsible, workspace=trigger.workspace)
+    if held is None:
         return f"its responsible person {responsible.get_username()} holds no role in the workspace"
+    if AGENT_EXECUTE not in roles_permissions([held]):
+        return f"its responsible person {responsible.get_username()} is a {held} here, who may not run agents"
     return None
 
 
