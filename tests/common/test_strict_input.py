@@ -61,3 +61,24 @@ def test_a_trigger_update_names_why_a_fixed_field_is_refused(api_client_for, own
     response = api_client_for(owner).patch(f"/api/v1/triggers/{trigger.pk}/", {"type": "api"}, format="json")
     assert response.status_code == 400
     assert response.json()["error"]["details"] == {"type": ["A trigger keeps its type; create another trigger."]}
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"allow_self_approval": True, "colour": "red"}, "colour"),
+    ({}, "allow_self_approval"),
+    ({"allow_self_approval": "true"}, "allow_self_approval"),
+    ([True], "non_field_errors"),
+])
+def test_approval_settings_refuse_what_they_do_not_take_by_name(body, field, api_client_for, owner, workspace):
+    response = api_client_for(owner).patch(f"/api/v1/workspaces/{workspace.pk}/approval-settings", body,
+                                           format="json")
+    assert response.status_code == 400
+    assert field in response.json()["error"]["details"]
+    workspace.refresh_from_db()
+    assert workspace.allow_self_approval is False
+
+
+def test_approval_settings_name_an_unknown_key_like_every_other_endpoint(api_client_for, owner, workspace):
+    response = api_client_for(owner).patch(f"/api/v1/workspaces/{workspace.pk}/approval-settings",
+                                           {"allow_self_approval": True, "colour": "red"}, format="json")
+    assert response.json()["error"]["details"] == {"colour": ["Unknown or read-only field."]}
