@@ -12,7 +12,12 @@ from agents.services import (
 )
 from common.formfields import BoundedJSONField
 from rivercore.errors import RiverError
-from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin, ViewOnlyTenantScopedAdmin
+from tenancy.admin_scoping import (
+    ScopedInlineMixin,
+    TenantScopedAdmin,
+    ViewAndDeleteTenantScopedAdmin,
+    ViewOnlyTenantScopedAdmin,
+)
 
 _KEEP = object()
 
@@ -251,18 +256,12 @@ class AgentVersionAdmin(TenantScopedAdmin):
 
 
 @admin.register(AgentMemory)
-class AgentMemoryAdmin(TenantScopedAdmin):
+class AgentMemoryAdmin(ViewAndDeleteTenantScopedAdmin):
     tenant_path = "agent__workspace__organization"
     list_display = ["agent", "execution_id", "created_at"]
     list_filter = ["agent__workspace"]
     search_fields = ["agent__name", "summary", "execution_id"]
     readonly_fields = ["agent", "execution_id", "summary", "learnings", "flagged_items", "created_at"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(WorkspaceMemory)

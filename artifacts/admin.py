@@ -2,11 +2,11 @@ from django.contrib import admin
 
 from artifacts import services
 from artifacts.models import Artifact
-from tenancy.admin_scoping import TenantScopedAdmin
+from tenancy.admin_scoping import ViewAndDeleteTenantScopedAdmin
 
 
 @admin.register(Artifact)
-class ArtifactAdmin(TenantScopedAdmin):
+class ArtifactAdmin(ViewAndDeleteTenantScopedAdmin):
     """Read-only: files arrive through the API or a run. Deleting goes through the
     service, so the data source and the files go with the row."""
 
@@ -19,12 +19,6 @@ class ArtifactAdmin(TenantScopedAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Artifact._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     def delete_model(self, request, obj):
         services.artifact_delete(artifact=obj)

@@ -60,6 +60,7 @@ class Workers:
         self.broker_url = env.get("RIVER_BROKER_URL") or env["REDIS_URL"]
         self.procs: list[subprocess.Popen] = []
         self.killed: Counter = Counter()
+        self.answered: set[int] = set()  # workers (by index) that answered a ping
 
     def start(self) -> subprocess.Popen:
         index = len(self.procs)
@@ -85,7 +86,14 @@ class Workers:
         return [p for p in self.procs if p.poll() is None]
 
     def ready(self, proc: subprocess.Popen) -> bool:
-        return worker_answers(node=self.node(self.procs.index(proc)), broker_url=self.broker_url)
+        """Whether the worker answered a ping; remembered while it lives, so a broker
+        being restarted (a fault campaign's) does not make booted workers look new. A
+        replacement has an index of its own and is asked afresh."""
+        index = self.procs.index(proc)
+        if index not in self.answered and proc.poll() is None and worker_answers(
+                node=self.node(index), broker_url=self.broker_url):
+            self.answered.add(index)
+        return index in self.answered and proc.poll() is None
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Until every live worker answers a ping; raises ``WorkersNotReady`` naming the

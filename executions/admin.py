@@ -5,17 +5,7 @@ from common.crypto import encrypt_text
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider, Session, SessionMessage
 from executions.providers import provider_models_parse
 from rivercore.errors import InvalidInput
-from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin
-
-
-class _ReadOnlyAdmin(TenantScopedAdmin):
-    """Run records are written by the engine only; the admin views them."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+from tenancy.admin_scoping import ScopedInlineMixin, TenantScopedAdmin, ViewOnlyTenantScopedAdmin
 
 
 class ExecutionStepInline(ScopedInlineMixin, admin.TabularInline):
@@ -34,7 +24,7 @@ class ExecutionStepInline(ScopedInlineMixin, admin.TabularInline):
 
 
 @admin.register(Execution)
-class ExecutionAdmin(_ReadOnlyAdmin):
+class ExecutionAdmin(ViewOnlyTenantScopedAdmin):
     tenant_path = "workspace__organization"
     list_display = ["id", "agent", "workspace", "status", "trigger_type", "parent_execution_id", "turn_count",
                     "cost_usd", "queued_at"]
@@ -45,7 +35,7 @@ class ExecutionAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(ExecutionStep)
-class ExecutionStepAdmin(_ReadOnlyAdmin):
+class ExecutionStepAdmin(ViewOnlyTenantScopedAdmin):
     tenant_path = "execution__workspace__organization"
     list_display = ["execution", "step_number", "turn", "step_type", "tool_name", "status", "created_at"]
     list_filter = ["step_type", "status", "governance_decision"]
@@ -54,7 +44,7 @@ class ExecutionStepAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(ExecutionEvent)
-class ExecutionEventAdmin(_ReadOnlyAdmin):
+class ExecutionEventAdmin(ViewOnlyTenantScopedAdmin):
     tenant_path = "execution__workspace__organization"
     list_display = ["execution", "seq", "event_type", "created_at"]
     list_filter = ["event_type"]
@@ -166,7 +156,7 @@ class SessionMessageInline(ScopedInlineMixin, admin.TabularInline):
 
 
 @admin.register(Session)
-class SessionAdmin(_ReadOnlyAdmin):
+class SessionAdmin(ViewOnlyTenantScopedAdmin):
     """Sessions are written through their services (docs/sessions.md); the admin views them."""
 
     tenant_path = "workspace__organization"

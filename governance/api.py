@@ -11,12 +11,20 @@ from uuid import UUID
 
 from django.urls import path
 from django.utils.dateparse import parse_datetime
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.api import StrictInput
 from common.ids import id_query_param, uuid_query_param
 from common.people import PersonRefSerializer
 from governance import services
@@ -249,6 +257,20 @@ class WorkspaceApprovalSettingsSerializer(serializers.Serializer):
     allow_self_approval = serializers.BooleanField()
 
 
+@extend_schema_field(OpenApiTypes.BOOL)
+class _JsonBoolean(serializers.JSONField):
+    """A JSON true or false only: DRF's BooleanField would also take "yes", 1 or "false"."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("Must be true or false.")
+        return data
+
+
+class WorkspaceApprovalSettingsInput(StrictInput):
+    allow_self_approval = _JsonBoolean()
+
+
 class WorkspaceApprovalSettings(APIView):
     """Segregation of duties for one workspace: may whoever started a run approve it?"""
 
@@ -257,18 +279,13 @@ class WorkspaceApprovalSettings(APIView):
         workspace = workspace_get_for_user(user=request.user, workspace_id=workspace_id)
         return Response({"workspace_id": workspace.pk, "allow_self_approval": workspace.allow_self_approval})
 
-    @extend_schema(request=WorkspaceApprovalSettingsSerializer, responses=WorkspaceApprovalSettingsSerializer)
+    @extend_schema(request=WorkspaceApprovalSettingsInput, responses=WorkspaceApprovalSettingsSerializer)
     def patch(self, request, workspace_id: int):
-        body = request.data if isinstance(request.data, dict) else None
-        if body is None:
-            raise InvalidInput("Send a JSON object.", details={"non_field_errors": ["Expected an object."]})
-        unknown = sorted(set(body) - {"allow_self_approval"})
-        if unknown:
-            raise InvalidInput("Unknown fields.", details={name: ["Unknown field."] for name in unknown})
-        if "allow_self_approval" not in body:
-            raise InvalidInput("Nothing to change.", details={"allow_self_approval": ["This field is required."]})
+        body = WorkspaceApprovalSettingsInput(data=request.data)
+        body.is_valid(raise_exception=True)
         workspace = services.workspace_approval_settings_update(
-            actor=request.user, workspace_id=workspace_id, allow_self_approval=body["allow_self_approval"]
+            actor=request.user, workspace_id=workspace_id,
+            allow_self_approval=body.validated_data["allow_self_approval"],
         )
         return Response({"workspace_id": workspace.pk, "allow_self_approval": workspace.allow_self_approval})
 

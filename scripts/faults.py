@@ -31,7 +31,6 @@ import os
 import random
 import secrets
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,8 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.workers import Workers, WorkersNotReady  # noqa: E402 - importable once ROOT is on the path
 
 
 def parse_args() -> argparse.Namespace:
@@ -195,103 +196,6 @@ class Redis:
         raise SystemExit(f"redis on port {self.port} did not {'start' if up else 'stop'} within 10 s")
 
 
-# --- workers -------------------------------------------------------------------------
-
-
-class Workers:
-    def __init__(self, env: dict, directory: Path, concurrency: int):
-        self.env = env
-        self.directory = directory
-        self.concurrency = concurrency
-        self.procs: list[subprocess.Popen] = []
-        self.ready_ones: set[int] = set()
-        self.killed = Counter()
-
-    def start(self) -> subprocess.Popen:
-        index = len(self.procs)
-        celery = Path(sys.executable).parent / "celery"
-        with open(self.directory / f"worker-{index}.log", "wb") as log:
-            proc = subprocess.Popen(  # noqa: S603 - this venv's celery, fixed arguments
-                [str(celery), "-A", "riverapp", "worker", "-P", "prefork", "-c", str(self.concurrency),
-                 "--without-heartbeat", "--without-mingle", "--without-gossip",
-                 "-I", "tests.executions.durable_support", "-l", "info", "-n", f"faults{index}@%h"],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        self.procs.append(proc)
-        return proc
-
-    def alive(self) -> list[subprocess.Popen]:
-        return [p for p in self.procs if p.poll() is None]
-
-    def ready(self, proc: subprocess.Popen) -> bool:
-        """A worker is ready once it answers a ping over the broker (its consumer is up),
-        or once it logged Celery's "... ready." line (for a broker this process does not
-        talk to). Remembered: a ready worker stays ready until it is killed."""
-        index = self.procs.index(proc)
-        if index in self.ready_ones:
-            return True
-        log = self.directory / f"worker-{index}.log"
-        if "ready." in log.read_text(errors="replace") or f"faults{index}@" in " ".join(self._pinged()):
-            self.ready_ones.add(index)
-            return True
-        return False
-
-    @staticmethod
-    def _pinged() -> list[str]:
-        from riverapp.celery import app
-
-        try:
-            replies = app.control.ping(timeout=0.5)
-        except Exception:  # noqa: BLE001 - the broker is being restarted: not ready yet
-            return []
-        return [name for reply in replies for name in reply]
-
-    def wait_ready(self, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not all(self.ready(p) for p in self.alive()):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"workers not ready within {timeout:g} s; logs in {self.directory}")
-            time.sleep(0.2)
-
-    def kill_worker(self, rng: random.Random) -> bool:
-        """SIGKILL a whole worker (its children die with the session), start another.
-        Only once every worker is ready: the campaign is about crashes, not about
-        running out of workers while replacements boot on a busy machine."""
-        if not all(self.ready(p) for p in self.alive()):
-            return False
-        proc = rng.choice(self.alive())
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        self.killed["worker"] += 1
-        self.start()
-        return True
-
-    def kill_child(self, rng: random.Random) -> bool:
-        """SIGKILL one prefork child; its parent replaces it."""
-        children = [pid for proc in self.alive() for pid in _children(proc.pid)]
-        if not children:
-            return False
-        os.kill(rng.choice(children), signal.SIGKILL)
-        self.killed["child"] += 1
-        return True
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=10)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 # --- the campaign --------------------------------------------------------------------
 
 
@@ -357,11 +261,15 @@ def main() -> int:  # noqa: C901, PLR0915 - one script, read top to bottom
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
-    workers = Workers(env, workdir, args.concurrency)
+    workers = Workers(env, workdir, concurrency=args.concurrency, name="faults",
+                      imports=("tests.executions.durable_support",))
     try:
         for _ in range(args.workers):
             workers.start()
-        workers.wait_ready()
+        try:
+            workers.wait_ready()
+        except WorkersNotReady as exc:
+            raise SystemExit(f"workers not ready: {exc}") from None
         return Campaign(args, rng, workers, redis, markers).run()
     finally:
         workers.stop_all()

@@ -228,15 +228,20 @@ class TenantScopedAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     """A ModelAdmin scoped by organization; set ``tenant_path``."""
 
 
-class ViewOnlyTenantScopedAdmin(TenantScopedAdmin):
-    """Scoped, and only viewed here: rows are added, changed and deleted by River's
-    services (which check who may and audit it), never in the admin."""
+class ViewAndDeleteTenantScopedAdmin(TenantScopedAdmin):
+    """Scoped; rows are written by River (a run, a service), never added or edited
+    here, but may be deleted here (with Django's delete permission)."""
 
     def has_add_permission(self, request, obj=None):
         return False
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+class ViewOnlyTenantScopedAdmin(ViewAndDeleteTenantScopedAdmin):
+    """Scoped, and only viewed here: rows are added, changed and deleted by River's
+    services (which check who may and audit it), never in the admin."""
 
     def has_delete_permission(self, request, obj=None):
         return False

@@ -10,6 +10,7 @@ from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView, ListAPIView
 from rest_framework.response import Response
 
+from common.api import StrictInput
 from tenancy.authentication import BearerTokenAuthentication
 from tenancy.models import AccessToken, Workspace
 from tenancy.selectors import (
@@ -79,15 +80,9 @@ class AccessTokenSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AccessTokenCreateSerializer(serializers.Serializer):
+class AccessTokenCreateSerializer(StrictInput):
     name = serializers.CharField(max_length=100, required=False, default="token")
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
-
-    def validate(self, attrs):
-        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        if unknown:
-            raise serializers.ValidationError({key: ["Unknown or read-only field."] for key in unknown})
-        return attrs
 
     def validate_expires_at(self, value):
         if value is not None and value <= timezone.now():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from common.secrets import secret_issue, secret_verify
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
 from tenancy.models import AccessToken, Membership, ServicePrincipal, Workspace
 from tenancy.permissions import ROLE_ORDER, role_rank
@@ -26,32 +25,28 @@ class IssuedToken:
     plaintext: str  # shown once, never stored
 
 
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
 def token_issue(
     *, user, name: str = "token", kind: str = AccessToken.Kind.PERSONAL, expires_at: datetime | None = None
 ) -> IssuedToken:
     if user_is_service_principal(user=user):
         raise InvalidInput("A trigger's service identity cannot hold a token.", code="service_principal",
                            details={"user": ["This is a trigger's service identity; it never signs in."]})
-    prefix = secrets.token_hex(6)
-    secret = secrets.token_urlsafe(32)
-    plaintext = f"{TOKEN_PREFIX}_{prefix}_{secret}"
+    issued = secret_issue(marker=TOKEN_PREFIX)
     token = AccessToken.objects.create(
-        user=user, name=name, kind=kind, prefix=prefix, digest=_digest(plaintext), expires_at=expires_at
+        user=user, name=name, kind=kind, prefix=issued.prefix, digest=issued.digest, expires_at=expires_at
     )
-    return IssuedToken(token=token, plaintext=plaintext)
+    return IssuedToken(token=token, plaintext=issued.plaintext)
 
 
-def token_authenticate(*, plaintext: str) -> AccessToken | None:
-    """The active token for ``plaintext``, or None. Marks it used at most once a minute."""
-    parts = plaintext.split("_", 2)
-    if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
-        return None
-    token = AccessToken.objects.select_related("user", "user__service_principal").filter(prefix=parts[1]).first()
-    if token is None or not hmac.compare_digest(token.digest, _digest(plaintext)):
+def _token_by_prefix(prefix: str) -> AccessToken | None:
+    return AccessToken.objects.select_related("user", "user__service_principal").filter(prefix=prefix).first()
+
+
+def token_authenticate(*, plaintext: str | None) -> AccessToken | None:
+    """The active token for ``plaintext``, or None. Marks it used at most once a minute.
+    An unknown prefix and a wrong secret cost the same (common.secrets.secret_verify)."""
+    token = secret_verify(plaintext=plaintext, marker=TOKEN_PREFIX, lookup=_token_by_prefix)
+    if token is None:
         return None
     if not token.is_active or not token.user.is_active:
         return None

@@ -29,6 +29,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user
+from common.api import StrictInput
 from common.ids import id_query_param, uuid_query_param
 from rivercore import limits
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
@@ -45,20 +46,6 @@ from triggers.models import ApiKey, Trigger, TriggerFiring, WebhookEndpoint, Web
 from triggers.types import API_TYPE_NAMES, api_type_name, config_public, type_from_api
 
 TRIGGER_ID = OpenApiParameter("trigger_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
-
-
-class _StrictInput(serializers.Serializer):
-    """Refuses keys it does not know, so a typo or a read-only field is a 400, not ignored."""
-
-    refused_fields: dict[str, str] = {}
-
-    def validate(self, attrs):
-        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        if unknown:
-            raise serializers.ValidationError(
-                {key: [self.refused_fields.get(key, "Unknown or read-only field.")] for key in unknown}
-            )
-        return attrs
 
 
 class RunAsSerializer(serializers.Serializer):
@@ -100,7 +87,7 @@ class TriggerSerializer(serializers.ModelSerializer):
                 "responsible": principal.responsible_id}
 
 
-class TriggerCreateSerializer(_StrictInput):
+class TriggerCreateSerializer(StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     agent = serializers.UUIDField()
     name = serializers.CharField(max_length=services.NAME_MAX)
@@ -113,7 +100,7 @@ class TriggerCreateSerializer(_StrictInput):
                                           help_text="Workspace role the trigger's runs act with; at most yours.")
 
 
-class TriggerUpdateSerializer(_StrictInput):
+class TriggerUpdateSerializer(StrictInput):
     refused_fields = {
         "workspace": "A trigger stays in its workspace.",
         "agent": "A trigger stays with its agent; create another trigger.",
@@ -237,7 +224,7 @@ class ApiKeyIssuedSerializer(ApiKeySerializer):
         read_only_fields = fields
 
 
-class ApiKeyCreateSerializer(_StrictInput):
+class ApiKeyCreateSerializer(StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False,
                                          help_text="The workspace the key serves.")
     organization = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False,
@@ -407,7 +394,7 @@ def _secret_field():
     return serializers.CharField(max_length=256, required=False, trim_whitespace=False, help_text=_SENDER_SIGNING_HELP)
 
 
-class WebhookEndpointCreateSerializer(_StrictInput):
+class WebhookEndpointCreateSerializer(StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     slug = serializers.CharField(max_length=80)
     scheme = serializers.ChoiceField(choices=webhooks.CHOOSABLE_SCHEMES, default=WebhookScheme.STANDARD,
@@ -415,12 +402,12 @@ class WebhookEndpointCreateSerializer(_StrictInput):
     secret = _secret_field()
 
 
-class WebhookEndpointSchemeSerializer(_StrictInput):
+class WebhookEndpointSchemeSerializer(StrictInput):
     scheme = serializers.ChoiceField(choices=webhooks.CHOOSABLE_SCHEMES, help_text=_SCHEME_HELP)
     secret = _secret_field()
 
 
-class RotateSerializer(_StrictInput):
+class RotateSerializer(StrictInput):
     previous_valid_seconds = serializers.IntegerField(
         min_value=0, max_value=int(webhooks.MAX_ROTATION_GRACE.total_seconds()), required=False,
         default=int(webhooks.DEFAULT_ROTATION_GRACE.total_seconds()),

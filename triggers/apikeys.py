@@ -22,9 +22,6 @@ counted on the trigger (``refused_invocations``) and in the firings metric.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,6 +30,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from common.jsonschema_safe import schema_errors
+from common.secrets import secret_issue, secret_verify
 from governance.counters import counter_hit, counter_try_consume
 from rivercore.errors import Conflict, InvalidInput, NotFound, PermissionDenied, RiverError
 from telemetry.metrics import trigger_firing_record
@@ -76,10 +74,6 @@ class IssuedKey:
     plaintext: str  # shown once, never stored
 
 
-def _digest(plaintext: str) -> str:
-    return hashlib.sha256(plaintext.encode()).hexdigest()
-
-
 def api_key_issue(*, created_by, name: str, workspace: Workspace | None = None,
                   organization: Organization | None = None, rate_limit_per_minute: int | None = None) -> IssuedKey:
     """A key for one workspace, or (``organization`` without ``workspace``) for all of an
@@ -92,12 +86,11 @@ def api_key_issue(*, created_by, name: str, workspace: Workspace | None = None,
     name = (name or "").strip()
     if not name or len(name) > 100:
         raise InvalidInput("Invalid name.", details={"name": ["1 to 100 characters."]})
-    prefix = secrets.token_hex(6)
-    plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
-    key = ApiKey.objects.create(organization=organization, workspace=workspace, name=name, prefix=prefix,
-                                digest=_digest(plaintext), rate_limit_per_minute=rate_limit_per_minute,
+    issued = secret_issue(marker=KEY_PREFIX)
+    key = ApiKey.objects.create(organization=organization, workspace=workspace, name=name, prefix=issued.prefix,
+                                digest=issued.digest, rate_limit_per_minute=rate_limit_per_minute,
                                 created_by=created_by)
-    return IssuedKey(key=key, plaintext=plaintext)
+    return IssuedKey(key=key, plaintext=issued.plaintext)
 
 
 def api_key_revoke(*, key: ApiKey) -> ApiKey:
@@ -109,16 +102,16 @@ def api_key_revoke(*, key: ApiKey) -> ApiKey:
     return key
 
 
+def _key_by_prefix(prefix: str) -> ApiKey | None:
+    return ApiKey.objects.select_related("created_by", "workspace").filter(prefix=prefix).first()
+
+
 def api_key_authenticate(*, plaintext: str | None) -> ApiKey:
     """The live key for ``plaintext``; NotAuthenticated (one message for every reason)
-    otherwise."""
-    parts = (plaintext or "").strip().split("_", 2)
-    if len(parts) != 3 or parts[0] != KEY_PREFIX or len(parts[1]) > 16:
-        raise NotAuthenticated(INVALID_KEY)
-    key = ApiKey.objects.select_related("created_by", "workspace").filter(prefix=parts[1]).first()
-    # Compared even when no row matched, so a wrong prefix costs the same as a wrong secret.
-    expected = key.digest if key is not None else "0" * 64
-    if not hmac.compare_digest(expected, _digest(plaintext.strip())) or key is None or key.revoked_at is not None:
+    otherwise. An unknown prefix and a wrong secret cost the same
+    (common.secrets.secret_verify)."""
+    key = secret_verify(plaintext=plaintext, marker=KEY_PREFIX, lookup=_key_by_prefix)
+    if key is None or key.revoked_at is not None:
         raise NotAuthenticated(INVALID_KEY)
     if not api_key_owner_standing(key=key):
         raise NotAuthenticated(INVALID_KEY)

@@ -4,6 +4,7 @@ creator's role, and can never resolve an approval."""
 import pytest
 from django.test import Client
 
+from common.secrets import secret_digest
 from rivercore.errors import InvalidInput, PermissionDenied
 from tenancy.models import AccessToken, Membership
 from tenancy.services import run_as_role_check, service_principal_create, token_authenticate, token_issue
@@ -23,9 +24,7 @@ def test_the_identity_cannot_sign_in_or_hold_a_token(workspace, owner):
         token_issue(user=user)
     # Even a token row made behind River's back does not authenticate.
     plaintext = "rvr_abcdef123456_secret"
-    from tenancy.services import _digest
-
-    AccessToken.objects.create(user=user, prefix="abcdef123456", digest=_digest(plaintext))
+    AccessToken.objects.create(user=user, prefix="abcdef123456", digest=secret_digest(plaintext))
     assert token_authenticate(plaintext=plaintext) is None
 
 
