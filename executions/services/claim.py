@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
-from executions.services.start import MEMORY_LIMIT, execution_for_segment
+from executions.services.load import MEMORY_LIMIT, execution_for_segment
 from governance.models import Policy
 from rivercore.events import RunEventType
 from rivercore.types.agents import MemoryEntry

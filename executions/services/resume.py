@@ -25,7 +25,7 @@ from rivercore.steps import answer_check, answer_step, resolution_step
 
 logger = logging.getLogger("river.executions")
 
-def _append_and_requeue(*, execution: Execution, expected_status: str, new_steps: list[Step]) -> None:
+def steps_append_and_requeue(*, execution: Execution, expected_status: str, new_steps: list[Step]) -> None:
     """Caller holds the execution row lock (select_for_update)."""
     if execution.status != expected_status:
         raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
@@ -49,7 +49,8 @@ def execution_respond(*, execution: Execution, user, user_response) -> Execution
         answer_check(pending.interaction, user_response)
         answer = answer_step(step_number=state.next_step_number, turn=state.turn, call_id=pending.call_id,
                              arguments=pending.arguments, answer=user_response, answered_by=user.pk)
-        _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_INTERACTION, new_steps=[answer])
+        steps_append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_INTERACTION,
+                                 new_steps=[answer])
         kind, payload = interaction_resolved_event(turn=state.turn, call_id=pending.call_id, resolution="answered",
                                                    answered_by=user.pk)
         event = ExecutionEvent.objects.create(execution=row, seq=next_event_seq(row.pk), event_type=kind,
@@ -67,7 +68,7 @@ def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolu
     next_number = (row.steps.order_by("-step_number").values_list("step_number", flat=True).first() or 0) + 1
     decision = resolution_step(step_number=next_number, turn=row.turn_count, call_id=call_id,
                                tool_name=resolution.get("tool_name"), resolution=resolution)
-    _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
+    steps_append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
     verdict_trace_on_commit(row, approval_id=resolution.get("approval_id"), resolution=resolution["status"],
                             decision=decision.governance_decision.value, resolved_by=resolution.get("resolved_by"))
     seq = next_event_seq(row.pk)

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.django_db
 def finish(agent, user, *, fail: bool = False) -> Execution:
     """Drive one real run to its end: the model answers, or its provider is down."""
     reply = LLMError(LLMErrorKind.PROVIDER_UNAVAILABLE, "provider down") if fail else text_reply("All good.")
-    execution = services.execution_start(agent=agent, user=user, input_prompt="Check the queue")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=user, prompt="Check the queue"))
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([reply]))
     execution.refresh_from_db()
     assert execution.status == (Execution.Status.FAILED if fail else Execution.Status.COMPLETED)
@@ -35,7 +36,8 @@ def agent(workspace, owner):
 
 
 def test_a_finished_segment_queues_post_processing_after_commit(agent, owner, django_capture_on_commit_callbacks):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Check the queue"))
 
     with mock.patch.object(tasks.post_process, "delay") as delay, django_capture_on_commit_callbacks(execute=True):
         services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("Done.")]))
@@ -60,7 +62,8 @@ def test_post_processing_runs_exactly_once(agent, owner, django_capture_on_commi
 
 
 def test_a_paused_run_is_not_post_processed(agent, owner):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Check the queue"))
 
     assert services.execution_post_process(execution_id=execution.pk) is False
     execution.refresh_from_db()
@@ -140,7 +143,8 @@ def test_a_success_of_a_healthy_agent_locks_nothing(agent, owner):
 def test_cancelled_runs_do_not_count_towards_health(agent, owner):
     for _ in range(2):
         services.execution_post_process(execution_id=finish(agent, owner, fail=True).pk)
-    cancelled = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+    cancelled = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Check the queue"))
     services.execution_cancel(execution=cancelled, user=owner)
 
     assert services.execution_post_process(execution_id=cancelled.pk) is True

@@ -49,7 +49,8 @@ def test_a_delegated_run_answers_to_the_parent_runs_requester(workspace, owner, 
     trigger = trigger_create(actor=owner, workspace=workspace, agent=coordinator, name="after-collect",
                              trigger_type="workflow", prompt="Handle {{ payload.upstream.summary }}",
                              run_as_role="editor", config={"upstream_agent": str(collect.pk)})
-    upstream = execution_services.execution_start(agent=collect, user=editor, input_prompt="Collect tickets")
+    upstream = execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=editor, prompt="Collect tickets"))
     execution_services.execution_run_segment(execution_id=upstream.pk, llm=ScriptedLLM([text_reply("Ticket 7.")]))
     with mock.patch.object(trigger_tasks.pipeline_handoff, "delay",
                            side_effect=lambda handoff_id: trigger_tasks.pipeline_handoff(handoff_id)):

@@ -11,7 +11,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from tenancy.models import Membership, Workspace
 from tests.factories import make_agent
 from triggers.apikeys import api_key_issue, api_key_revoke

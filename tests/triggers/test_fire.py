@@ -11,7 +11,7 @@ from django.db import connection
 
 from agents.models import Agent
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from tests.factories import make_agent
 from triggers.models import TriggerFiring
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire

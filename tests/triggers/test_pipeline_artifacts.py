@@ -36,7 +36,8 @@ def test_a_saved_file_is_handed_on_by_reference(workspace, owner, make_trigger, 
                         "({{ payload.upstream.artifacts.0.name }}).",
                  config={"upstream_agent": str(collect.pk)})
 
-    first = execution_services.execution_start(agent=collect, user=owner, input_prompt="Collect revenue")
+    first = execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="Collect revenue"))
     execution_services.execution_run_segment(execution_id=first.pk, llm=ScriptedLLM([
         tool_reply("save_artifact", {"name": "revenue.csv", "content": REPORT}), text_reply("Saved revenue.csv."),
     ]))

@@ -16,7 +16,7 @@ from django.test import override_settings
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from triggers import tasks
 from triggers.models import TriggerFiring
 from triggers.schedule import TASK_NAME, periodic_task_name, schedule_slot_fire, schedule_slot_latest

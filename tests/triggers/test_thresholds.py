@@ -13,7 +13,7 @@ from django.db import connection
 from django.test import override_settings
 
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from triggers import tasks
 from triggers.metrics import MAX_SAMPLES, metrics_ingest
 from triggers.models import MetricSample, TriggerFiring
