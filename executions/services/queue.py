@@ -1,5 +1,6 @@
-"""Sending a committed run's task messages. A broker that is down never fails the
-caller: the row is the record, and the watchdog sends the message again."""
+"""Sending a committed run's task messages (``telemetry.aftercommit``). A broker that is
+down never fails the caller: the row is the record, and the watchdog sends the message
+again (a failed publish must not turn a committed start into a 500)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,10 @@ import logging
 from django.db import DatabaseError, InterfaceError, transaction
 
 from executions.models import Execution
+from telemetry.aftercommit import task_send_on_commit
 from telemetry.faults import infra_fault_record
 
 logger = logging.getLogger("river.executions")
-
-
-def task_send(task, execution_id: int) -> bool:
-    """Send a task message for a committed run. A broker that is down is counted and
-    logged, never raised: the row is the record, and the watchdog sends the message
-    again (a failed publish must not turn a committed start into a 500)."""
-    try:
-        task.delay(execution_id)
-    except Exception as exc:  # noqa: BLE001 - any broker failure; the watchdog recovers the run
-        infra_fault_record(component="broker", operation=f"publish {task.name}", exc=exc,
-                           subject=f"execution {execution_id}")
-        return False
-    return True
 
 
 def segment_queue_on_commit(execution_id: int) -> None:
@@ -32,16 +21,14 @@ def segment_queue_on_commit(execution_id: int) -> None:
     sends it again instead of waiting out the grace period."""
     from executions.tasks import run_segment
 
-    def send() -> None:
-        if task_send(run_segment, execution_id):
-            return
+    def unpublished() -> None:
         try:
             Execution.objects.filter(pk=execution_id, status=Execution.Status.QUEUED).update(published_at=None)
         except (DatabaseError, InterfaceError) as exc:  # the grace period covers it
             infra_fault_record(component="database", operation="mark unpublished", exc=exc,
                                subject=f"execution {execution_id}")
 
-    transaction.on_commit(send)
+    task_send_on_commit(run_segment, execution_id, subject=f"execution {execution_id}", on_failure=unpublished)
 
 
 def post_process_queue_on_commit(execution_id: int) -> None:
@@ -56,4 +43,4 @@ def post_process_queue_on_commit(execution_id: int) -> None:
     if host is not None:
         transaction.on_commit(lambda: host.post_process(execution_id))
     else:
-        transaction.on_commit(lambda: task_send(post_process, execution_id))
+        task_send_on_commit(post_process, execution_id, subject=f"execution {execution_id}")

@@ -316,7 +316,7 @@ def test_a_broker_outage_while_reminding_does_not_stop_the_expiry_sweep(
         assert governance_tasks.expire_approvals() == 1
 
     assert Execution.objects.get(pk=due.pk).status == Execution.Status.APPROVAL_EXPIRED
-    assert "could not queue the reminder" in caplog.text
+    assert "for the reminder of approval" in caplog.text
 
 
 def test_auto_approve_condition_above_threshold_proceeds_without_pausing(workspace, owner):

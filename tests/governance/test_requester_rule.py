@@ -46,7 +46,7 @@ def _no_broker():
     """No broker: a run's task message is dropped (the test drives the run itself); a
     pipeline's hand-off task runs at once, after the commit that wrote it."""
     approval_tools.reset()
-    with mock.patch("executions.services.queue.task_send", return_value=True), \
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"), \
             mock.patch.object(trigger_tasks.pipeline_handoff, "delay",
                               side_effect=lambda handoff_id: trigger_tasks.pipeline_handoff(handoff_id)):
         yield

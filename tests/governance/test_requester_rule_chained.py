@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def _no_broker():
     approval_tools.reset()
-    with mock.patch("executions.services.queue.task_send", return_value=True):
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         yield
     approval_tools.reset()
 

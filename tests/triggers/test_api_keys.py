@@ -230,7 +230,7 @@ def test_the_limit_holds_under_concurrent_requests(owner, workspace, active_agen
         finally:
             connection.close()
 
-    with mock.patch("executions.services.queue.task_send", return_value=True):
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         threads = [threading.Thread(target=call) for _ in range(12)]
         for thread in threads:
             thread.start()

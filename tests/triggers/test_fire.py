@@ -126,7 +126,7 @@ def test_two_schedulers_racing_on_one_slot_start_one_run(make_trigger):
         finally:
             connection.close()
 
-    with mock.patch("executions.services.queue.task_send", return_value=True):
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         threads = [threading.Thread(target=fire) for _ in range(4)]
         for thread in threads:
             thread.start()

@@ -22,7 +22,7 @@ REPORT = "region,revenue\nNorth,220\nEast,200\nSouth,80\n"
 
 @pytest.fixture(autouse=True)
 def synchronous():
-    with mock.patch("executions.services.queue.task_send", return_value=True), \
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"), \
             mock.patch.object(tasks.pipeline_handoff, "delay",
                               side_effect=lambda handoff_id: tasks.pipeline_handoff(handoff_id)):
         yield

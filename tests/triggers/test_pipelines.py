@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db
 def synchronous(django_capture_on_commit_callbacks):
     """No broker: a run's task message is dropped (the test drives the run itself) and
     a hand-off's task runs at once, after the commit that wrote it, as a worker would."""
-    with mock.patch("executions.services.queue.task_send", return_value=True), \
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"), \
             mock.patch.object(tasks.pipeline_handoff, "delay",
                               side_effect=lambda handoff_id: tasks.pipeline_handoff(handoff_id)):
         yield

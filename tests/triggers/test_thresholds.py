@@ -36,7 +36,7 @@ def clock():
     """Server time, moved by the test (ingest, windows and cooldown all read it)."""
     fake = Clock(T0)
     with mock.patch("django.utils.timezone.now", fake), \
-            mock.patch("executions.services.queue.task_send", return_value=True):
+            mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         yield fake
 
 
@@ -157,7 +157,7 @@ def test_concurrent_ingests_of_a_breach_fire_once(workspace, cpu_trigger):
         finally:
             connection.close()
 
-    with mock.patch("executions.services.queue.task_send", return_value=True):
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         threads = [threading.Thread(target=ingest) for _ in range(4)]
         for thread in threads:
             thread.start()
