@@ -19,8 +19,9 @@
 - ``approvals``: the run-control port through which governance's approval
   resolution and expiry resume or end runs.
 
-They read in one direction, start -> queue -> claim/load -> segment -> finish
-(checked by import-linter, ``pyproject.toml``).
+They read in one direction, start -> queue -> claim/load -> segment -> finish, checked
+by import-linter (``pyproject.toml``); the one loop left is the task messages ``queue``
+sends, whose tasks call back into these services.
 """
 
 from executions.services.claim import execution_claim

@@ -25,7 +25,7 @@ from executions.journal import run_status_message
 from executions.models import Execution, ExecutionStep
 from executions.runend import RunEnded
 from executions.services.finish import run_end_cancelled
-from executions.services.resume import steps_append_and_requeue
+from executions.services.queue import steps_append_and_requeue
 from executions.services.start import execution_start
 from executions.types import DelegationOrigin, RunRequest
 from governance.audit import audit_record

@@ -5,7 +5,7 @@ or the claim's one statement on PostgreSQL, ``executions.services.claim``), so r
 and policies are read as they are now and a run costs no copy of its agent's
 configuration.
 
-The services read in one direction: start -> queue -> claim/load -> segment -> finish."""
+Nothing here imports ``start``: a run is started in one place and loaded in another."""
 
 from __future__ import annotations
 

@@ -7,8 +7,12 @@ from __future__ import annotations
 import logging
 
 from django.db import DatabaseError, InterfaceError, transaction
+from django.utils import timezone
 
-from executions.models import Execution
+from executions.journal import step_row
+from executions.models import Execution, ExecutionStep
+from rivercore.contracts import Step
+from rivercore.errors import Conflict
 from telemetry.aftercommit import task_send_on_commit
 from telemetry.faults import infra_fault_record
 
@@ -44,3 +48,14 @@ def post_process_queue_on_commit(execution_id: int) -> None:
         transaction.on_commit(lambda: host.post_process(execution_id))
     else:
         task_send_on_commit(post_process, execution_id, subject=f"execution {execution_id}")
+
+
+def steps_append_and_requeue(*, execution: Execution, expected_status: str, new_steps: list[Step]) -> None:
+    """Caller holds the execution row lock (select_for_update)."""
+    if execution.status != expected_status:
+        raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
+    ExecutionStep.objects.bulk_create([step_row(execution.pk, s) for s in new_steps])
+    execution.status = Execution.Status.QUEUED
+    execution.queued_at = execution.published_at = timezone.now()  # the watchdog's lost-message rule counts from here
+    execution.save(update_fields=["status", "queued_at", "published_at"])
+    segment_queue_on_commit(execution.pk)

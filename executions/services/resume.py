@@ -6,16 +6,12 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
-from django.utils import timezone
 
-from executions.journal import event_rows_publish, next_event_seq, step_row
-from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.journal import event_rows_publish, next_event_seq
+from executions.models import Execution, ExecutionEvent
 from executions.services.finish import run_end_cancelled, verdict_trace_on_commit
-from executions.services.queue import segment_queue_on_commit
+from executions.services.queue import steps_append_and_requeue
 from executions.services.segment import state_load
-from rivercore.contracts import (
-    Step,
-)
 from rivercore.errors import Conflict
 from rivercore.events import (
     approval_resolved_event,
@@ -24,17 +20,6 @@ from rivercore.events import (
 from rivercore.steps import answer_check, answer_step, resolution_step
 
 logger = logging.getLogger("river.executions")
-
-def steps_append_and_requeue(*, execution: Execution, expected_status: str, new_steps: list[Step]) -> None:
-    """Caller holds the execution row lock (select_for_update)."""
-    if execution.status != expected_status:
-        raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
-    ExecutionStep.objects.bulk_create([step_row(execution.pk, s) for s in new_steps])
-    execution.status = Execution.Status.QUEUED
-    execution.queued_at = execution.published_at = timezone.now()  # the watchdog's lost-message rule counts from here
-    execution.save(update_fields=["status", "queued_at", "published_at"])
-    segment_queue_on_commit(execution.pk)
-
 
 def execution_respond(*, execution: Execution, user, user_response) -> Execution:
     """Answer an ask_user question and resume the run."""
