@@ -122,7 +122,8 @@ def storm_prepare(*, agent, starter, data_source_id: int, count: int, threads: i
 
     def one(index: int) -> Paused:
         try:
-            execution = services.execution_start(agent=agent, user=starter, input_prompt=f"Refund #{index}")
+            execution = services.execution_start(agent=agent, request=services.person_run_request(
+                agent=agent, user=starter, prompt=f"Refund #{index}"))
             services.execution_run_segment(
                 execution_id=execution.pk,
                 llm=ScriptedModel(write_args(data_source_id=data_source_id, index=index)),

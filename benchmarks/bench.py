@@ -71,7 +71,7 @@ from benchmarks.web import WebSize, web_bench
 from executions import tasks
 from executions.journal import DbJournal
 from executions.models import Execution, ExecutionStep
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from rivercore.contracts import ResponseStatus
 from rivercore.llm import LLMReply, LLMToolCall
 from rivercore.tools import Tool, ToolCategory, get_tool, register
@@ -446,7 +446,8 @@ class Command(BaseCommand):
 
     # --- one run ---------------------------------------------------------------------
     def _one_run(self, agent, user, side: psycopg.Connection | None, *, write_behind: bool) -> dict:
-        execution = execution_start(agent=agent, user=user, input_prompt="Take fifteen notes.")
+        execution = execution_start(agent=agent, request=person_run_request(
+            agent=agent, user=user, prompt="Take fifteen notes."))
         model = StubModel(TURNS)
         TOOL_SPANS.clear()
         probe, timer = Probe(side), JournalTimer()

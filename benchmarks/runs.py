@@ -17,7 +17,7 @@ from django.db import connection
 from agents.models import Agent, AgentMemory, AgentVersion
 from benchmarks.verdict import verdict
 from executions.models import Execution
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from rivercore.contracts import ResponseStatus
 
 TARGET_FIXED_MS = 8.0
@@ -71,7 +71,8 @@ def _river_run(agent: Agent, user, model, side: psycopg.Connection | None) -> di
     lsn = side.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0] if side else None
     with connection.execute_wrapper(counter):
         started = time.perf_counter()
-        execution = execution_start(agent=agent, user=user, input_prompt="Take the planned notes.")
+        execution = execution_start(agent=agent, request=person_run_request(
+            agent=agent, user=user, prompt="Take the planned notes."))
         status = execution_run_segment(execution_id=execution.pk, llm=model)
         elapsed = time.perf_counter() - started
     if status != ResponseStatus.SUCCESS:

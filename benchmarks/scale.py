@@ -246,7 +246,7 @@ def _batch(ctx: dict, runs: int) -> Batch:
     all to finish, measure, delete them."""
     from django.db import transaction
 
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
 
     sampler, agent = Sampler(ctx["database_url"], ctx["agent"].pk), ctx["agent"]
     sampler.start()
@@ -254,7 +254,8 @@ def _batch(ctx: dict, runs: int) -> Batch:
     for first in range(0, runs, CREATE_CHUNK):
         with transaction.atomic():
             for index in range(first, min(runs, first + CREATE_CHUNK)):
-                execution_start(agent=agent, user=ctx["user"], input_prompt=f"Scale bench run {index}")
+                execution_start(agent=agent, request=person_run_request(
+                    agent=agent, user=ctx["user"], prompt=f"Scale bench run {index}"))
     created_in = time.monotonic() - started
     _wait(lambda: sampler.finished >= runs, 120 + runs * ctx["turns"] * ctx["model_seconds"] / 10)
     sampler.done.set()
@@ -310,11 +311,12 @@ def _first_model_call(ctx: dict, model: Model) -> float | None:
     """Seconds from starting a worker (no other running: the ``celery worker`` command, a
     cold interpreter that imports Django, River and litellm before it forks its pool) to
     the model's first request, for a run sent as the worker starts."""
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
 
     model.first_request_at, started = None, time.monotonic()
     ctx["pool"].start()
-    execution_start(agent=ctx["agent"], user=ctx["user"], input_prompt="Scale bench: the first call")
+    execution_start(agent=ctx["agent"], request=person_run_request(
+        agent=ctx["agent"], user=ctx["user"], prompt="Scale bench: the first call"))
     if not _wait(lambda: model.first_request_at is not None, 120):
         return None
     return model.first_request_at - started
@@ -324,7 +326,7 @@ def _fresh_process_first_call(ctx: dict, model: Model) -> float | None:
     """Seconds from the loss of the only worker's pool process (SIGKILLed) to the first
     model request of a run sent at that moment: the fresh process Celery forks in its
     place starts with everything its parent loaded (nothing is imported on first use)."""
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
 
     parent = ctx["pool"].procs[0].pid
     old = process_children(parent)
@@ -332,7 +334,8 @@ def _fresh_process_first_call(ctx: dict, model: Model) -> float | None:
         return None
     model.first_request_at, started = None, time.monotonic()
     os.kill(next(iter(old)), signal.SIGKILL)
-    execution_start(agent=ctx["agent"], user=ctx["user"], input_prompt="Scale bench: a fresh process")
+    execution_start(agent=ctx["agent"], request=person_run_request(
+        agent=ctx["agent"], user=ctx["user"], prompt="Scale bench: a fresh process"))
     if not _wait(lambda: model.first_request_at is not None, 120):
         return None
     return model.first_request_at - started

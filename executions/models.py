@@ -5,7 +5,7 @@ from django.db import models
 from django.utils import timezone
 
 from common.fields import PydanticJSONField
-from rivercore.contracts import StepStatus
+from rivercore.contracts import StepStatus, TriggerType
 from rivercore.types.runs import RunStatus
 
 
@@ -43,7 +43,8 @@ class Execution(models.Model):
     workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="executions")
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="executions")
     agent_version = models.ForeignKey("agents.AgentVersion", on_delete=models.PROTECT, related_name="executions")
-    trigger_type = models.CharField(max_length=20, default="manual")
+    trigger_type = models.CharField(max_length=20, choices=[(t.value, t.value.capitalize()) for t in TriggerType],
+                                    default=TriggerType.MANUAL.value)
     trigger_source = models.CharField(max_length=200, default="ui")
     trigger_payload = models.JSONField(default=dict, blank=True)
     trigger_id = models.UUIDField(null=True, blank=True)

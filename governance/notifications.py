@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from governance.models import ApprovalRequest, Notification
 from governance.selectors import approval_notification_config
+from telemetry.aftercommit import task_send_on_commit
 from telemetry.events import user_event_publish
 from tenancy.models import Membership, OrganizationMember, Workspace
 
@@ -133,17 +134,10 @@ def approval_notify(*, approval_id: UUID | str, reminder: bool = False) -> None:
     """Queue the approvers' notification (or reminder) once the transaction commits.
     Opening a request and the reminder sweep call this. A broker outage is logged and
     never fails the run or the sweep: notifications are best effort by contract."""
-    transaction.on_commit(lambda: _approval_notify_queue(str(approval_id), reminder=reminder))
-
-
-def _approval_notify_queue(approval_id: str, *, reminder: bool) -> None:
     from governance.tasks import notify_approval
 
-    try:
-        notify_approval.delay(approval_id, reminder=reminder)
-    except Exception:  # noqa: BLE001 - best effort, see approval_notify
-        logger.exception("could not queue the %s for approval %s",
-                         "reminder" if reminder else "notification", approval_id)
+    task_send_on_commit(notify_approval, str(approval_id), reminder=reminder,
+                        subject=f"the {'reminder' if reminder else 'notification'} of approval {approval_id}")
 
 
 def approval_notifications_send(*, approval_id: UUID | str, reminder: bool = False) -> list[str]:

@@ -43,7 +43,7 @@ from agents.services import (
 )
 from datasources.selectors import data_sources_in_workspace
 from executions.selectors import agent_runs_recent, agents_with_run_stats
-from executions.services import execution_start
+from executions.services import execution_start, person_run_request
 from executions.services.replay import replay_batch_latest
 from governance.models import WorkspaceSettings
 from governance.selectors import workspace_memory_mode
@@ -228,8 +228,8 @@ def _run_now(request, agent, form) -> int | None:
         form.add_error(None, f"Nothing started: {firing.get_reason_display()}. {firing.detail}")
         return None
     try:
-        execution = execution_start(agent=agent, user=request.user, input_prompt=form.cleaned_data["prompt"],
-                                    payload=form.cleaned_data["payload"], trigger_type="manual", trigger_source="ui")
+        execution = execution_start(agent=agent, request=person_run_request(
+            agent=agent, user=request.user, prompt=form.cleaned_data["prompt"], payload=form.cleaned_data["payload"]))
     except InvalidInput as exc:
         form.add_error(None, exc.message)
         return None

@@ -375,12 +375,12 @@ class Campaign:
         self.guarded("observe", self.observe)
 
     def start_one(self) -> None:
-        from executions.services import execution_start
+        from executions.services import execution_start, person_run_request
 
         kind = "write" if len(self.runs) % 2 == 0 else "read"
         marker = f"{kind[0]}{len(self.runs) + 1:03d}"
-        execution = execution_start(agent=self.agents[kind], user=self.requester,
-                                    input_prompt=f"campaign: {kind} {marker}")
+        execution = execution_start(agent=self.agents[kind], request=person_run_request(
+            agent=self.agents[kind], user=self.requester, prompt=f"campaign: {kind} {marker}"))
         self.runs[execution.pk] = marker
         self.kinds[execution.pk] = kind
         self.since[execution.pk] = time.monotonic()

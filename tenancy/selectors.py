@@ -144,9 +144,9 @@ def role_annotations(*, workspace_ref: str, organization_ref: str, user_ref: str
 def roles_annotated(row) -> list[str]:
     """``workspace_roles``'s list from a row annotated by ``role_annotations``.
 
-    A run loaded by hand-written SQL (executions.services.claim on PostgreSQL) carries
-    ``member_role`` and ``org_admin`` of its ``requested_by`` only; its responsible
-    person's standing is then read here, in one query, so the cap holds on that path too."""
+    A row carrying ``member_role`` and ``org_admin`` only (no ``run_as_principal``) has
+    its responsible person's standing read here, in one query, so the cap holds for such
+    callers too (the claim's SQL, executions.services.claim, carries all five)."""
     if not hasattr(row, "run_as_principal"):
         return _run_roles_read(row)
     roles = [row.member_role] if row.member_role else []

@@ -38,6 +38,7 @@ from executions.models import Execution
 from executions.runend import RunEnded
 from rivercore.contracts import TriggerType
 from rivercore.errors import InvalidInput
+from telemetry.aftercommit import task_send_on_commit
 from triggers.models import PipelineHandoff, Trigger, TriggerFiring
 from triggers.types import WorkflowConfig
 
@@ -118,17 +119,10 @@ def pipeline_run_ended(ended: RunEnded) -> None:
         except IntegrityError:
             pass  # already handed off (the run's end was seen before)
     if created:
-        transaction.on_commit(lambda: _queue(created))
+        from triggers.tasks import pipeline_handoff
 
-
-def _queue(handoff_ids: list[int]) -> None:
-    from triggers.tasks import pipeline_handoff
-
-    for handoff_id in handoff_ids:
-        try:
-            pipeline_handoff.delay(handoff_id=handoff_id)
-        except Exception:  # noqa: BLE001 - the broker is down: the retry pass picks it up
-            logger.exception("could not queue pipeline hand-off %s; the retry pass will", handoff_id)
+        for handoff_id in created:  # a refused send is left to the retry pass (pipeline_handoffs_retry)
+            task_send_on_commit(pipeline_handoff, handoff_id=handoff_id, subject=f"pipeline hand-off {handoff_id}")
 
 
 def _upstream_requester(execution_id: int):

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from executions.services import execution_start
+from executions.types import RunRequest, TriggerOrigin
 from governance.notifications import TRIGGER_OWNER_REMOVED, workspace_admins_notify
 from rivercore.contracts import TriggerType
 from rivercore.errors import InvalidInput, PermissionDenied, pydantic_details
@@ -355,11 +356,13 @@ def trigger_fire(
     try:
         with transaction.atomic():
             firing.save()  # the dedupe key is taken here, or IntegrityError
-            execution = execution_start(
-                agent=agent, user=run_as, requester=requester,
-                input_prompt=prompt_render(trigger.prompt, payload), payload=payload,
-                trigger_type=trigger.type, trigger_source=source, trigger_id=trigger.pk, triggered_at=triggered_at,
-            )
+            execution = execution_start(agent=agent, request=RunRequest(
+                agent_id=agent.pk, prompt=prompt_render(trigger.prompt, payload), payload=payload,
+                origin=TriggerOrigin(
+                    trigger_id=trigger.pk, trigger_type=trigger.type, source=source, triggered_at=triggered_at,
+                    user_id=run_as.pk if run_as is not None else None,
+                    requester_id=requester.pk if requester is not None else None),
+            ))
             firing.execution = execution
             firing.save(update_fields=["execution"])
             _firing_counted(firing)

@@ -21,6 +21,7 @@ from common.people import PersonRefSerializer
 from executions import services, stateless
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.selectors import execution_children, execution_get_for_user, executions_for_user
+from executions.types import PersonOrigin, RunRequest
 from rivercore import limits
 from rivercore.contracts import (
     ContinuationRequest,
@@ -148,12 +149,11 @@ class AgentRunView(APIView):
         require_granted(granted=granted, permission=AGENT_EXECUTE)
         body = RunInput(data=request.data)
         body.is_valid(raise_exception=True)
-        execution = services.execution_start(
-            agent=agent, user=request.user, input_prompt=body.validated_data["input_prompt"],
-            payload=body.validated_data["payload"], trigger_type="manual",
-            trigger_source="api" if request.auth is not None else "ui",
-            artifact_ids=body.validated_data["artifacts"],
-        )
+        execution = services.execution_start(agent=agent, request=RunRequest(
+            agent_id=agent.pk, prompt=body.validated_data["input_prompt"], payload=body.validated_data["payload"],
+            attachments=body.validated_data["artifacts"],
+            origin=PersonOrigin(user_id=request.user.pk, source="api" if request.auth is not None else "ui"),
+        ))
         return Response({"execution_id": execution.pk, "status": execution.status}, status=status.HTTP_202_ACCEPTED)
 
 

@@ -2,7 +2,8 @@
 
 On PostgreSQL the lease's compare-and-set and the load are one round trip: an UPDATE in a
 ``WITH`` clause whose RETURNING row is joined to the run's workspace, agent and agent
-version, with the requester's roles, the memories its request reads, and the existence of
+version, with the roles of the user it acts as (capped, for a trigger's service
+identity, by its responsible person's, read in the same statement), the memories its request reads, and the existence of
 policies, data sources, steps and events read by subqueries. Elsewhere (SQLite) the claim and the load are the ORM's
 two queries. Either way a fresh run's segment reads nothing else before its first turn."""
 
@@ -14,6 +15,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
@@ -21,12 +23,12 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
-from executions.services.start import MEMORY_LIMIT, execution_for_segment
+from executions.services.load import MEMORY_LIMIT, execution_for_segment
 from governance.models import Policy
 from rivercore.events import RunEventType
 from rivercore.types.agents import MemoryEntry
 from rivercore.types.governance import PolicyScope
-from tenancy.models import Membership, OrganizationMember, Workspace
+from tenancy.models import Membership, OrganizationMember, ServicePrincipal, Workspace
 
 
 def execution_claim(*, execution_id: int) -> str | None:
@@ -88,8 +90,8 @@ def execution_claim_load(*, execution_id: int) -> tuple[str, Execution] | None:
 
 
 _MODELS = ((Execution, "c"), (Workspace, "w"), (Agent, "a"), (AgentVersion, "v"))
-_EXTRAS = ("member_role", "org_admin", "has_policies", "has_sources", "memories", "has_providers", "last_step",
-           "last_seq", "started_event")
+_EXTRAS = ("member_role", "org_admin", "run_as_principal", "responsible_role", "responsible_org_admin",
+           "has_policies", "has_sources", "memories", "has_providers", "last_step", "last_seq", "started_event")
 RUN_STARTED = RunEventType.RUN_STARTED.value
 
 
@@ -108,6 +110,7 @@ def _isoformat(column: str) -> str:
 def _claim_load_sql() -> str:
     table = Execution._meta.db_table
     binding = AgentVersion.data_sources.through._meta.db_table
+    principal, user = ServicePrincipal._meta.db_table, get_user_model()._meta.db_table
     return f"""
 WITH c AS (
     UPDATE {table}
@@ -131,6 +134,16 @@ SELECT {", ".join(_columns(model, alias) for model, alias in _MODELS)},
      WHERE m.user_id = c.requested_by_id AND m.workspace_id = c.workspace_id LIMIT 1),
     EXISTS (SELECT 1 FROM {OrganizationMember._meta.db_table} o
             WHERE o.user_id = c.requested_by_id AND o.organization_id = w.organization_id AND o.role = %(org_admin)s),
+    -- A trigger's service identity is capped by its responsible person's standing now
+    -- (tenancy.selectors.role_annotations: the same three values, read by roles_annotated).
+    EXISTS (SELECT 1 FROM {principal} sp WHERE sp.user_id = c.requested_by_id),
+    (SELECT (SELECT rm.role FROM {Membership._meta.db_table} rm JOIN {user} ru ON ru.id = rm.user_id
+             WHERE rm.user_id = sp.responsible_id AND ru.is_active AND rm.workspace_id = c.workspace_id LIMIT 1)
+     FROM {principal} sp WHERE sp.user_id = c.requested_by_id LIMIT 1),
+    (SELECT EXISTS (SELECT 1 FROM {OrganizationMember._meta.db_table} ro JOIN {user} ru ON ru.id = ro.user_id
+                    WHERE ro.user_id = sp.responsible_id AND ru.is_active AND ro.organization_id = w.organization_id
+                    AND ro.role = %(org_admin)s)
+     FROM {principal} sp WHERE sp.user_id = c.requested_by_id LIMIT 1),
     EXISTS (SELECT 1 FROM {Policy._meta.db_table} p WHERE p.enabled AND p.organization_id = w.organization_id
             AND (p.scope = %(org_scope)s OR (p.scope = %(workspace_scope)s AND p.workspace_id = c.workspace_id))),
     EXISTS (SELECT 1 FROM {binding} b WHERE b.agentversion_id = c.agent_version_id),

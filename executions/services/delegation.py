@@ -25,19 +25,20 @@ from executions.journal import run_status_message
 from executions.models import Execution, ExecutionStep
 from executions.runend import RunEnded
 from executions.services.finish import run_end_cancelled
-from executions.services.resume import _append_and_requeue
+from executions.services.queue import steps_append_and_requeue
 from executions.services.start import execution_start
+from executions.types import DelegationOrigin, RunRequest
 from governance.audit import audit_record
-from rivercore.contracts import StepStatus, StepType, TriggerType
+from rivercore.contracts import StepStatus, StepType
 from rivercore.errors import Conflict, InvalidInput
 from rivercore.steps import child_result_step
+from rivercore.types.agents import ActionLevel
 from rivercore.types.runs import RunStatus
 from telemetry import traces
 from telemetry.events import events_publish
 
 logger = logging.getLogger("river.executions")
 
-DELEGATION_SOURCE_PREFIX = "delegation:"  # a child's trigger_source: "delegation:<parent execution id>"
 
 
 def delegation_depth(execution: Execution) -> int:
@@ -86,15 +87,14 @@ def delegation_start(*, parent_execution_id: int, call_id: str, agent_reference:
                 f"This run already delegated {started} task(s), the limit per run "
                 f"({settings.RIVER_MAX_DELEGATIONS_PER_RUN}).", code="delegation_limit_reached",
                 details={"agent": ["too many delegations in this run"]})
-        delegation = {"depth": depth, "action_level_cap": action_level}
         # The parent's span dispatching this call (its turn): the child's trace joins it.
-        if parent_span := traces.run_span_traceparent(execution_id=parent.pk):
-            delegation["parent_traceparent"] = parent_span
-        child = execution_start(
-            agent=target, user=parent.requested_by, requester=parent.requester, input_prompt=task, payload=payload,
-            trigger_type=TriggerType.WORKFLOW.value, trigger_source=f"{DELEGATION_SOURCE_PREFIX}{parent.pk}",
-            parent_execution_id=parent.pk, parent_call_id=call_id, delegation=delegation,
+        origin = DelegationOrigin(
+            user_id=parent.requested_by_id, requester_id=parent.requester_id, parent_execution_id=parent.pk,
+            parent_call_id=call_id, depth=depth, action_level_cap=ActionLevel(action_level),
+            parent_traceparent=traces.run_span_traceparent(execution_id=parent.pk) or None,
         )
+        child = execution_start(agent=target, request=RunRequest(
+            agent_id=target.pk, origin=origin, prompt=task, payload=payload))
         audit_record(
             organization_id=target.workspace.organization_id, workspace_id=parent.workspace_id,
             event_type="delegation_started", execution_id=parent.pk, agent_id=parent.agent_id,
@@ -160,7 +160,7 @@ def _resume_locked(*, parent: Execution, child: Execution) -> bool:
         summary=str(result.get("summary") or ""), error=child.error,
         artifacts=list(result.get("output_artifacts") or []),
     )
-    _append_and_requeue(execution=parent, expected_status=Execution.Status.AWAITING_CHILD, new_steps=[observation])
+    steps_append_and_requeue(execution=parent, expected_status=Execution.Status.AWAITING_CHILD, new_steps=[observation])
     events_publish(workspace_id=parent.workspace_id, execution_id=parent.pk,
                    events=[run_status_message(parent, last_event_seq=None)])
     logger.info("execution %s resumed: its delegated run %s ended %s", parent.pk, child.pk, child.status)

@@ -24,6 +24,7 @@ from rivercore.events import approval_resolved_event, run_completed_event
 from rivercore.text import json_storable
 from rivercore.types.runs import RunStatus
 from telemetry import traces
+from telemetry.aftercommit import call_on_commit
 
 logger = logging.getLogger("river.executions")
 
@@ -260,13 +261,9 @@ def _notify_outcome(execution: Execution) -> None:
         "user_ids": [execution.requested_by_id] if execution.requested_by_id else [],
     }
 
-    def send() -> None:
-        try:
-            notify_run_outcome(**kwargs)
-        except Exception:  # noqa: BLE001 - a notification never changes a finished run
-            logger.exception("outcome notification for execution %s failed", execution.pk)
-
-    transaction.on_commit(send)
+    # A notification never changes a finished run.
+    call_on_commit(lambda: notify_run_outcome(**kwargs), component="notifications", operation="run outcome",
+                   subject=f"execution {execution.pk}")
 
 
 def memory_write(*, execution_id: int):

@@ -1,29 +1,22 @@
-"""Sending a committed run's task messages. A broker that is down never fails the
-caller: the row is the record, and the watchdog sends the message again."""
+"""Sending a committed run's task messages (``telemetry.aftercommit``). A broker that is
+down never fails the caller: the row is the record, and the watchdog sends the message
+again (a failed publish must not turn a committed start into a 500)."""
 
 from __future__ import annotations
 
 import logging
 
 from django.db import DatabaseError, InterfaceError, transaction
+from django.utils import timezone
 
-from executions.models import Execution
+from executions.journal import step_row
+from executions.models import Execution, ExecutionStep
+from rivercore.contracts import Step
+from rivercore.errors import Conflict
+from telemetry.aftercommit import task_send_on_commit
 from telemetry.faults import infra_fault_record
 
 logger = logging.getLogger("river.executions")
-
-
-def task_send(task, execution_id: int) -> bool:
-    """Send a task message for a committed run. A broker that is down is counted and
-    logged, never raised: the row is the record, and the watchdog sends the message
-    again (a failed publish must not turn a committed start into a 500)."""
-    try:
-        task.delay(execution_id)
-    except Exception as exc:  # noqa: BLE001 - any broker failure; the watchdog recovers the run
-        infra_fault_record(component="broker", operation=f"publish {task.name}", exc=exc,
-                           subject=f"execution {execution_id}")
-        return False
-    return True
 
 
 def segment_queue_on_commit(execution_id: int) -> None:
@@ -32,16 +25,14 @@ def segment_queue_on_commit(execution_id: int) -> None:
     sends it again instead of waiting out the grace period."""
     from executions.tasks import run_segment
 
-    def send() -> None:
-        if task_send(run_segment, execution_id):
-            return
+    def unpublished() -> None:
         try:
             Execution.objects.filter(pk=execution_id, status=Execution.Status.QUEUED).update(published_at=None)
         except (DatabaseError, InterfaceError) as exc:  # the grace period covers it
             infra_fault_record(component="database", operation="mark unpublished", exc=exc,
                                subject=f"execution {execution_id}")
 
-    transaction.on_commit(send)
+    task_send_on_commit(run_segment, execution_id, subject=f"execution {execution_id}", on_failure=unpublished)
 
 
 def post_process_queue_on_commit(execution_id: int) -> None:
@@ -56,4 +47,15 @@ def post_process_queue_on_commit(execution_id: int) -> None:
     if host is not None:
         transaction.on_commit(lambda: host.post_process(execution_id))
     else:
-        transaction.on_commit(lambda: task_send(post_process, execution_id))
+        task_send_on_commit(post_process, execution_id, subject=f"execution {execution_id}")
+
+
+def steps_append_and_requeue(*, execution: Execution, expected_status: str, new_steps: list[Step]) -> None:
+    """Caller holds the execution row lock (select_for_update)."""
+    if execution.status != expected_status:
+        raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
+    ExecutionStep.objects.bulk_create([step_row(execution.pk, s) for s in new_steps])
+    execution.status = Execution.Status.QUEUED
+    execution.queued_at = execution.published_at = timezone.now()  # the watchdog's lost-message rule counts from here
+    execution.save(update_fields=["status", "queued_at", "published_at"])
+    segment_queue_on_commit(execution.pk)

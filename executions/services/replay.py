@@ -27,8 +27,8 @@ import pydantic
 from agents.models import Agent, AgentVersion
 from agents.selectors import agent_version_get
 from executions.models import Execution, ExecutionReplay
+from executions.services.load import agent_config_build
 from executions.services.segment import llm_for_execution, state_load
-from executions.services.start import agent_config_build
 from governance import checker
 from governance.selectors import active_policies, policy_get_for_user, policy_spec
 from governance.services import policy_validate

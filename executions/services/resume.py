@@ -6,16 +6,12 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
-from django.utils import timezone
 
-from executions.journal import event_rows_publish, next_event_seq, step_row
-from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.journal import event_rows_publish, next_event_seq
+from executions.models import Execution, ExecutionEvent
 from executions.services.finish import run_end_cancelled, verdict_trace_on_commit
-from executions.services.queue import segment_queue_on_commit
+from executions.services.queue import steps_append_and_requeue
 from executions.services.segment import state_load
-from rivercore.contracts import (
-    Step,
-)
 from rivercore.errors import Conflict
 from rivercore.events import (
     approval_resolved_event,
@@ -24,17 +20,6 @@ from rivercore.events import (
 from rivercore.steps import answer_check, answer_step, resolution_step
 
 logger = logging.getLogger("river.executions")
-
-def _append_and_requeue(*, execution: Execution, expected_status: str, new_steps: list[Step]) -> None:
-    """Caller holds the execution row lock (select_for_update)."""
-    if execution.status != expected_status:
-        raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
-    ExecutionStep.objects.bulk_create([step_row(execution.pk, s) for s in new_steps])
-    execution.status = Execution.Status.QUEUED
-    execution.queued_at = execution.published_at = timezone.now()  # the watchdog's lost-message rule counts from here
-    execution.save(update_fields=["status", "queued_at", "published_at"])
-    segment_queue_on_commit(execution.pk)
-
 
 def execution_respond(*, execution: Execution, user, user_response) -> Execution:
     """Answer an ask_user question and resume the run."""
@@ -49,7 +34,8 @@ def execution_respond(*, execution: Execution, user, user_response) -> Execution
         answer_check(pending.interaction, user_response)
         answer = answer_step(step_number=state.next_step_number, turn=state.turn, call_id=pending.call_id,
                              arguments=pending.arguments, answer=user_response, answered_by=user.pk)
-        _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_INTERACTION, new_steps=[answer])
+        steps_append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_INTERACTION,
+                                 new_steps=[answer])
         kind, payload = interaction_resolved_event(turn=state.turn, call_id=pending.call_id, resolution="answered",
                                                    answered_by=user.pk)
         event = ExecutionEvent.objects.create(execution=row, seq=next_event_seq(row.pk), event_type=kind,
@@ -67,7 +53,7 @@ def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolu
     next_number = (row.steps.order_by("-step_number").values_list("step_number", flat=True).first() or 0) + 1
     decision = resolution_step(step_number=next_number, turn=row.turn_count, call_id=call_id,
                                tool_name=resolution.get("tool_name"), resolution=resolution)
-    _append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
+    steps_append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
     verdict_trace_on_commit(row, approval_id=resolution.get("approval_id"), resolution=resolution["status"],
                             decision=decision.governance_decision.value, resolved_by=resolution.get("resolved_by"))
     seq = next_event_seq(row.pk)

@@ -18,7 +18,7 @@ from executions.models import Execution, ExecutionEvent
 from executions.runhost import leases_renew
 from executions.services.claim import execution_claim_load
 from executions.services.finish import gave_up_message, run_end, run_end_failed, run_end_leased
-from executions.services.start import run_state_build
+from executions.services.load import run_state_build
 from governance import checker
 from governance.audit import audit_record
 from rivercore.contracts import (

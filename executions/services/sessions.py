@@ -32,6 +32,7 @@ from executions.journal import event_rows_publish
 from executions.models import Execution, ExecutionEvent, ExecutionStep, Session, SessionMessage
 from executions.runend import RunEnded
 from executions.services.start import MAX_ATTACHMENTS, execution_start
+from executions.types import HandOffOrigin, RunRequest, SessionOrigin
 from governance.audit import audit_record
 from rivercore import limits
 from rivercore.contracts import StepStatus, StepType
@@ -380,13 +381,13 @@ def _message_start(session: Session, message: SessionMessage) -> Execution:
     team = team_load(root_id=session.agent_id)
     member = session_agent_next(session=session, team=team)
     agent = Agent.objects.select_related("workspace").get(pk=member.id)
-    execution = execution_start(
-        agent=agent, user=message.created_by, requester=message.created_by, input_prompt=message.content,
-        trigger_type="manual",
-        trigger_source=f"session:{session.pk}", session_id=session.pk,
-        session_context=_session_context(session, team, agent.pk, message.pk, handoff=None),
-        artifact_ids=list(message.attachments or []), earlier_artifact_ids=_earlier_attachments(session, message),
+    origin = SessionOrigin(
+        user_id=message.created_by_id, requester_id=message.created_by_id, session_id=session.pk,
+        context=_session_context(session, team, agent.pk, message.pk, handoff=None),
+        earlier_artifact_ids=_earlier_attachments(session, message),
     )
+    execution = execution_start(agent=agent, request=RunRequest(
+        agent_id=agent.pk, origin=origin, prompt=message.content, attachments=list(message.attachments or [])))
     _first_event(execution, user_message_event(
         session_id=session.pk, message_id=message.pk, sequence=message.sequence, content=message.content,
         attachments=list(message.attachments or []), author_id=message.created_by_id, agent_id=agent.pk,
@@ -469,10 +470,10 @@ def _transfer_requested(execution: Execution) -> dict | None:
     return result if isinstance(result, dict) and result.get("agent_id") else None
 
 
-def _session_owner(session: Session, message: SessionMessage):
+def _session_owner_id(session: Session, message: SessionMessage) -> int | None:
     """The person answerable for a hand-off's run: the session's owner (its sender when
     the owner's account is gone). An agent handing over never launders who asked."""
-    return session.created_by if session.created_by_id is not None else message.created_by
+    return session.created_by_id if session.created_by_id is not None else message.created_by_id
 
 
 def _handoff_start(session: Session, message: SessionMessage, sender: Execution, transfer: dict) -> bool:
@@ -504,17 +505,16 @@ def _handoff_start(session: Session, message: SessionMessage, sender: Execution,
                           reason=str(transfer.get("reason") or "")[:limits.DESCRIPTION], depth=depth)
         try:
             with transaction.atomic():
-                receiver = execution_start(
-                    agent=target, user=message.created_by, requester=_session_owner(session, message),
-                    input_prompt=message.content, trigger_type="manual",
-                    trigger_source=f"handoff:{sender.pk}", session_id=session.pk,
-                    session_context=_session_context(session, team, target.pk, message.pk, handoff=handoff,
-                                                     level=level),
-                    handoff={"depth": depth, "action_level_cap": level.value, "from_execution_id": sender.pk,
-                             "from_agent_id": str(sender.agent_id)},
-                    artifact_ids=list(message.attachments or []),  # the receiver gets the message's files too
+                origin = HandOffOrigin(
+                    user_id=message.created_by_id, requester_id=_session_owner_id(session, message),
+                    session_id=session.pk, from_execution_id=sender.pk, from_agent_id=str(sender.agent_id),
+                    depth=depth, action_level_cap=level,
+                    context=_session_context(session, team, target.pk, message.pk, handoff=handoff, level=level),
                     earlier_artifact_ids=_earlier_attachments(session, message),
                 )
+                receiver = execution_start(agent=target, request=RunRequest(
+                    agent_id=target.pk, origin=origin, prompt=message.content,
+                    attachments=list(message.attachments or [])))  # the receiver gets the message's files too
         except InvalidInput as exc:
             problem = exc.message
     if problem is not None:
@@ -598,11 +598,10 @@ def _team_member(team: Team, reference: str) -> TeamAgent:
 
 
 def _session_context(session: Session, team: Team, agent_id: uuid.UUID, message_id: int, *,
-                     handoff: HandOff | None, level: ActionLevel | None = None) -> dict:
+                     handoff: HandOff | None, level: ActionLevel | None = None) -> SessionContext:
     summary, turns = history_build(session=session)
-    context = SessionContext(session_id=session.pk, message_id=message_id, summary=summary, turns=turns,
-                             team=team.targets(agent_id, level), handoff=handoff)
-    return context.model_dump(mode="json")
+    return SessionContext(session_id=session.pk, message_id=message_id, summary=summary, turns=turns,
+                          team=team.targets(agent_id, level), handoff=handoff)
 
 
 def _tokens(turn: SessionTurn) -> int:

@@ -1,196 +1,42 @@
-"""Starting a durable run: one INSERT. The run's context is stored by reference (its
-agent version, requester, prompt and trigger); the request the engine reads is built
-from them when a segment loads the run, in the same query that loads it
-(``execution_for_segment``), so a run costs no copy of its agent's configuration."""
+"""Starting a durable run: one INSERT. Every way of starting a run builds one
+``RunRequest`` (``executions.types``) and calls ``execution_start``; nothing else
+creates an ``Execution``. The run's context is stored by reference (its agent version,
+requester, prompt and origin); the request the engine reads is built from them when a
+segment loads the run (``executions.services.load``), so a run costs no copy of its
+agent's configuration."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from datetime import datetime
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from agents.models import Agent, AgentVersion
-from agents.selectors import agent_memories_exist, agent_memories_recent, version_data_sources_exist
-from artifacts.selectors import (
-    artifact_data_source_ids,
-    artifact_placeholder,
-    artifacts_attachable,
-    artifacts_in_workspace,
-)
-from datasources.selectors import data_source_prompt_metadata, data_sources_in_workspace
+from agents.models import Agent
+from artifacts.selectors import artifact_placeholder, artifacts_attachable, artifacts_in_workspace
 from executions.models import Execution
 from executions.services.queue import segment_queue_on_commit
+from executions.types import (
+    DelegationOrigin,
+    HandOffOrigin,
+    PersonOrigin,
+    RunRequest,
+    SessionOrigin,
+    TriggerOrigin,
+)
 from governance.audit import audit_record
-from governance.selectors import active_policies, active_policies_exist
 from rivercore import context as ctxmod
 from rivercore import limits
-from rivercore.contracts import (
-    AgentConfig,
-    DataSourceMetadata,
-    ExecutionRequest,
-    TriggerContext,
-    UserContext,
-)
+from rivercore.contracts import TriggerContext
 from rivercore.errors import InvalidInput
-from rivercore.state import RunState
-from rivercore.types.agents import ActionLevel, MemoryEntry, action_level_at_most
-from rivercore.types.sessions import TRANSFER_TOOL, SessionContext
-from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, service_principal_of
+from tenancy.selectors import service_principal_of
 
 logger = logging.getLogger("river.executions")
 
-def agent_config_build(*, agent: Agent, version: AgentVersion, policies: list) -> AgentConfig:
-    workspace = agent.workspace  # the caller joined it (execution_for_segment)
-    return AgentConfig(
-        agent_id=agent.pk,
-        name=agent.name,
-        business_function=agent.business_function,
-        domain=agent.domain or workspace.name,
-        goal=version.goal,
-        instructions=version.instructions,
-        system_prompt=version.system_prompt or None,
-        action_level=version.action_level,
-        governance_level=version.governance_level,
-        model_config=version.model_settings,
-        tools=list(version.tools),
-        governance_policies=policies,
-        approval_rules=version.rules,
-        notification_config=version.notification_config or None,
-    )
-
-
-def user_context_build(*, execution: Execution) -> UserContext:
-    """The requester's roles as they are now (read with the run, ``execution_for_segment``):
-    a role revoked while a run waits applies to its next segment."""
-    workspace = execution.workspace
-    roles = roles_annotated(execution)
-    return UserContext(
-        user_id=execution.requested_by_id,
-        org_id=workspace.organization_id,
-        workspace_id=workspace.pk,
-        roles=roles,
-        permissions=sorted(roles_permissions(roles)),
-        attributes={"time_zone": workspace.time_zone, "observation_byte_limit": workspace.observation_byte_limit},
-    )
-
-
-def data_source_metadata_build(*, version: AgentVersion) -> list[DataSourceMetadata]:
-    """Bound sources with their cached schemas (never fetched live, never credentials)."""
-    return [
-        DataSourceMetadata.model_validate(data_source_prompt_metadata(data_source=source))
-        for source in version.data_sources.all().order_by("pk")
-    ]
-
-
 MAX_ATTACHMENTS = 10  # artifacts one run may be started with
-
-
-def attached_data_source_metadata_build(*, workspace_id: int, artifact_ids: list[int],
-                                        bound: set[int]) -> list[DataSourceMetadata]:
-    """The data sources of the tabular artifacts a run was started with (those of its
-    workspace only), besides the ones its agent version binds: the run may query them
-    for this run only, with the same guard and limits as any source."""
-    wanted = [pk for pk in artifact_data_source_ids(workspace_id=workspace_id, artifact_ids=artifact_ids)
-              if pk not in bound]
-    if not wanted:
-        return []
-    sources = data_sources_in_workspace(workspace_id=workspace_id).filter(pk__in=wanted).select_related("workspace")
-    return [DataSourceMetadata.model_validate(data_source_prompt_metadata(data_source=source))
-            for source in sources.order_by("pk")]
-
-
-MEMORY_LIMIT = 10  # the latest memories a run's request reads
-
-
-def memory_build(*, agent_id: int, before: datetime | None, limit: int = MEMORY_LIMIT) -> list[MemoryEntry]:
-    return [
-        MemoryEntry(execution_id=m.execution_id, completed_at=m.created_at.isoformat(), summary=m.summary,
-                    learnings=m.learnings, flagged_items=m.flagged_items)
-        for m in agent_memories_recent(agent_id=agent_id, limit=limit, before=before)
-    ]
-
-
-def execution_for_segment(execution_id: int, *, queryset=None) -> Execution:
-    """The run with its workspace, agent and version, and what its request needs to know
-    about its requester's roles and whether there are policies, sources or memories to
-    read: one query, and one more for each of those that exists."""
-    rows = queryset if queryset is not None else Execution.objects.all()
-    return rows.select_related("workspace", "agent", "agent_version").annotate(
-        **role_annotations(workspace_ref="workspace_id", organization_ref="workspace__organization_id",
-                           user_ref="requested_by_id"),
-        has_policies=active_policies_exist(organization_ref="workspace__organization_id",
-                                           workspace_ref="workspace_id"),
-        has_sources=version_data_sources_exist(version_ref="agent_version_id"),
-        has_memory=agent_memories_exist(agent_ref="agent_id"),
-    ).get(pk=execution_id)
-
-
-def request_build(execution: Execution) -> ExecutionRequest:
-    """The engine's request for a run loaded by ``execution_for_segment``.
-
-    Policies and the requester's roles are read as they are at each segment; memories are
-    those written before the run first started, so every segment of a run reads the same
-    ones; the agent's configuration is its version's, which never changes."""
-    if not hasattr(execution, "has_policies"):
-        execution = execution_for_segment(execution.pk)
-    workspace, agent, version, stored = execution.workspace, execution.agent, execution.agent_version, execution.context
-    agent.workspace = workspace  # the same row: no second query for it
-    if "request" in stored:  # a run queued before requests were built at load time
-        return ExecutionRequest.model_validate(stored["request"])
-    agent_config = agent_config_build(agent=agent, version=version, policies=active_policies(
-        org_id=workspace.organization_id, workspace_id=workspace.pk) if execution.has_policies else [])
-    for cap in ((stored.get("delegation") or {}).get("action_level_cap"),
-                (stored.get("handoff") or {}).get("action_level_cap")):
-        if cap:  # a delegated run, or a hand-off's, never runs above the level of the run it came from
-            agent_config.action_level = action_level_at_most(agent_config.action_level, ActionLevel(cap))
-    session = SessionContext.model_validate(stored["session"]) if stored.get("session") else None
-    if session is not None and session.team and TRANSFER_TOOL not in agent_config.tools:
-        agent_config.tools.append(TRANSFER_TOOL)  # a team member in a session may always hand over
-    sources = data_source_metadata_build(version=version) if execution.has_sources else []
-    if stored.get("artifact_ids"):
-        sources += attached_data_source_metadata_build(
-            workspace_id=workspace.pk, artifact_ids=list(stored["artifact_ids"]),
-            bound={source.data_source_id for source in sources})
-    return ExecutionRequest(
-        execution_id=execution.pk,
-        agent_config=agent_config,
-        user_context=user_context_build(execution=execution),
-        input_prompt=execution.input_prompt or None,
-        trigger_context=TriggerContext(
-            trigger_type=execution.trigger_type, trigger_source=execution.trigger_source,
-            trigger_payload=stored.get("trigger_payload", execution.trigger_payload),
-            triggered_by=str(execution.requested_by_id) if execution.requested_by_id else None,
-            triggered_at=stored.get("triggered_at") or execution.queued_at,
-        ),
-        data_source_metadata=sources,
-        conversation_history=_memories(execution),
-        session=session,
-    )
-
-
-def _memories(execution: Execution) -> list[MemoryEntry]:
-    """Read by the claim on PostgreSQL (``memories``); elsewhere, when there are any."""
-    loaded = getattr(execution, "memories", None)
-    if loaded is not None:
-        return list(loaded)
-    if not execution.has_memory:
-        return []
-    return memory_build(agent_id=execution.agent_id, before=execution.started_at or execution.queued_at)
-
-
-def run_state_build(execution: Execution) -> RunState:
-    """A fresh state for the run (no steps yet): the request and the prompt built from it."""
-    stored = execution.context
-    if "request" in stored:
-        return RunState(request=ExecutionRequest.model_validate(stored["request"]),
-                        base_messages=stored["base_messages"], tool_schemas=stored["tool_schemas"])
-    request = request_build(execution)
-    return RunState(request=request, base_messages=ctxmod.base_messages(request),
-                    tool_schemas=ctxmod.tool_schemas(request))
 
 
 def requester_default(*, user):
@@ -202,46 +48,66 @@ def requester_default(*, user):
     return principal.responsible if principal is not None else user
 
 
-def execution_start(
-    *,
-    agent: Agent,
-    user,
-    requester=None,
-    input_prompt: str = "",
-    payload=None,
-    trigger_type: str = "manual",
-    trigger_source: str = "ui",
-    trigger_id=None,
-    parent_execution_id: int | None = None,
-    parent_call_id: str = "",
-    delegation: dict | None = None,
-    triggered_at: datetime | None = None,
-    session_id: int | None = None,
-    session_context: dict | None = None,
-    handoff: dict | None = None,
-    artifact_ids: list | None = None,
-    earlier_artifact_ids: list | None = None,
-) -> Execution:
+def _requester_id(user_id: int | None) -> int | None:
+    if user_id is None:
+        return None
+    requester = requester_default(user=get_user_model()(pk=user_id))
+    return requester.pk if requester is not None else None
+
+
+def _agent_for(request: RunRequest, agent: Agent | None) -> Agent:
+    if agent is None:
+        found = Agent.objects.select_related("workspace").filter(pk=request.agent_id).first()
+        if found is None:
+            raise InvalidInput("Agent not found.", code="agent_not_found", details={"agent": ["does not exist"]})
+        return found
+    if agent.pk != request.agent_id:
+        raise ValueError(f"agent {agent.pk} is not the request's agent {request.agent_id}")
+    return agent
+
+
+def _origin_columns(request: RunRequest) -> tuple[dict, dict]:
+    """The origin as the run's columns, and what its stored context keeps of it (the keys
+    ``executions.services.load`` reads)."""
+    origin = request.origin
+    columns: dict = {}
+    stored: dict = {}
+    if isinstance(origin, TriggerOrigin):
+        columns["trigger_id"] = origin.trigger_id
+    elif isinstance(origin, DelegationOrigin):
+        columns.update(parent_execution_id=origin.parent_execution_id, parent_call_id=origin.parent_call_id)
+        stored["delegation"] = {"depth": origin.depth, "action_level_cap": origin.action_level_cap.value}
+        if origin.parent_traceparent:
+            stored["delegation"]["parent_traceparent"] = origin.parent_traceparent
+    elif isinstance(origin, SessionOrigin | HandOffOrigin):
+        columns["session_id"] = origin.session_id
+        stored["session"] = origin.context.model_dump(mode="json")
+        if isinstance(origin, HandOffOrigin):
+            stored["handoff"] = {"depth": origin.depth, "action_level_cap": origin.action_level_cap.value,
+                                 "from_execution_id": origin.from_execution_id,
+                                 "from_agent_id": origin.from_agent_id}
+    return columns, stored
+
+
+def execution_start(*, request: RunRequest, agent: Agent | None = None) -> Execution:
     """Create a queued run and hand it to a worker after commit (spec steps 1-3): one
     INSERT, plus an audit entry in the same transaction when the payload carried text
     that looks like a prompt injection (stored sanitised for the run to read).
 
-    ``user`` is who the run acts as (its roles); ``requester`` the person answerable for
-    it, who may never approve its actions (``requester_default`` when not given).
-    A delegated run (``executions.services.delegation``) names its parent run and call,
-    and ``delegation`` holds its depth and the action level it may not exceed.
-    ``triggered_at`` is when the signal arrived (a cron slot, an event); now by default.
-    A session's run (``executions.services.sessions``) names its session and carries the
-    conversation around it (``session_context``, a ``SessionContext``) and, after a
-    hand-off, the chain's depth and the action level it may not exceed (``handoff``).
+    ``agent`` is the request's agent when the caller has already loaded it (with its
+    workspace), which saves a query; it must be ``request.agent_id``.
 
-    ``artifact_ids`` attach files of the agent's workspace: a placeholder naming each is
-    added to the prompt, and the tables of tabular ones are queryable in this run
-    (``attached_data_source_metadata_build``). ``earlier_artifact_ids`` are the files of
-    a session's earlier messages: queryable too, not named again (the history names
-    them); one deleted since is left out."""
-    if requester is None:
-        requester = requester_default(user=user)
+    The origin's ``user_id`` is who the run acts as (its roles); ``requester_id`` the
+    person answerable for it, who may never approve its actions (``requester_default``
+    of the user when not given). A delegated run and a hand-off's never run above the
+    action level of the run they came from (``executions.services.load``).
+
+    ``attachments`` are files of the agent's workspace: a placeholder naming each is
+    added to the prompt, and the tables of tabular ones are queryable in this run. A
+    session's ``earlier_artifact_ids`` are the files of its earlier messages: queryable
+    too, not named again (the history names them); one deleted since is left out."""
+    agent = _agent_for(request, agent)
+    origin = request.origin
     if agent.status != Agent.Status.ACTIVE:
         logger.warning("run of agent %s refused: agent is %s", agent.pk, agent.status)
         raise InvalidInput(
@@ -251,33 +117,31 @@ def execution_start(
     if agent.current_version_id is None:
         raise InvalidInput("Agent has no deployed version.", code="no_deployed_version")
     now = timezone.now()
-    triggered_at = triggered_at or now
+    triggered_at = (origin.triggered_at if isinstance(origin, TriggerOrigin) else None) or now
+    payload, input_prompt = request.payload, request.prompt
+    trigger_type, trigger_source = request.trigger_type.value, request.trigger_source
     # The request is built when the run loads; its trigger's fields are checked now, so a
     # bad one is refused here (400 with the field) and nothing is written.
     TriggerContext(trigger_type=trigger_type, trigger_source=trigger_source, trigger_payload=payload,
-                   triggered_by=str(user.pk) if user else None, triggered_at=triggered_at)
-    context: dict = {"triggered_at": triggered_at.isoformat()}
-    if delegation:
-        context["delegation"] = delegation
-    if session_context:
-        context["session"] = session_context
-    if handoff:
-        context["handoff"] = handoff
-    if artifact_ids:
-        if len(artifact_ids) > MAX_ATTACHMENTS:
+                   triggered_by=str(origin.user_id) if origin.user_id else None, triggered_at=triggered_at)
+    columns, stored = _origin_columns(request)
+    context: dict = {"triggered_at": triggered_at.isoformat(), **stored}
+    if request.attachments:
+        if len(request.attachments) > MAX_ATTACHMENTS:
             raise InvalidInput(f"A run takes at most {MAX_ATTACHMENTS} artifacts.",
                                details={"artifacts": [f"at most {MAX_ATTACHMENTS}"]})
-        attached = artifacts_attachable(workspace_id=agent.workspace_id, artifact_ids=artifact_ids)
+        attached = artifacts_attachable(workspace_id=agent.workspace_id, artifact_ids=list(request.attachments))
         context["artifact_ids"] = [artifact.pk for artifact in attached]
         notes = "\n".join(artifact_placeholder(artifact) for artifact in attached)
         input_prompt = f"{input_prompt}\n\n{notes}" if input_prompt else notes
         if len(input_prompt) > limits.PROMPT:
             raise InvalidInput("input_prompt is too long once the attached files are named.",
                                details={"input_prompt": [f"at most {limits.PROMPT} characters with the attachments"]})
-    if earlier_artifact_ids:
+    earlier_ids = origin.earlier_artifact_ids if isinstance(origin, SessionOrigin | HandOffOrigin) else []
+    if earlier_ids:
         present = set(artifacts_in_workspace(workspace_id=agent.workspace_id)
-                      .filter(pk__in=earlier_artifact_ids[:MAX_ATTACHMENTS]).values_list("pk", flat=True))
-        earlier = [pk for pk in earlier_artifact_ids[:MAX_ATTACHMENTS]
+                      .filter(pk__in=earlier_ids[:MAX_ATTACHMENTS]).values_list("pk", flat=True))
+        earlier = [pk for pk in earlier_ids[:MAX_ATTACHMENTS]
                    if pk in present and pk not in context.get("artifact_ids", [])]
         if earlier:
             context["artifact_ids"] = [*context.get("artifact_ids", []), *earlier]
@@ -289,20 +153,26 @@ def execution_start(
         if screened.detections:
             detections = screened.detections
             context.update(trigger_payload=screened.payload, security_events=detections)
+    requester_id = origin.requester_id if origin.requester_id is not None else _requester_id(origin.user_id)
     with transaction.atomic() if detections else contextlib.nullcontext():
         execution = Execution.objects.create(
             workspace_id=agent.workspace_id, agent=agent, agent_version_id=agent.current_version_id,
             trigger_type=trigger_type, trigger_source=trigger_source,
-            trigger_payload=payload if payload is not None else {}, trigger_id=trigger_id,
-            parent_execution_id=parent_execution_id, parent_call_id=parent_call_id, requested_by=user,
-            requester=requester,
-            session_id=session_id, input_prompt=input_prompt or "",
-            queued_at=now, published_at=now, context=context,
+            trigger_payload=payload if payload is not None else {},
+            requested_by_id=origin.user_id, requester_id=requester_id,
+            input_prompt=input_prompt or "", queued_at=now, published_at=now, context=context, **columns,
         )
         if detections:
             _security_event(execution, agent, detections)
         segment_queue_on_commit(execution.pk)
     return execution
+
+
+def person_run_request(*, agent: Agent, user, prompt: str = "", payload=None, attachments=(),
+                       source: str = "ui") -> RunRequest:
+    """The request of a run someone starts by hand (a page, the API, a script)."""
+    return RunRequest(agent_id=agent.pk, prompt=prompt, payload=payload, attachments=list(attachments),
+                      origin=PersonOrigin(user_id=user.pk if user is not None else None, source=source))
 
 
 def _security_event(execution: Execution, agent: Agent, detections: list[dict]) -> None:

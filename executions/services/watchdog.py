@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from executions.models import Execution
 from executions.services.finish import execution_post_process, gave_up_message, run_end_failed
-from executions.services.queue import task_send
+from telemetry.aftercommit import task_send
 from telemetry.metrics import watchdog_recovery_record
 
 logger = logging.getLogger("river.executions")
@@ -48,7 +48,8 @@ def executions_requeue_stale(*, grace_seconds: int | None = None) -> list[int]:
     Execution.objects.filter(orphaned & unclaimed, pk__in=stale).update(published_at=now)
     from executions.tasks import run_segment
 
-    sent = [execution_id for execution_id in stale if task_send(run_segment, execution_id)]
+    sent = [execution_id for execution_id in stale
+            if task_send(run_segment, execution_id, subject=f"execution {execution_id}")]
     watchdog_recovery_record(action="requeued", count=len(sent))
     logger.warning("watchdog re-sent %d of %d stale execution(s): %s", len(sent), len(stale), stale[:20])
     return stale

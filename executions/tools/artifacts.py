@@ -21,7 +21,7 @@ from artifacts.errors import ArtifactStorageUnavailable
 from artifacts.models import Artifact
 from artifacts.selectors import artifact_get_by_name, artifact_get_in_workspace, artifact_read, artifact_ref
 from artifacts.services import artifact_create_from_run, artifact_files_remove
-from executions.tools.data import _call, _user, _workspace
+from executions.tools.data import tool_db_call, tool_user, tool_workspace
 from executions.tools.fenced import fenced_in_transaction
 from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
 from tenancy import permissions as perms
@@ -75,14 +75,14 @@ def _call_store(fn: Callable[[], T]) -> T:
         except ArtifactStorageUnavailable as exc:
             raise ToolError(ToolErrorKind.TRANSIENT, exc.message) from None
 
-    return _call(guarded)
+    return tool_db_call(guarded)
 
 
 def _artifact(ctx: ToolContext, *, artifact_id: int | None, name: str | None, version: int | None) -> Artifact:
     workspace_id = ctx.user.workspace_id
     if artifact_id is not None:
-        return _call(lambda: artifact_get_in_workspace(workspace_id=workspace_id, artifact_id=artifact_id))
-    return _call(lambda: artifact_get_by_name(workspace_id=workspace_id, name=name or "", version=version))
+        return tool_db_call(lambda: artifact_get_in_workspace(workspace_id=workspace_id, artifact_id=artifact_id))
+    return tool_db_call(lambda: artifact_get_by_name(workspace_id=workspace_id, name=name or "", version=version))
 
 
 def load_artifact(ctx: ToolContext, args: LoadArtifactInput) -> LoadArtifactOutput:
@@ -125,8 +125,8 @@ def save_artifact(ctx: ToolContext, args: SaveArtifactInput) -> SaveArtifactOutp
     if args.name.lower().endswith(".xlsx"):
         raise ToolError(ToolErrorKind.VALIDATION, "save_artifact writes text files; use .csv for a table.",
                         {"name": ["not .xlsx"]})
-    workspace = _workspace(ctx)
-    user = _user(ctx)
+    workspace = tool_workspace(ctx)
+    user = tool_user(ctx)
     created: list[Artifact] = []
 
     def create(ctx: ToolContext, args: SaveArtifactInput) -> Artifact:

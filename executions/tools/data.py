@@ -42,7 +42,7 @@ class _Input(BaseModel):
 # --- error mapping ---------------------------------------------------------------------------
 
 
-def _call(fn: Callable[[], T]) -> T:
+def tool_db_call(fn: Callable[[], T]) -> T:
     """Run a service call and translate River errors into the tool error taxonomy."""
     try:
         return fn()
@@ -61,19 +61,19 @@ def _call(fn: Callable[[], T]) -> T:
         raise ToolError(ToolErrorKind.FAILED, exc.message, exc.details) from None
 
 
-def _user(ctx: ToolContext):
+def tool_user(ctx: ToolContext):
     user = user_active_get(user_id=ctx.user.user_id)
     if user is None:
         raise ToolError(ToolErrorKind.FORBIDDEN, "The run's user no longer exists or is inactive.")
     return user
 
 
-def _workspace(ctx: ToolContext):
-    return _call(lambda: workspace_get_for_user(user=_user(ctx), workspace_id=ctx.user.workspace_id))
+def tool_workspace(ctx: ToolContext):
+    return tool_db_call(lambda: workspace_get_for_user(user=tool_user(ctx), workspace_id=ctx.user.workspace_id))
 
 
 def _data_source(ctx: ToolContext, data_source_id: int):
-    return _call(
+    return tool_db_call(
         lambda: data_source_get_in_workspace(workspace_id=ctx.user.workspace_id, data_source_id=data_source_id)
     )
 
@@ -109,8 +109,8 @@ class CreateDataSourceOutput(BaseModel):
 
 
 def create_data_source(ctx: ToolContext, args: CreateDataSourceInput) -> CreateDataSourceOutput:
-    workspace = _workspace(ctx)
-    source = _call(
+    workspace = tool_workspace(ctx)
+    source = tool_db_call(
         lambda: ds_services.data_source_create(
             workspace=workspace,
             name=args.name,
@@ -143,7 +143,7 @@ class SuccessOutput(BaseModel):
 
 def update_data_source(ctx: ToolContext, args: UpdateDataSourceInput) -> SuccessOutput:
     source = _data_source(ctx, args.data_source_id)
-    _call(lambda: ds_services.data_source_update(data_source=source, **args.updates))
+    tool_db_call(lambda: ds_services.data_source_update(data_source=source, **args.updates))
     reconnects = {"type", "connection_config", "credentials"} & set(args.updates)
     dropped = " The cached schema was cleared; run discover_schema again." if reconnects else ""
     return SuccessOutput(success=True, message=f"Updated data source {source.name!r}.{dropped}")
@@ -156,7 +156,7 @@ class DataSourceIdInput(_Input):
 def delete_data_source(ctx: ToolContext, args: DataSourceIdInput) -> SuccessOutput:
     source = _data_source(ctx, args.data_source_id)
     name = source.name
-    _call(lambda: ds_services.data_source_delete(data_source=source))
+    tool_db_call(lambda: ds_services.data_source_delete(data_source=source))
     return SuccessOutput(success=True, message=f"Deleted data source {name!r}.")
 
 
@@ -171,7 +171,7 @@ class TestConnectionOutput(BaseModel):
 
 def test_connection(ctx: ToolContext, args: DataSourceIdInput) -> TestConnectionOutput:
     source = _data_source(ctx, args.data_source_id)
-    result = _call(lambda: ds_services.data_source_test(data_source=source))
+    result = tool_db_call(lambda: ds_services.data_source_test(data_source=source))
     return TestConnectionOutput(success=result.success, latency_ms=result.latency_ms, message=result.message)
 
 
@@ -183,7 +183,7 @@ class DiscoverSchemaOutput(BaseModel):
 
 def discover_schema(ctx: ToolContext, args: DataSourceIdInput) -> DiscoverSchemaOutput:
     source = _data_source(ctx, args.data_source_id)
-    tables = _call(lambda: ds_services.data_source_discover(data_source=source))
+    tables = tool_db_call(lambda: ds_services.data_source_discover(data_source=source))
     return DiscoverSchemaOutput(success=True, tables=tables, total_tables=len(tables))
 
 
@@ -221,7 +221,7 @@ def execute_query(ctx: ToolContext, args: ExecuteQueryInput) -> ExecuteQueryOutp
     # The statement must time out before the engine gives up on the tool: a statement
     # timeout is reported and not retried, a tool timeout is retried (another query).
     tool_seconds = ctx.agent.model_settings.timeout_seconds
-    result = _call(
+    result = tool_db_call(
         lambda: ds_services.query_execute(
             data_source=source,
             query=args.query,
@@ -255,7 +255,7 @@ class WriteBackOutput(BaseModel):
 def write_back(ctx: ToolContext, args: WriteBackInput) -> WriteBackOutput:
     _require_bound(ctx, args.data_source_id)
     source = _data_source(ctx, args.data_source_id)
-    result = _call(
+    result = tool_db_call(
         lambda: ds_services.write_back_execute(
             data_source=source,
             table_name=args.table_name,
@@ -284,11 +284,11 @@ class GetWorkspaceInfoOutput(BaseModel):
 
 def get_workspace_info(ctx: ToolContext, args: GetWorkspaceInfoInput) -> GetWorkspaceInfoOutput:
     if args.workspace_id is None or args.workspace_id == ctx.user.workspace_id:
-        workspace = _workspace(ctx)
+        workspace = tool_workspace(ctx)
     else:
-        user = _user(ctx)
-        workspace = _call(lambda: workspace_get_for_user(user=user, workspace_id=args.workspace_id))
-        _call(lambda: require_permission(user=user, workspace=workspace, permission=perms.WORKSPACE_VIEW))
+        user = tool_user(ctx)
+        workspace = tool_db_call(lambda: workspace_get_for_user(user=user, workspace_id=args.workspace_id))
+        tool_db_call(lambda: require_permission(user=user, workspace=workspace, permission=perms.WORKSPACE_VIEW))
     notification = approval_notification_config(workspace_id=workspace.pk)
     return GetWorkspaceInfoOutput(
         name=workspace.name,

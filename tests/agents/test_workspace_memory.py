@@ -12,7 +12,7 @@ from agents.selectors import agent_memories_for_user, memory_keywords, memory_se
 from agents.services import memory_consent_set
 from executions import tasks
 from executions.models import ExecutionStep
-from executions.services import execution_post_process, execution_run_segment, execution_start
+from executions.services import execution_post_process, execution_run_segment, execution_start, person_run_request
 from governance.models import AuditLogEntry, WorkspaceSettings
 from governance.services import workspace_memory_mode_set
 from tenancy.models import Membership
@@ -50,7 +50,7 @@ def colleague(workspace):
 
 def _answered(agent, user, question=QUESTION, answer=ANSWER) -> int:
     """A completed run, post-processed (which writes its memory)."""
-    execution = execution_start(agent=agent, user=user, input_prompt=question)
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=user, prompt=question))
     assert execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply(answer)])) == "success"
     assert execution_post_process(execution_id=execution.pk)
     return execution.pk
@@ -58,7 +58,8 @@ def _answered(agent, user, question=QUESTION, answer=ANSWER) -> int:
 
 def _searched(agent, user, query: str) -> dict:
     """A run that calls search_memory once; its observation's result."""
-    execution = execution_start(agent=agent, user=user, input_prompt="And what about urgent ones?")
+    execution = execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=user, prompt="And what about urgent ones?"))
     llm = ScriptedLLM([tool_reply("search_memory", {"query": query}), text_reply("done")])
     assert execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
     step = ExecutionStep.objects.get(execution_id=execution.pk, step_type="observation", tool_name="search_memory")
@@ -129,7 +130,7 @@ def test_a_workspace_keeps_its_newest_memories_up_to_the_cap(workspace, other_wo
 
 def test_failed_runs_and_a_second_post_processing_write_nothing_more(workspace, owner, agent):
     _shared(workspace, owner)
-    failed = execution_start(agent=agent, user=owner, input_prompt=QUESTION)
+    failed = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt=QUESTION))
     llm = ScriptedLLM([tool_reply("not_a_tool", {}, call_id=f"c{i}") for i in range(3)] + [text_reply("")] * 5)
     assert execution_run_segment(execution_id=failed.pk, llm=llm) != "success"
     execution_post_process(execution_id=failed.pk)
@@ -145,7 +146,7 @@ def test_query_facts_are_remembered_with_the_answer(workspace, owner):
 
     _shared(workspace, owner)
     agent = make_agent(workspace=workspace, owner=owner, tools=["search_memory"])
-    execution = execution_start(agent=agent, user=owner, input_prompt=QUESTION)
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt=QUESTION))
     assert execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply(ANSWER)])) == "success"
     # A completed execute_query observation, as a data run leaves one.
     ExecutionStep.objects.create(execution=execution, step_number=99, turn=1, step_type="observation",

@@ -18,7 +18,7 @@ from artifacts.errors import StorageQuotaExceeded
 from artifacts.models import Artifact
 from artifacts.quota import workspace_stored_bytes
 from executions.models import Execution, ExecutionStep
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from executions.tools.data import storage_usage
 from tests.artifacts.conftest import SALES_CSV, files_under, nothing_stored, upload
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
@@ -83,7 +83,7 @@ def test_a_run_saving_past_the_quota_gets_a_validation_error_and_nothing_is_stor
         monkeypatch.setattr(task, "delay", lambda *args: None)
     settings.RIVER_STORAGE_QUOTA_BYTES = 100
     agent = make_agent(workspace=workspace, owner=owner, tools=["save_artifact"])
-    execution = execution_start(agent=agent, user=owner, input_prompt="Export.")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="Export."))
     execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([
         tool_reply("save_artifact", {"name": "report.txt", "content": "z" * 500}),
         text_reply("The workspace is full."),

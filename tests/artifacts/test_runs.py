@@ -11,7 +11,7 @@ from artifacts.models import Artifact
 from artifacts.services import artifact_create
 from executions import tasks
 from executions.models import Execution, ExecutionStep
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from rivercore.errors import InvalidInput
 from tests.artifacts.conftest import SALES_CSV, upload, xlsx_bytes
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
@@ -64,7 +64,8 @@ def test_an_uploaded_csv_is_queried_with_a_correct_aggregate(api_client_for, own
 def test_the_guard_applies_to_an_artifact_table(owner, workspace, artifact_dirs, sent):
     artifact = _upload_service(workspace, owner, "sales.csv", SALES_CSV)
     agent = make_agent(workspace=workspace, owner=owner, tools=["execute_query"])
-    execution = execution_start(agent=agent, user=owner, input_prompt="go", artifact_ids=[artifact.pk])
+    execution = execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=owner, prompt="go", attachments=[artifact.pk]))
     execution, _ = _run(execution, [
         tool_reply("execute_query", {"data_source_id": artifact.data_source_id,
                                      "query": "DELETE FROM sales WHERE 1 = 1"}),
@@ -85,7 +86,8 @@ def test_a_workbook_sheet_is_queried_too(owner, workspace, artifact_dirs, sent):
     }))
     assert artifact.tables == ["actuals", "targets"] and artifact.table == "actuals"
     agent = make_agent(workspace=workspace, owner=owner, tools=["execute_query"])
-    execution = execution_start(agent=agent, user=owner, input_prompt="Against target?", artifact_ids=[artifact.pk])
+    execution = execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=owner, prompt="Against target?", attachments=[artifact.pk]))
     query = ("SELECT a.region, SUM(a.amount) AS actual, MAX(t.target) AS target FROM actuals a "
              "JOIN targets t ON t.region = a.region GROUP BY a.region ORDER BY a.region")
     execution, _ = _run(execution, [
@@ -98,7 +100,7 @@ def test_a_workbook_sheet_is_queried_too(owner, workspace, artifact_dirs, sent):
 def test_an_artifact_not_attached_to_the_run_cannot_be_queried(owner, workspace, artifact_dirs, sent):
     artifact = _upload_service(workspace, owner, "sales.csv", SALES_CSV)
     agent = make_agent(workspace=workspace, owner=owner, tools=["execute_query"])
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     execution, _ = _run(execution, [
         tool_reply("execute_query", {"data_source_id": artifact.data_source_id, "query": "SELECT 1 FROM sales"}),
         text_reply("no"),
@@ -113,7 +115,8 @@ def test_a_run_cannot_attach_another_workspaces_artifact(owner, outsider, worksp
     theirs = _upload_service(other_workspace, outsider, "secret.csv", SALES_CSV)
     agent = make_agent(workspace=workspace, owner=owner, tools=["execute_query"])
     with pytest.raises(InvalidInput) as caught:
-        execution_start(agent=agent, user=owner, input_prompt="go", artifact_ids=[theirs.pk])
+        execution_start(agent=agent, request=person_run_request(
+            agent=agent, user=owner, prompt="go", attachments=[theirs.pk]))
     assert "artifacts" in caught.value.details
     response = api_client_for(owner).post(f"/api/v1/agents/{agent.pk}/run", {"artifacts": [theirs.pk]})
     assert response.status_code == 400 and "artifacts" in response.json()["error"]["details"]
@@ -125,7 +128,8 @@ def test_load_artifact_reads_text_of_the_runs_workspace_only(owner, outsider, wo
     notes = _upload_service(workspace, owner, "notes.md", b"# Q1\nChurn fell to 2 %.\n")
     theirs = _upload_service(other_workspace, outsider, "notes.md", b"# Their secret\n")
     agent = make_agent(workspace=workspace, owner=owner, tools=["load_artifact"])
-    execution = execution_start(agent=agent, user=owner, input_prompt="What do the notes say?")
+    execution = execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=owner, prompt="What do the notes say?"))
     execution, _ = _run(execution, [
         tool_reply("load_artifact", {"name": "notes.md"}),
         tool_reply("load_artifact", {"artifact_id": theirs.pk}, call_id="call_2"),
@@ -142,7 +146,8 @@ def test_load_artifact_reads_text_of_the_runs_workspace_only(owner, outsider, wo
 
 def test_save_artifact_writes_a_file_referenced_by_the_run(owner, workspace, artifact_dirs, sent):
     agent = make_agent(workspace=workspace, owner=owner, tools=["save_artifact"])
-    execution = execution_start(agent=agent, user=owner, input_prompt="Export the top regions.")
+    execution = execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=owner, prompt="Export the top regions."))
     execution, _ = _run(execution, [
         tool_reply("save_artifact", {"name": "top_regions.csv", "content": "region,revenue\nNorth,220\nEast,200\n"}),
         text_reply("Saved."),
@@ -159,7 +164,7 @@ def test_save_artifact_writes_a_file_referenced_by_the_run(owner, workspace, art
 
 def test_save_artifact_is_governed_as_a_write(owner, workspace, artifact_dirs, sent):
     agent = make_agent(workspace=workspace, owner=owner, tools=["save_artifact"], action_level="read_only")
-    execution = execution_start(agent=agent, user=owner, input_prompt="Export.")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="Export."))
     execution, _ = _run(execution, [
         tool_reply("save_artifact", {"name": "x.txt", "content": "hello"}),
         text_reply("Could not save."),
@@ -171,7 +176,7 @@ def test_save_artifact_is_governed_as_a_write(owner, workspace, artifact_dirs, s
 
 def test_save_artifact_refuses_bad_content_and_stores_nothing(owner, workspace, artifact_dirs, sent):
     agent = make_agent(workspace=workspace, owner=owner, tools=["save_artifact"])
-    execution = execution_start(agent=agent, user=owner, input_prompt="Export.")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="Export."))
     execution, _ = _run(execution, [
         tool_reply("save_artifact", {"name": "data.json", "content": "{not json"}),
         tool_reply("save_artifact", {"name": "../../escape.sh", "content": "rm -rf /"}, call_id="call_2"),

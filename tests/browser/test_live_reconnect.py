@@ -53,10 +53,10 @@ def _publish_live(stack_redis_url: str, run_id: int, seq: int, event_type: str, 
 
 
 def test_the_run_page_resumes_after_the_server_drops_its_socket(signed_in, demo, river_stack):
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
 
-    run = execution_start(agent=demo["agents"][SUPPORT_ANALYST], user=demo["admin"],
-                          input_prompt="How many open tickets are there?")
+    run = execution_start(agent=demo["agents"][SUPPORT_ANALYST], request=person_run_request(
+        agent=demo["agents"][SUPPORT_ANALYST], user=demo["admin"], prompt="How many open tickets are there?"))
     Execution.objects.filter(pk=run.pk).update(status=Execution.Status.RUNNING)
     ExecutionEvent.objects.bulk_create([
         ExecutionEvent(execution_id=run.pk, seq=seq, event_type=kind, payload={"execution_id": run.pk, **payload})

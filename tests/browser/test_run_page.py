@@ -322,10 +322,11 @@ def test_the_run_page_on_a_phone(signed_in, demo, viewport):
 
 def test_a_running_run_screenshot(signed_in, demo):
     """A run caught mid-turn, as the event log has it (written here, not by the worker)."""
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
 
     specialist = demo["agents"][SUPPORT_ANALYST]
-    run = execution_start(agent=specialist, user=demo["admin"], input_prompt="How many open tickets are there?")
+    run = execution_start(agent=specialist, request=person_run_request(
+        agent=specialist, user=demo["admin"], prompt="How many open tickets are there?"))
     Execution.objects.filter(pk=run.pk).update(status=Execution.Status.RUNNING, turn_count=2, tokens_input=2400,
                                                tokens_output=180)
     shapes = [
@@ -355,11 +356,12 @@ def test_a_running_run_screenshot(signed_in, demo):
 
 
 def test_another_organizations_user_gets_404(page, page_errors, signed_in, demo, django_user_model):
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
     from tenancy.models import Membership, Organization, Workspace
     from tenancy.permissions import Role
 
-    run = execution_start(agent=demo["agents"][SUPPORT_ANALYST], user=demo["admin"], input_prompt="x")
+    run = execution_start(agent=demo["agents"][SUPPORT_ANALYST], request=person_run_request(
+        agent=demo["agents"][SUPPORT_ANALYST], user=demo["admin"], prompt="x"))
     other = Workspace.objects.create(organization=Organization.objects.create(name="Globex", slug="globex"),
                                      name="Ops", slug="ops")
     stranger = django_user_model.objects.create_user(username="stranger", password="pw-stranger-123")

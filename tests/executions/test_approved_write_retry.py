@@ -267,7 +267,8 @@ def test_approved_write_that_fails_permanently_fails_the_run_and_tells_the_appro
             "data": {"customer_id": 1, "amount": 9, "status": "deep"}}
     with mock.patch.object(tasks.run_segment, "delay"), mock.patch.object(tasks.post_process, "delay"), \
             mock.patch.object(governance_tasks.notify_approval, "delay"):
-        execution = services.execution_start(agent=agent, user=owner, input_prompt="Refund")
+        execution = services.execution_start(agent=agent, request=services.person_run_request(
+            agent=agent, user=owner, prompt="Refund"))
         services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([tool_reply("write_back", args)]))
         approval = ApprovalRequest.objects.get(execution_id=execution.pk)
         approval_resolve(user=editor, approval_id=approval.pk, status="approved")

@@ -72,7 +72,8 @@ def test_a_start_whose_message_cannot_be_sent_is_kept_and_sent_by_the_next_watch
     failures_before = infra_fault_count(component="broker")
     broker.down = True
     with django_capture_on_commit_callbacks(execute=True):
-        execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+        execution = services.execution_start(agent=agent, request=services.person_run_request(
+            agent=agent, user=owner, prompt="go"))
 
     execution.refresh_from_db()
     assert execution.status == Execution.Status.QUEUED
@@ -91,7 +92,9 @@ def test_a_start_whose_message_cannot_be_sent_is_kept_and_sent_by_the_next_watch
 
 def test_a_sent_message_that_is_lost_is_sent_again_after_the_grace(agent, owner, broker, settings):
     settings.RIVER_WATCHDOG_GRACE_SECONDS = 60
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")  # sent, then Redis restarted
+    # sent, then Redis restarted
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="go"))
 
     assert services.executions_requeue_stale() == []  # within the grace the message may still arrive
     _age(execution.pk, 61, "published_at")
@@ -102,7 +105,8 @@ def test_a_sent_message_that_is_lost_is_sent_again_after_the_grace(agent, owner,
 def test_a_resume_whose_message_cannot_be_sent_is_not_lost(
     agent, owner, broker, django_capture_on_commit_callbacks
 ):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="write")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="write"))
     llm = ScriptedLLM([tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
     approval = ApprovalRequest.objects.get(execution_id=execution.pk)
@@ -134,13 +138,15 @@ def _approver(workspace):
 
 
 def _completed(agent, owner):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="go"))
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("All good.")]))
     return execution
 
 
 def _failed(agent, owner):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="go"))
     down = LLMError(LLMErrorKind.PROVIDER_UNAVAILABLE, "provider down")
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([down]))
     return execution
@@ -151,19 +157,22 @@ def _crashed(agent, owner):
         def complete(self, **kwargs):
             raise KeyError("bug")
 
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="go"))
     services.execution_run_segment(execution_id=execution.pk, llm=Broken())
     return execution
 
 
 def _cancelled(agent, owner):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="go"))
     services.execution_cancel(execution=execution, user=owner)
     return execution
 
 
 def _expired(agent, owner):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="write")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="write"))
     llm = ScriptedLLM([tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1")])
     services.execution_run_segment(execution_id=execution.pk, llm=llm)
     ApprovalRequest.objects.filter(execution_id=execution.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
@@ -172,7 +181,8 @@ def _expired(agent, owner):
 
 
 def _watchdog_failed(agent, owner):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="go"))
     token = services.execution_claim(execution_id=execution.pk)  # then the worker died, again and again
     assert token
     Execution.objects.filter(pk=execution.pk).update(

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from executions.models import Execution, ExecutionStep
-from executions.services import execution_start
+from executions.services import execution_start, person_run_request
 from tests.executions.durable_support import TOOL_NAMES, ScriptServer, completion_text, completion_tool_call
 from tests.executions.test_worker_crash import _database_url, wait_until
 from tests.factories import make_agent
@@ -74,7 +74,8 @@ def test_a_run_goes_through_a_prefork_worker_on_each_broker(broker, workspace, o
         )
         try:
             wait_until(lambda: "ready." in log.read_text(errors="replace"), f"the {kind} worker to be ready")
-            execution = execution_start(agent=agent, user=owner, input_prompt="read once")
+            execution = execution_start(agent=agent, request=person_run_request(
+                agent=agent, user=owner, prompt="read once"))
             # Not the current app: River's shared tasks must keep resolving to River's app.
             sender = Celery("river-test-sender", broker=url, set_as_current=False)
             sender.send_task("executions.run_segment", args=[execution.pk], queue=queue)

@@ -19,8 +19,9 @@ from executions import services
 from executions.models import Execution
 from executions.services import delegation
 from executions.services import segment as segment_module
-from executions.services.start import execution_for_segment, request_build
+from executions.services.load import execution_for_segment, request_build
 from executions.tools.delegation import DELEGATE_TO_AGENT, DelegateInput
+from executions.types import DelegationOrigin, RunRequest
 from rivercore.llm import LLMError, LLMErrorKind
 from rivercore.tools import ToolContext, ToolError, ToolErrorKind
 from rivercore.types.agents import ActionLevel, action_level_at_most
@@ -51,7 +52,8 @@ def run(execution: Execution, *replies) -> str | None:
 
 
 def started(agent, user, prompt: str = "Prepare the monthly report") -> Execution:
-    return services.execution_start(agent=agent, user=user, input_prompt=prompt)
+    return services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=user, prompt=prompt))
 
 
 def observation(execution: Execution, call_id: str = "d1"):
@@ -429,9 +431,10 @@ def test_listing_children_costs_the_same_queries_for_one_or_many(coordinator, re
     with CaptureQueriesContext(connection) as one:
         assert client.get(f"/api/v1/executions/{parent.pk}/").status_code == 200
     for number in (2, 3, 4):
-        services.execution_start(agent=researcher, user=owner, input_prompt="more", parent_execution_id=parent.pk,
-                                 parent_call_id=f"extra{number}", trigger_type="workflow",
-                                 trigger_source=f"delegation:{parent.pk}")
+        services.execution_start(agent=researcher, request=RunRequest(
+            agent_id=researcher.pk, prompt="more", origin=DelegationOrigin(
+                user_id=owner.pk, parent_execution_id=parent.pk, parent_call_id=f"extra{number}", depth=1,
+                action_level_cap=ActionLevel.AUTOMATED)))
 
     with CaptureQueriesContext(connection) as many:
         body = client.get(f"/api/v1/executions/{parent.pk}/").json()

@@ -25,6 +25,7 @@ from executions.services import (
     execution_run_segment,
     execution_start,
     executions_requeue_stale,
+    person_run_request,
     state_load,
 )
 from rivercore.contracts import Step, StepStatus, StepType, Tokens
@@ -66,7 +67,7 @@ def _tool_messages(llm: ScriptedLLM, request_index: int) -> list[str]:
 
 
 def test_duplicate_delivery_claims_once(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
 
     first = execution_claim(execution_id=execution.pk)
     second = execution_claim(execution_id=execution.pk)
@@ -80,7 +81,7 @@ def test_duplicate_delivery_claims_once(agent, owner, sent):
 
 
 def test_duplicate_delivery_of_a_running_segment_returns_without_running(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     assert execution_claim(execution_id=execution.pk) is not None
     llm = ScriptedLLM([text_reply("should never be asked")])
 
@@ -91,7 +92,7 @@ def test_duplicate_delivery_of_a_running_segment_returns_without_running(agent, 
 
 
 def test_expired_lease_lets_another_claim_take_over_and_fences_the_old_holder(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     old_token = execution_claim(execution_id=execution.pk)
     assert execution_claim(execution_id=execution.pk) is None  # still leased
 
@@ -113,7 +114,7 @@ def test_expired_lease_lets_another_claim_take_over_and_fences_the_old_holder(ag
 
 @pytest.mark.django_db(transaction=True)
 def test_second_worker_returns_while_the_first_holds_the_run(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     inside, release = threading.Event(), threading.Event()
 
     def hold(ctx, args):
@@ -153,7 +154,7 @@ def test_second_worker_returns_while_the_first_holds_the_run(agent, owner, sent)
 
 @pytest.mark.django_db(transaction=True)
 def test_two_workers_started_together_run_the_execution_once(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     start = threading.Barrier(2)
     results: list[str | None] = []
     script = [
@@ -190,7 +191,7 @@ def test_two_workers_started_together_run_the_execution_once(agent, owner, sent)
 
 @pytest.mark.django_db(transaction=True)
 def test_worker_that_lost_its_lease_stops_without_writing(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     committed_before_steal: list[int] = []
 
     def steal(ctx, args):
@@ -234,7 +235,7 @@ class _StealingLLM(ScriptedLLM):
 
 
 def test_lost_lease_blocks_a_write_before_dispatch(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     llm = _StealingLLM(
         [tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1"), text_reply("done")],
         execution_id=execution.pk, on_request=1,
@@ -253,7 +254,7 @@ def test_lease_lost_in_an_ungoverned_turn_stops_the_run_before_any_write(agent, 
     known at the next flush at the latest, and a write tool's intent always waits for
     it, so the write is never dispatched. Without write-behind the run stops at once."""
     settings.RIVER_JOURNAL_WRITE_BEHIND = write_behind
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
 
     def steal(ctx, args):
         Execution.objects.filter(pk=ctx.execution_id).update(lease_token="another-worker")
@@ -299,7 +300,7 @@ def test_a_turns_events_are_live_while_the_model_thinks_about_the_next(agent, ow
                 seen_while_thinking.append(observed.wait(10))
             return super().complete(**kwargs)
 
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     llm = SlowSecondTurn([tool_reply("durable_note", {"marker": "n1"}, call_id="call_n1"), text_reply("done")])
 
     assert execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
@@ -313,7 +314,7 @@ def test_watchdog_requeues_expired_leases_and_lost_queue_messages(agent, owner, 
     now = timezone.now()
 
     def run(**fields) -> int:
-        execution = execution_start(agent=agent, user=owner, input_prompt="go")
+        execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
         Execution.objects.filter(pk=execution.pk).update(**fields)
         return execution.pk
 
@@ -341,7 +342,7 @@ def test_watchdog_requeues_expired_leases_and_lost_queue_messages(agent, owner, 
 
 
 def test_requeued_run_continues_from_its_last_committed_turn(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     first = ScriptedLLM([tool_reply("durable_slow_read", {"marker": "r1"}, call_id="call_r1")])
 
     class WorkerDied(BaseException):
@@ -399,7 +400,7 @@ def _intent_without_outcome(execution: Execution, tool_name: str, marker: str, c
 
 
 def test_write_intent_without_outcome_is_reported_unknown_not_repeated(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     _intent_without_outcome(execution, "durable_write", "w1", "call_w1")
     llm = ScriptedLLM([text_reply("I will check before writing again.")])
 
@@ -415,7 +416,7 @@ def test_write_intent_without_outcome_is_reported_unknown_not_repeated(agent, ow
 
 
 def test_idempotent_write_intent_without_outcome_is_retried(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     _intent_without_outcome(execution, "durable_idempotent_write", "w1", "call_w1")
     llm = ScriptedLLM([text_reply("done")])
 
@@ -431,7 +432,7 @@ def test_idempotent_write_intent_without_outcome_is_retried(agent, owner, sent):
 
 def test_crash_inside_a_write_call_is_not_repeated_on_resume(agent, owner, sent):
     """The same boundary reached by the engine itself: the worker dies inside the handler."""
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
 
     class WorkerDied(BaseException):
         pass
@@ -463,7 +464,7 @@ def test_crash_inside_a_write_call_is_not_repeated_on_resume(agent, owner, sent)
 
 @pytest.mark.django_db(transaction=True)
 def test_cancel_during_a_segment_stops_it_at_the_next_flush(agent, owner, sent):
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     committed_at_cancel: list[int] = []
 
     def cancel(ctx, args):
@@ -493,7 +494,7 @@ def test_cancel_during_a_segment_stops_it_at_the_next_flush(agent, owner, sent):
 
 
 def test_a_crashing_segment_ends_the_run_failed_instead_of_leaving_it_running(workspace, owner):
-    from executions.services import execution_run_segment, execution_start
+    from executions.services import execution_run_segment, execution_start, person_run_request
     from tests.factories import make_agent
 
     class Broken:
@@ -501,7 +502,7 @@ def test_a_crashing_segment_ends_the_run_failed_instead_of_leaving_it_running(wo
             raise KeyError("bug in a model adapter")
 
     agent = make_agent(workspace=workspace, owner=owner, tools=[])
-    execution = execution_start(agent=agent, user=owner, input_prompt="x")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="x"))
     assert execution_run_segment(execution_id=execution.pk, llm=Broken()) == "failed"
     execution.refresh_from_db()
     assert execution.status == "failed" and execution.lease_token == ""
@@ -510,12 +511,12 @@ def test_a_crashing_segment_ends_the_run_failed_instead_of_leaving_it_running(wo
 
 def test_a_run_that_keeps_losing_its_workers_is_given_up(workspace, owner, settings):
     from executions.models import Execution
-    from executions.services import execution_run_segment, execution_start
+    from executions.services import execution_run_segment, execution_start, person_run_request
     from tests.factories import ScriptedLLM, make_agent
 
     settings.RIVER_MAX_SEGMENT_ATTEMPTS = 3
     agent = make_agent(workspace=workspace, owner=owner, tools=[])
-    execution = execution_start(agent=agent, user=owner, input_prompt="x")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="x"))
     Execution.objects.filter(pk=execution.pk).update(attempts=3)
     llm = ScriptedLLM([])
     assert execution_run_segment(execution_id=execution.pk, llm=llm) == "failed"

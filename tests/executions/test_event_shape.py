@@ -67,7 +67,8 @@ def test_live_replayed_and_rest_events_are_the_same_json_for_every_event_type(wo
     Membership.objects.create(workspace=workspace, user=approver, role=Role.ADMIN)
     agent = make_agent(workspace=workspace, owner=owner, tools=["ask_user", "durable_write"],
                        action_level="act_with_approval", require_approval_for=["durable_write"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="ask, then write")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="ask, then write"))
     question = {"interaction_type": "clarification_request", "message": "Which marker?", "options": ["w1", "w2"]}
     llm = ScriptedLLM([tool_reply("ask_user", question, "q1"),
                        tool_reply("durable_write", {"marker": "w2"}, call_id="call_w2"), text_reply("wrote w2")])

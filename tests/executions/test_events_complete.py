@@ -44,7 +44,8 @@ def _stored(execution_id: int) -> list[tuple[str, dict]]:
 def _paused_for_approval(workspace, owner) -> tuple[Execution, ApprovalRequest]:
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_write"],
                        action_level="act_with_approval", require_approval_for=["durable_write"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="write w1")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="write w1"))
     llm = ScriptedLLM([tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
     return execution, ApprovalRequest.objects.get(execution_id=execution.pk)
@@ -88,7 +89,8 @@ def test_a_cancel_resolves_the_open_approval_cancelled(workspace, owner, sent):
 @pytest.mark.django_db
 def test_a_crashed_or_given_up_run_completes_with_duration_and_turns(workspace, owner, sent):
     agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo", "ask_user"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="ask")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="ask"))
     question = {"interaction_type": "clarification_request", "message": "Which?", "options": ["A", "B"]}
     llm = ScriptedLLM([tool_reply("test_echo", {"text": "x"}), tool_reply("ask_user", question, "q1")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_interaction"
@@ -105,7 +107,8 @@ def test_a_crashed_or_given_up_run_completes_with_duration_and_turns(workspace, 
 @pytest.mark.django_db
 def test_an_answered_question_closes_the_interaction_pair(workspace, owner, sent):
     agent = make_agent(workspace=workspace, owner=owner, tools=["ask_user"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="ask")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="ask"))
     question = {"interaction_type": "clarification_request", "message": "Which?", "options": ["A", "B"]}
     assert services.execution_run_segment(
         execution_id=execution.pk, llm=ScriptedLLM([tool_reply("ask_user", question, "q1")])) == "awaiting_interaction"
@@ -139,7 +142,8 @@ def test_a_run_the_watchdog_gives_up_on_completes_with_duration_and_turns(worksp
     from executions.services.watchdog import executions_requeue_stale
 
     agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="echo, then die")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="echo, then die"))
     llm = ScriptedLLM([tool_reply("test_echo", {"text": "x"}), text_reply("done")])
 
     def killed(**kwargs):  # the worker dies after the last turn committed, before the run's end is written
@@ -167,7 +171,8 @@ def test_a_segment_that_crashes_completes_the_run_with_duration_and_turns(worksp
     from executions.services import segment
 
     agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="echo, then crash")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="echo, then crash"))
     llm = ScriptedLLM([tool_reply("test_echo", {"text": "x"}), text_reply("done")])
 
     def broken_end(**kwargs):  # a bug after the last turn committed: the segment must still end the run

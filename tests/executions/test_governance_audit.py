@@ -1,6 +1,6 @@
 """Every governance decision the engine takes lands in the audit trail."""
 
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from governance.models import AuditLogEntry
 from tests.executions import engine_support  # noqa: F401 - registers the test tools
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
@@ -8,7 +8,7 @@ from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 
 def test_durable_run_audits_each_decision(workspace, owner):
     agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo", "test_write"], action_level="read_only")
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     llm = ScriptedLLM([
         tool_reply("test_echo", {"text": "read"}, "r1"),
         tool_reply("test_write", {"text": "write"}, "w1"),

@@ -51,7 +51,8 @@ class DatabaseGone:
 
 def test_a_database_error_hands_the_run_back_and_the_next_segment_finishes_it(workspace, owner, sent):
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_slow_read"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="read")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="read"))
 
     assert services.execution_run_segment(execution_id=execution.pk, llm=DatabaseGone()) is None
 
@@ -75,7 +76,8 @@ def test_infrastructure_errors_are_retried_up_to_the_bound_then_the_run_fails_sa
 ):
     settings.RIVER_MAX_SEGMENT_ATTEMPTS = 3
     agent = make_agent(workspace=workspace, owner=owner)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="go"))
     broken = DatabaseGone()
 
     outcomes = []
@@ -105,7 +107,8 @@ def test_attempts_count_again_after_each_pause_so_many_approvals_never_exhaust_t
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_write"],
                        action_level="act_with_approval", require_approval_for=["durable_write"])
     approver = _approver(workspace)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="write three times")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="write three times"))
     script = [tool_reply("durable_write", {"marker": f"w{i}"}, call_id=f"call_w{i}") for i in range(1, 4)]
     script.append(text_reply("wrote three"))
     llm = ScriptedLLM(script)
@@ -126,7 +129,8 @@ def test_a_rate_limit_whose_counter_store_is_down_lets_no_write_through(workspac
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_write"])
     policy_create(actor=owner, scope="workspace", workspace_id=workspace.pk, name="100 calls an hour",
                   conditions="agent.tool_calls_this_hour > 100", enforcement="block", policy_type="rate_limit")
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="write")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="write"))
     script = [tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1"), text_reply("wrote")]
 
     with mock.patch("governance.counters.counter_hit", side_effect=OperationalError("server closed the connection")):
@@ -160,7 +164,8 @@ def test_the_lease_heartbeat_outlives_a_dropped_connection(workspace, owner, set
 
     settings.RIVER_LEASE_SECONDS = 5  # a beat every 1.67 s
     agent = make_agent(workspace=workspace, owner=owner)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="go"))
     token = services.execution_claim(execution_id=execution.pk)
     first_expiry = Execution.objects.get(pk=execution.pk).lease_expires_at
     before = infra_fault_count(component="database", operation="lease renewal")
@@ -189,7 +194,8 @@ def test_a_database_error_while_recording_the_end_finishes_the_run_on_retry_with
     workspace, owner, sent, monkeypatch
 ):
     agent = make_agent(workspace=workspace, owner=owner)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="go"))
     real_end = segment.execution_segment_end
 
     def end_once_broken(**kwargs):

@@ -17,7 +17,7 @@ from django.db import DatabaseError, connection
 
 from executions.journal import DbJournal
 from executions.models import Execution, ExecutionEvent, ExecutionStep
-from executions.services import execution_claim, execution_start, state_load
+from executions.services import execution_claim, execution_start, person_run_request, state_load
 from executions.write_behind import journal_connections_close
 from governance.models import AuditLogEntry
 from rivercore.contracts import Step, StepStatus, StepType, Tokens
@@ -52,7 +52,7 @@ def running(workspace, owner, monkeypatch):
 
     monkeypatch.setattr(tasks.run_segment, "delay", lambda *args: None)
     agent = make_agent(workspace=workspace, owner=owner, tools=[], action_level="automated")
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     token = execution_claim(execution_id=execution.pk)
     assert token
     execution = Execution.objects.select_related("workspace").get(pk=execution.pk)

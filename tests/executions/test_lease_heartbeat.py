@@ -20,7 +20,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_held_leases_share_one_thread_and_are_renewed_together(workspace, owner, settings):
     settings.RIVER_LEASE_SECONDS = 3  # a beat every second
     agent = make_agent(workspace=workspace, owner=owner)
-    runs = [services.execution_start(agent=agent, user=owner, input_prompt=f"run {i}") for i in range(5)]
+    runs = [services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt=f"run {i}")) for i in range(5)]
     tokens = {run.pk: services.execution_claim(execution_id=run.pk) for run in runs}
     first = dict(Execution.objects.filter(pk__in=tokens).values_list("pk", "lease_expires_at"))
 

@@ -22,7 +22,8 @@ def sent(monkeypatch):
 def _run(workspace, owner, turns: int, prompt: str = "echo") -> tuple[Execution, ScriptedLLM]:
     agent = make_agent(workspace=workspace, owner=owner, name=f"echo {turns}", tools=["test_echo"],
                        model_config={"max_turns": turns + 1, "token_budget": 10_000_000})
-    execution = services.execution_start(agent=agent, user=owner, input_prompt=prompt)
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt=prompt))
     replies = [tool_reply("test_echo", {"text": f"line {n} " + "x" * 200}, call_id=f"call_{n}") for n in range(turns)]
     llm = ScriptedLLM([*replies, text_reply("done")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "success"

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from datasources.services import data_source_discover
 from executions import tasks
 from executions.models import Execution, ExecutionStep
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from rivercore.tools import Tool, ToolCategory, get_tool, register
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
@@ -68,7 +68,7 @@ def big_source(sqlite_source, sqlite_file):
 def _run(workspace, owner, replies, *, tools, sources=()):
     agent = make_agent(workspace=workspace, owner=owner, tools=tools, action_level="automated",
                        data_sources=sources)
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     llm = ScriptedLLM(replies)
     execution_run_segment(execution_id=execution.pk, llm=llm)
     execution.refresh_from_db()
@@ -173,7 +173,7 @@ def test_nul_in_a_users_answer_is_stored_escaped_and_the_run_goes_on(workspace, 
     from executions.services import execution_respond
 
     agent = make_agent(workspace=workspace, owner=owner, tools=["ask_user"], action_level="automated")
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     question = {"interaction_type": "clarification_request", "message": "Which customer?"}
     assert execution_run_segment(execution_id=execution.pk,
                                  llm=ScriptedLLM([tool_reply("ask_user", question, "q1")])) == "awaiting_interaction"

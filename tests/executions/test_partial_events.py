@@ -22,7 +22,7 @@ from django.db import connection
 from executions import tasks
 from executions.models import Execution, ExecutionEvent
 from executions.routing import router_build
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from riverapp.asgi import application
 from rivercore.events import PartialEventType
 from rivercore.router import ProviderConfig
@@ -56,7 +56,8 @@ def token(owner):
 @pytest.fixture
 def execution(workspace, owner):
     agent = make_agent(workspace=workspace, owner=owner, tools=[])
-    return execution_start(agent=agent, user=owner, input_prompt="How many tickets are open?")
+    return execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=owner, prompt="How many tickets are open?"))
 
 
 def _router(server):

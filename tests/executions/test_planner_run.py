@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 
 from agents.models import Agent
 from datasources.services import data_source_create, data_source_discover
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from riverapp.demo import demo_seed
 from tests.executions.test_planner_questions import CHINOOK, needs_chinook
 
@@ -37,7 +37,7 @@ def analyst(settings, tmp_path):
 
 
 def run(agent, user, question: str):
-    execution = execution_start(agent=agent, user=user, input_prompt=question)
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=user, prompt=question))
     assert execution_run_segment(execution_id=execution.pk) == "success"
     execution.refresh_from_db()
     return execution

@@ -14,6 +14,7 @@ from executions import services, tasks
 from executions.models import Execution
 from governance.models import AuditLogEntry, Notification
 from rivercore.llm import LLMError, LLMErrorKind
+from telemetry.faults import infra_fault_count
 from tests.factories import ScriptedLLM, make_agent, text_reply
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.django_db
 def finish(agent, user, *, fail: bool = False) -> Execution:
     """Drive one real run to its end: the model answers, or its provider is down."""
     reply = LLMError(LLMErrorKind.PROVIDER_UNAVAILABLE, "provider down") if fail else text_reply("All good.")
-    execution = services.execution_start(agent=agent, user=user, input_prompt="Check the queue")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=user, prompt="Check the queue"))
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([reply]))
     execution.refresh_from_db()
     assert execution.status == (Execution.Status.FAILED if fail else Execution.Status.COMPLETED)
@@ -35,7 +37,8 @@ def agent(workspace, owner):
 
 
 def test_a_finished_segment_queues_post_processing_after_commit(agent, owner, django_capture_on_commit_callbacks):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Check the queue"))
 
     with mock.patch.object(tasks.post_process, "delay") as delay, django_capture_on_commit_callbacks(execute=True):
         services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("Done.")]))
@@ -60,7 +63,8 @@ def test_post_processing_runs_exactly_once(agent, owner, django_capture_on_commi
 
 
 def test_a_paused_run_is_not_post_processed(agent, owner):
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Check the queue"))
 
     assert services.execution_post_process(execution_id=execution.pk) is False
     execution.refresh_from_db()
@@ -140,7 +144,8 @@ def test_a_success_of_a_healthy_agent_locks_nothing(agent, owner):
 def test_cancelled_runs_do_not_count_towards_health(agent, owner):
     for _ in range(2):
         services.execution_post_process(execution_id=finish(agent, owner, fail=True).pk)
-    cancelled = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+    cancelled = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Check the queue"))
     services.execution_cancel(execution=cancelled, user=owner)
 
     assert services.execution_post_process(execution_id=cancelled.pk) is True
@@ -173,7 +178,7 @@ def test_a_failing_outcome_notification_never_breaks_post_processing(
 ):
     agent = make_agent(workspace=workspace, owner=owner, notification_config={"channels": ["in_app"]})
     failed = finish(agent, owner, fail=True)
-    caplog.set_level(logging.ERROR, logger="river.executions")
+    faults_before = infra_fault_count(component="notifications", operation="run outcome")
 
     with mock.patch("governance.notifications.notify_run_outcome", side_effect=RuntimeError("smtp down")), \
             django_capture_on_commit_callbacks(execute=True):
@@ -183,4 +188,5 @@ def test_a_failing_outcome_notification_never_breaks_post_processing(
     assert failed.status == Execution.Status.FAILED
     agent.refresh_from_db()
     assert agent.consecutive_failures == 1
-    assert any("outcome notification" in r.getMessage() for r in caplog.records)
+    # Recorded as every after-commit failure is (telemetry.aftercommit): counted as a fault.
+    assert infra_fault_count(component="notifications", operation="run outcome") == faults_before + 1

@@ -79,7 +79,8 @@ def test_a_run_completes_with_the_cache_and_channel_layer_down_and_its_events_ar
     agent = make_agent(workspace=workspace, owner=owner)
     cache_before = infra_fault_count(component="cache")
 
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Check the queue")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Check the queue"))
     assert services.execution_run_segment(execution_id=execution.pk) == "success"
 
     execution.refresh_from_db()

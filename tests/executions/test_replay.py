@@ -50,7 +50,8 @@ def no_calls():
 
 def finished_write_run(workspace, owner) -> Execution:
     agent = make_agent(workspace=workspace, owner=owner, name="Writer", tools=[WRITE, NOTE])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Record it")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Record it"))
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([
         tool_reply(NOTE, {"marker": "n1"}, call_id="c1"), tool_reply(WRITE, {"marker": "w1"}, call_id="c2"),
         text_reply("Written."),
@@ -198,7 +199,8 @@ def test_unknown_version_is_404_and_unfinished_run_is_409(workspace, owner, api_
     assert client.post(f"/api/v1/executions/{execution.pk}/replay", {"agent_version": 9},
                        format="json").status_code == 404
     agent = make_agent(workspace=workspace, owner=owner, name="Queued")
-    queued = services.execution_start(agent=agent, user=owner, input_prompt="Wait")
+    queued = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Wait"))
     response = client.post(f"/api/v1/executions/{queued.pk}/replay", {}, format="json")
     assert response.status_code == 409
 
@@ -217,7 +219,8 @@ def test_batch_replay_summarises_changes_and_shows_on_the_agent_page(workspace, 
                                                                      client):
     execution = finished_write_run(workspace, owner)
     agent = execution.agent
-    second = services.execution_start(agent=agent, user=owner, input_prompt="Again")
+    second = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Again"))
     services.execution_run_segment(execution_id=second.pk, llm=ScriptedLLM([text_reply("Nothing to do.")]))
     new_version(agent, action_level="act_with_approval")  # every write now waits for a person
     replies = {"Record it": [tool_reply(NOTE, {"marker": "n1"}, call_id="c1"),

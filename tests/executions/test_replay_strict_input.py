@@ -14,7 +14,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def execution(workspace, owner):
     agent = make_agent(workspace=workspace, owner=owner)
-    return services.execution_start(agent=agent, user=owner, input_prompt="hello")
+    return services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="hello"))
 
 
 @pytest.mark.parametrize("body", [{"agent_versoin": 2}, {"policies": [], "dry_run": True}, {"\u200fpolicies": []}])

@@ -25,7 +25,8 @@ def handlers(monkeypatch):
 
 def finished_run(workspace, owner) -> Execution:
     agent = make_agent(workspace=workspace, owner=owner, name="Ender")
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Say done")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Say done"))
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("Done and dusted.")]))
     execution.refresh_from_db()
     return execution

@@ -132,7 +132,8 @@ def test_a_run_stores_every_spec_event_in_the_builders_shape(workspace, owner, s
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_write"],
                        action_level="act_with_approval", require_approval_for=["durable_write"])
     approver = _approver(workspace)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="write once")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="write once"))
     llm = ScriptedLLM([tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1"), text_reply("wrote it")])
 
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
@@ -160,7 +161,8 @@ def test_a_run_stores_every_spec_event_in_the_builders_shape(workspace, owner, s
 @pytest.mark.django_db
 def test_a_cancelled_run_ends_with_the_same_run_completed_shape(workspace, owner, sent):
     agent = make_agent(workspace=workspace, owner=owner)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="never mind")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="never mind"))
     services.execution_cancel(execution=execution, user=owner)
     stored = _stored(execution.pk)
     assert [kind for kind, _ in stored] == ["run_completed"]

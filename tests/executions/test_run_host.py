@@ -14,7 +14,7 @@ from django.db import connection
 from executions import tasks
 from executions.models import Execution
 from executions.runhost import RunHost, leases_renew
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from executions.services.segment import execution_host_segment
 from rivercore.contracts import StepType
 from tests.factories import ScriptedLLM, make_agent, text_reply
@@ -67,7 +67,8 @@ def test_fifty_waiting_runs_share_one_process_without_threads_or_connections(
     agent = make_agent(workspace=workspace, owner=owner)
     model = GatedModel(RUNS)
     monkeypatch.setattr("executions.services.segment.llm_for_execution", lambda execution: model)
-    runs = [execution_start(agent=agent, user=owner, input_prompt=f"question {i}") for i in range(RUNS)]
+    runs = [execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=owner, prompt=f"question {i}")) for i in range(RUNS)]
     host = RunHost(capacity=RUNS)
     threads_before = threading.active_count()
     backends_before = _backends()
@@ -100,7 +101,8 @@ def test_a_full_host_makes_the_next_task_wait_for_a_place(workspace, owner, quie
     agent = make_agent(workspace=workspace, owner=owner)
     model = GatedModel(1)
     monkeypatch.setattr("executions.services.segment.llm_for_execution", lambda execution: model)
-    first, second = (execution_start(agent=agent, user=owner, input_prompt=p) for p in ("one", "two"))
+    first, second = (execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=owner, prompt=p)) for p in ("one", "two"))
     host = RunHost(capacity=1)
     assert execution_host_segment(execution_id=first.pk, host=host) is True
     assert model.all_waiting.wait(timeout=60)
@@ -123,7 +125,7 @@ def test_a_claimed_run_is_not_hosted_twice(workspace, owner, quiet_broker, monke
     agent = make_agent(workspace=workspace, owner=owner)
     model = GatedModel(1)
     monkeypatch.setattr("executions.services.segment.llm_for_execution", lambda execution: model)
-    run = execution_start(agent=agent, user=owner, input_prompt="once")
+    run = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="once"))
     host = RunHost(capacity=4)
     assert execution_host_segment(execution_id=run.pk, host=host) is True
     assert model.all_waiting.wait(timeout=60)
@@ -143,7 +145,8 @@ def test_a_stopping_worker_hands_its_unfinished_runs_back_to_the_queue(workspace
     agent = make_agent(workspace=workspace, owner=owner)
     model = GatedModel(2)
     monkeypatch.setattr("executions.services.segment.llm_for_execution", lambda execution: model)
-    runs = [execution_start(agent=agent, user=owner, input_prompt=p) for p in ("one", "two")]
+    runs = [execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=owner, prompt=p)) for p in ("one", "two")]
     host = RunHost(capacity=4)
     for run in runs:
         assert execution_host_segment(execution_id=run.pk, host=host) is True

@@ -16,7 +16,7 @@ from agents.models import AgentVersion
 from executions import tasks
 from executions.models import Execution, ExecutionStep
 from executions.routing import router_build
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from rivercore.llm import LLMReply
 from rivercore.router import ProviderConfig
 from rivercore.runner import Engine, new_state, response_build
@@ -138,7 +138,7 @@ def queued(monkeypatch):
 def test_a_durable_run_past_its_agents_timeout_ends_timeout(workspace, owner, queued):
     agent = make_agent(workspace=workspace, owner=owner, tools=["execute_query"],
                        model_config={"run_timeout_seconds": 60})
-    execution = execution_start(agent=agent, user=owner, input_prompt="go")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="go"))
     Execution.objects.filter(pk=execution.pk).update(started_at=timezone.now() - timedelta(seconds=90))
     llm = ScriptedLLM([])
 

@@ -30,7 +30,7 @@ def test_run_returns_202_and_queues_after_commit(agent, member, api_client_for, 
     assert execution.status == "queued" and execution.trigger_payload == {"k": 1}
     # The run stores its context by reference; the request is built from it when loaded.
     assert set(execution.context) == {"triggered_at"}
-    from executions.services.start import request_build
+    from executions.services.load import request_build
 
     request = request_build(execution)
     assert request.agent_config.name == agent.name and request.trigger_context.trigger_payload == {"k": 1}
@@ -71,9 +71,9 @@ def test_an_org_admin_runs_without_a_workspace_membership_and_a_member_elsewhere
 
 
 def test_outsider_gets_404_everywhere(agent, owner, outsider, api_client_for):
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
 
-    execution = execution_start(agent=agent, user=owner, input_prompt="x")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="x"))
     client = api_client_for(outsider)
     assert client.post(f"/api/v1/agents/{agent.pk}/run", {}, format="json").status_code == 404
     for path in (f"/api/v1/executions/{execution.pk}/", f"/api/v1/executions/{execution.pk}/events/"):
@@ -84,9 +84,9 @@ def test_outsider_gets_404_everywhere(agent, owner, outsider, api_client_for):
 
 
 def test_detail_lists_steps_and_events_replay_after_a_seq(agent, owner, api_client_for):
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
 
-    execution = execution_start(agent=agent, user=owner, input_prompt="x")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="x"))
     execution_run_segment(execution_id=execution.pk,
                           llm=ScriptedLLM([tool_reply("test_echo", {"text": "a"}), text_reply("done")]))
     client = api_client_for(owner)
@@ -101,9 +101,9 @@ def test_detail_lists_steps_and_events_replay_after_a_seq(agent, owner, api_clie
 
 
 def test_cancel_and_cancel_again(agent, owner, api_client_for):
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
 
-    execution = execution_start(agent=agent, user=owner, input_prompt="x")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="x"))
     client = api_client_for(owner)
     assert client.post(f"/api/v1/executions/{execution.pk}/cancel").json()["status"] == "cancelled"
     again = client.post(f"/api/v1/executions/{execution.pk}/cancel")
@@ -111,9 +111,9 @@ def test_cancel_and_cancel_again(agent, owner, api_client_for):
 
 
 def test_respond_validates_options_and_resumes(agent, owner, api_client_for):
-    from executions.services import execution_start
+    from executions.services import execution_start, person_run_request
 
-    execution = execution_start(agent=agent, user=owner, input_prompt="x")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="x"))
     question = {"interaction_type": "clarification_request", "message": "Which?", "options": ["A", "B"]}
     assert execution_run_segment(execution_id=execution.pk,
                                  llm=ScriptedLLM([tool_reply("ask_user", question, "q1")])) == "awaiting_interaction"

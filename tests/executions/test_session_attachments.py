@@ -101,7 +101,7 @@ def test_a_follow_up_queries_the_table_an_earlier_message_sent(session, owner, w
     without being named again in the new prompt. A file deleted since is left out."""
     from artifacts.models import Artifact
     from artifacts.services import artifact_delete
-    from executions.services.start import request_build
+    from executions.services.load import request_build
 
     client = api_client_for(owner)
     sales = upload(client, workspace, "sales.csv", SALES_CSV, session=session.pk).json()

@@ -14,7 +14,7 @@ from agents.models import Agent
 from executions import services
 from executions.models import Execution
 from executions.services import sessions
-from executions.services.start import request_build
+from executions.services.load import request_build
 from riverapp.demo import demo_database_path, demo_seed
 
 pytestmark = pytest.mark.django_db(transaction=True)  # tools run in worker threads

@@ -163,7 +163,8 @@ def test_browser_sockets_need_the_session_cookie_and_the_same_origin(session, ow
 
 def test_a_run_outside_the_session_never_reaches_it(session, owner, workspace):
     agent = make_agent(workspace=workspace, owner=owner, name="Other", tools=[])
-    other = services.execution_start(agent=agent, user=owner, input_prompt="Unrelated")
+    other = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Unrelated"))
     assert other.session_id is None
     from tests.factories import ScriptedLLM, text_reply
 

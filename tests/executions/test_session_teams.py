@@ -12,7 +12,7 @@ from agents.services import agent_team_update, agent_version_create, agent_versi
 from executions import services
 from executions.models import Execution, ExecutionEvent, SessionMessage
 from executions.services import sessions
-from executions.services.start import request_build
+from executions.services.load import request_build
 from governance.models import AuditLogEntry
 from tests.executions.durable_support import WRITE
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
@@ -232,7 +232,8 @@ def test_a_team_change_after_the_call_stops_the_hand_off_with_a_reason(session, 
 
 def test_outside_a_session_transfer_is_refused(workspace, owner, team):
     root = team[0]
-    execution = services.execution_start(agent=root, user=owner, input_prompt="Hi")
+    execution = services.execution_start(agent=root, request=services.person_run_request(
+        agent=root, user=owner, prompt="Hi"))
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([
         transfer("Billing"), text_reply("Done.")]))
     execution.refresh_from_db()

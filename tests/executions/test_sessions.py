@@ -13,7 +13,7 @@ from artifacts.models import Artifact
 from executions import services
 from executions.models import Execution, ExecutionEvent, Session, SessionMessage
 from executions.services import sessions
-from executions.services.start import request_build
+from executions.services.load import request_build
 from governance.models import ApprovalRequest
 from governance.resolution import approval_resolve
 from tests.executions.durable_support import WRITE

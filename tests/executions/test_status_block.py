@@ -37,7 +37,8 @@ def test_a_paused_run_shows_phase_turn_tokens_tool_and_last_event(workspace, own
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_write"],
                        action_level="act_with_approval", require_approval_for=["durable_write"],
                        model_config={"max_turns": 9, "token_budget": 5000})
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="write w1")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="write w1"))
     llm = ScriptedLLM([tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1",
                                   input_tokens=40, output_tokens=2), text_reply("wrote it")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
@@ -57,7 +58,8 @@ def test_a_paused_run_shows_phase_turn_tokens_tool_and_last_event(workspace, own
 @pytest.mark.django_db
 def test_a_turn_without_a_tool_keeps_the_last_tool_in_the_block(workspace, owner, api_client_for, sent):
     agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="echo then answer")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="echo then answer"))
     llm = ScriptedLLM([tool_reply("test_echo", {"text": "hi"}), text_reply("done")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
 

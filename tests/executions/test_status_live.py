@@ -82,7 +82,8 @@ def test_status_messages_merged_are_the_api_block_through_a_pause_and_a_resume(w
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_slow_read", "durable_write"],
                        action_level="act_with_approval", require_approval_for=["durable_write"],
                        model_config={"max_turns": 9, "token_budget": 5000})
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="read, then write")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="read, then write"))
     llm = ScriptedLLM([
         tool_reply("durable_slow_read", {"marker": "r1"}, call_id="c1", input_tokens=30, output_tokens=3),
         tool_reply("durable_write", {"marker": "w1"}, call_id="c2", input_tokens=40, output_tokens=2),
@@ -117,7 +118,8 @@ def test_a_pause_for_a_question_and_a_cancel_are_pushed_too(workspace, owner, ap
                                                             committed):
     client = api_client_for(owner)
     agent = make_agent(workspace=workspace, owner=owner, tools=["ask_user"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="ask")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="ask"))
     question = {"interaction_type": "clarification_request", "message": "Which?", "options": ["A", "B"]}
     assert committed(services.execution_run_segment, execution_id=execution.pk,
                      llm=ScriptedLLM([tool_reply("ask_user", question, "q1")])) == "awaiting_interaction"

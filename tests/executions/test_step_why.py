@@ -31,7 +31,8 @@ def sent(monkeypatch):
 def governed_run(workspace, owner, org_admin, sent):
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_write"],
                        action_level="act_with_approval", require_approval_for=["durable_write"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="write the marker w1")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="write the marker w1"))
     llm = ScriptedLLM([tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1"), text_reply("wrote it")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
     approval = ApprovalRequest.objects.get(execution_id=execution.pk, status=ApprovalRequest.Status.PENDING)

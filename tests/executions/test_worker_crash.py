@@ -26,7 +26,12 @@ from django.utils import timezone
 from agents.models import AgentMemory
 from executions import tasks
 from executions.models import Execution, ExecutionEvent, ExecutionStep
-from executions.services import execution_start, executions_post_process_missed, executions_requeue_stale
+from executions.services import (
+    execution_start,
+    executions_post_process_missed,
+    executions_requeue_stale,
+    person_run_request,
+)
 from tests.executions.durable_support import (
     TOOL_NAMES,
     ScriptServer,
@@ -193,7 +198,8 @@ def test_killed_workers_resume_without_repeating_a_write(agent, owner, run_env, 
     (tmp_path / "hold-durable_write").touch()
 
     first = workers.start()
-    execution = execution_start(agent=agent, user=owner, input_prompt="read, then write")
+    execution = execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=owner, prompt="read, then write"))
 
     # Kill 1: during the read (nothing about turn 1 is committed yet).
     wait_until(lambda: marker_lines(tmp_path, "durable_slow_read"), "the read to start", workers)
@@ -249,7 +255,7 @@ def test_two_workers_given_the_same_execution_run_it_once(agent, owner, run_env,
     for proc in pair:
         workers.wait_ready(proc)
 
-    execution = execution_start(agent=agent, user=owner, input_prompt="read once")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="read once"))
     wait_until(lambda: marker_lines(tmp_path, "durable_slow_read"), "the read to start", workers)
     holder_pid = marker_lines(tmp_path, "durable_slow_read")[0].split()[2]
     duplicate = tasks.run_segment.apply_async(args=[execution.pk], queue=workers.queue)

@@ -46,9 +46,8 @@ def approval_agent(workspace, owner, **overrides):
 
 def start_and_pause(workspace, owner, llm, **agent_options):
     agent = approval_agent(workspace, owner, **agent_options)
-    execution = services.execution_start(
-        agent=agent, user=approval_tools.requester_in(workspace), input_prompt="Refund ticket 7"
-    )
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="Refund ticket 7"))
     services.execution_run_segment(execution_id=execution.pk, llm=llm)
     execution.refresh_from_db()
     return execution
@@ -199,9 +198,8 @@ def test_edit_with_arguments_outside_the_schema_is_refused_naming_the_field(
 
 def test_blocked_write_never_reaches_its_tool_and_the_model_is_told(workspace, owner):
     agent = make_agent(workspace=workspace, owner=owner, tools=[WRITE_TOOL], action_level="read_only")
-    execution = services.execution_start(
-        agent=agent, user=approval_tools.requester_in(workspace), input_prompt="Refund ticket 7"
-    )
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="Refund ticket 7"))
     llm = ScriptedLLM([tool_reply(WRITE_TOOL, PROPOSED, call_id="call_refund"), text_reply("I cannot refund.")])
 
     services.execution_run_segment(execution_id=execution.pk, llm=llm)
@@ -318,7 +316,7 @@ def test_a_broker_outage_while_reminding_does_not_stop_the_expiry_sweep(
         assert governance_tasks.expire_approvals() == 1
 
     assert Execution.objects.get(pk=due.pk).status == Execution.Status.APPROVAL_EXPIRED
-    assert "could not queue the reminder" in caplog.text
+    assert "for the reminder of approval" in caplog.text
 
 
 def test_auto_approve_condition_above_threshold_proceeds_without_pausing(workspace, owner):
@@ -332,9 +330,8 @@ def test_auto_approve_condition_above_threshold_proceeds_without_pausing(workspa
         workspace, owner, tools=[SCORE_TOOL, WRITE_TOOL],
         auto_approve_conditions=[{"tool": WRITE_TOOL, "condition": "confidence_score > 0.95"}],
     )
-    execution = services.execution_start(
-        agent=agent, user=approval_tools.requester_in(workspace), input_prompt="Refund ticket 7"
-    )
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="Refund ticket 7"))
     services.execution_run_segment(execution_id=execution.pk, llm=llm)
     execution.refresh_from_db()
 

@@ -31,9 +31,8 @@ def paused(workspace, owner):
         workspace=workspace, owner=owner, name="Refunder", tools=[WRITE_TOOL], action_level="act_with_approval",
         require_approval_for=[WRITE_TOOL], approver_roles=["admin"],
     )
-    execution = services.execution_start(
-        agent=agent, user=approval_tools.requester_in(workspace), input_prompt="Refund ticket 7"
-    )
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="Refund ticket 7"))
     services.execution_run_segment(
         execution_id=execution.pk, llm=ScriptedLLM([tool_reply(WRITE_TOOL, PROPOSED, call_id="call_refund")])
     )

@@ -30,9 +30,8 @@ def paused_run(workspace, owner, *, approver_roles=("admin", "editor")):
         workspace=workspace, owner=owner, tools=[WRITE_TOOL], action_level="act_with_approval",
         require_approval_for=[WRITE_TOOL], approver_roles=list(approver_roles),
     )
-    execution = services.execution_start(
-        agent=agent, user=approval_tools.requester_in(workspace), input_prompt="Refund ticket 7"
-    )
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="Refund ticket 7"))
     services.execution_run_segment(
         execution_id=execution.pk, llm=ScriptedLLM([tool_reply(WRITE_TOOL, PROPOSED, call_id="call_refund")])
     )

@@ -35,8 +35,8 @@ def _export_run(workspace, owner, source, *, action_level="automated"):
                   policy_type="data_export_limit")
     agent = make_agent(workspace=workspace, owner=owner, tools=["execute_query"], action_level=action_level,
                        data_sources=[source])
-    execution = services.execution_start(agent=agent, user=approval_tools.requester_in(workspace),
-                                         input_prompt="List the tickets")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="List the tickets"))
     outcome = services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([
         tool_reply("execute_query", {"data_source_id": source.pk, "query": QUERY}, call_id="q1")]))
     execution.refresh_from_db()
@@ -101,7 +101,8 @@ def test_a_blocking_export_limit_still_withholds(workspace, owner, sqlite_source
                   conditions={"expression": "rows > 2"}, enforcement="block", policy_type="data_export_limit")
     data_source_discover(data_source=sqlite_source)
     agent = make_agent(workspace=workspace, owner=owner, tools=["execute_query"], data_sources=[sqlite_source])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="List the tickets")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="List the tickets"))
 
     outcome = services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([
         tool_reply("execute_query", {"data_source_id": sqlite_source.pk, "query": QUERY}, call_id="q1"),

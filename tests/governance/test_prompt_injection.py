@@ -36,6 +36,7 @@ from datasources.services import data_source_create, data_source_discover
 from executions import services
 from executions.models import Execution
 from executions.routing import router_build
+from executions.types import RunRequest, TriggerOrigin
 from governance.models import ApprovalRequest, AuditLogEntry, Policy
 from rivercore import runner
 from rivercore.router import ProviderConfig
@@ -245,8 +246,10 @@ def test_injected_instructions_never_write_above_the_agents_level(server, router
     server.respond_with(obeying_model(marker=marker, attack_tool=attack_tool, attack_args=attack_args, reads=reads))
     before = world(setup)
 
-    execution = services.execution_start(agent=agent, user=setup.owner, input_prompt="Handle the new ticket.",
-                                         payload=payload, trigger_type="event", trigger_source="helpdesk")
+    execution = services.execution_start(agent=agent, request=RunRequest(
+        agent_id=agent.pk, prompt="Handle the new ticket.", payload=payload,
+        origin=TriggerOrigin(trigger_id=uuid.uuid4(), trigger_type="event", source="helpdesk", user_id=setup.owner.pk),
+    ))
     services.execution_run_segment(execution_id=execution.pk, llm=router)
 
     execution.refresh_from_db()

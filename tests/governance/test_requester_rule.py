@@ -46,7 +46,7 @@ def _no_broker():
     """No broker: a run's task message is dropped (the test drives the run itself); a
     pipeline's hand-off task runs at once, after the commit that wrote it."""
     approval_tools.reset()
-    with mock.patch("executions.services.queue.task_send", return_value=True), \
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"), \
             mock.patch.object(trigger_tasks.pipeline_handoff, "delay",
                               side_effect=lambda handoff_id: trigger_tasks.pipeline_handoff(handoff_id)):
         yield
@@ -250,7 +250,8 @@ def test_a_pipeline_stage_is_the_upstream_runs_requesters_not_the_stage_triggers
     trigger_create(actor=owner, workspace=workspace, agent=gated, name="after-collect", trigger_type="workflow",
                    prompt="Refund from run {{ payload.upstream.execution_id }}", run_as_role="editor",
                    config={"upstream_agent": str(collect.pk)})
-    upstream = execution_services.execution_start(agent=collect, user=editor, input_prompt="Collect refunds")
+    upstream = execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=editor, prompt="Collect refunds"))
     execution_services.execution_run_segment(execution_id=upstream.pk,
                                              llm=ScriptedLLM([text_reply("Ticket 7 needs a refund.")]))
     with django_capture_on_commit_callbacks(execute=True):
@@ -344,7 +345,8 @@ def test_the_run_page_and_the_card_show_the_requester_and_the_identity_it_acts_a
 
 
 def test_a_run_the_person_started_by_hand_shows_no_acting_as(gated, editor):
-    execution = execution_services.execution_start(agent=gated, user=editor, input_prompt="Refund 7")
+    execution = execution_services.execution_start(agent=gated, request=execution_services.person_run_request(
+        agent=gated, user=editor, prompt="Refund 7"))
     browser = Client()
     browser.force_login(editor)
 

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def _no_broker():
     approval_tools.reset()
-    with mock.patch("executions.services.queue.task_send", return_value=True):
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         yield
     approval_tools.reset()
 
@@ -49,7 +49,8 @@ def test_a_delegated_run_answers_to_the_parent_runs_requester(workspace, owner, 
     trigger = trigger_create(actor=owner, workspace=workspace, agent=coordinator, name="after-collect",
                              trigger_type="workflow", prompt="Handle {{ payload.upstream.summary }}",
                              run_as_role="editor", config={"upstream_agent": str(collect.pk)})
-    upstream = execution_services.execution_start(agent=collect, user=editor, input_prompt="Collect tickets")
+    upstream = execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=editor, prompt="Collect tickets"))
     execution_services.execution_run_segment(execution_id=upstream.pk, llm=ScriptedLLM([text_reply("Ticket 7.")]))
     with mock.patch.object(trigger_tasks.pipeline_handoff, "delay",
                            side_effect=lambda handoff_id: trigger_tasks.pipeline_handoff(handoff_id)):

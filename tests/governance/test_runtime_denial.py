@@ -28,7 +28,8 @@ def test_an_unevaluable_policy_blocks_the_call_and_the_decision_is_audited(works
     policy_create(actor=owner, scope="workspace", workspace_id=workspace.pk, name="Note length",
                   conditions={"expression": "args.note > 5"}, enforcement=enforcement, policy_type="content")
     agent = make_agent(workspace=workspace, owner=owner, tools=[WRITE_TOOL], action_level="automated")
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Refund ticket 7")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Refund ticket 7"))
 
     outcome = services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([
         tool_reply(WRITE_TOOL, {"ticket_id": 7, "amount": 40.0, "note": "a string, not a number"}, call_id="w"),
@@ -51,8 +52,8 @@ def test_a_stored_auto_approve_condition_that_fails_the_rules_still_asks_a_human
     # Written straight to the row, as a version saved before save-time validation existed would be.
     rules = {**version.approval_rules, "auto_approve_conditions": [{"tool": WRITE_TOOL, "condition": condition}]}
     AgentVersion.objects.filter(pk=version.pk).update(approval_rules=rules)
-    execution = services.execution_start(agent=agent, user=approval_tools.requester_in(workspace),
-                                         input_prompt="Refund ticket 7")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="Refund ticket 7"))
 
     outcome = services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([
         tool_reply(WRITE_TOOL, {"ticket_id": 7, "amount": 40.0}, call_id="w")]))
@@ -67,8 +68,8 @@ def test_a_stored_auto_approve_condition_that_fails_the_rules_still_asks_a_human
 def test_a_write_missing_from_require_approval_for_still_pauses(workspace, owner):
     agent = make_agent(workspace=workspace, owner=owner, tools=[WRITE_TOOL], action_level="act_with_approval",
                        require_approval_for=[])
-    execution = services.execution_start(agent=agent, user=approval_tools.requester_in(workspace),
-                                         input_prompt="Refund ticket 7")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="Refund ticket 7"))
 
     outcome = services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([
         tool_reply(WRITE_TOOL, {"ticket_id": 7, "amount": 40.0}, call_id="w")]))

@@ -44,7 +44,8 @@ def paused_run_started_by(starter, workspace, owner, *, via_api_client=None):
         assert response.status_code == 202, response.content
         execution = Execution.objects.get(pk=response.json()["execution_id"])
     else:
-        execution = services.execution_start(agent=agent, user=starter, input_prompt="Refund ticket 7")
+        execution = services.execution_start(agent=agent, request=services.person_run_request(
+            agent=agent, user=starter, prompt="Refund ticket 7"))
     services.execution_run_segment(
         execution_id=execution.pk, llm=ScriptedLLM([tool_reply(WRITE_TOOL, PROPOSED, call_id="call_refund")])
     )

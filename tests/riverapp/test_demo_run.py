@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 
 from agents.models import Agent
 from executions.models import Execution
-from executions.services import execution_run_segment, execution_start
+from executions.services import execution_run_segment, execution_start, person_run_request
 from governance.models import ApprovalRequest
 from governance.resolution import approval_resolve
 from riverapp.demo import demo_database_path, demo_seed
@@ -39,7 +39,7 @@ def test_analyst_answers_the_question_with_a_real_query(demo):
     expected = _expected_count()
     assert expected > 0
     agent = Agent.objects.get(name="Support Analyst")
-    execution = execution_start(agent=agent, user=demo, input_prompt=QUESTION)
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=demo, prompt=QUESTION))
     assert execution_run_segment(execution_id=execution.pk) == "success"
     execution.refresh_from_db()
     tools = list(execution.steps.filter(step_type="tool_call").values_list("tool_name", flat=True))
@@ -60,9 +60,8 @@ def test_analyst_answers_the_question_with_a_real_query(demo):
 def test_support_agent_write_back_meets_the_approval_gate_and_runs_once_approved(demo):
     expected = _expected_count()
     agent = Agent.objects.get(name="L1 Support Specialist")
-    execution = execution_start(
-        agent=agent, user=demo, input_prompt="Close the open high-priority tickets created in the last 24 hours"
-    )
+    execution = execution_start(agent=agent, request=person_run_request(
+        agent=agent, user=demo, prompt="Close the open high-priority tickets created in the last 24 hours"))
     assert execution_run_segment(execution_id=execution.pk) == "awaiting_approval"
     approval = ApprovalRequest.objects.get(execution_id=execution.pk)
     assert approval.tool_name == "write_back"
@@ -87,7 +86,7 @@ def test_an_answered_question_is_classified_again_and_the_run_completes(demo):
     answer to its question names the data, so it classifies again and has the turns of
     a data question to answer it."""
     agent = Agent.objects.get(name="L1 Support Specialist")
-    execution = execution_start(agent=agent, user=demo, input_prompt="hello there")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=demo, prompt="hello there"))
     assert execution_run_segment(execution_id=execution.pk) == "awaiting_interaction"
     execution.refresh_from_db()
     from executions.services import execution_respond

@@ -122,7 +122,8 @@ def test_pages_work_in_chromium_without_a_csp_violation_or_a_missing_resource(li
         workspace=workspace, owner=owner, name="Refunder", tools=[WRITE_TOOL], action_level="act_with_approval",
         require_approval_for=[WRITE_TOOL], approver_roles=["admin"],
     )
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Refund ticket 7")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Refund ticket 7"))
     services.execution_run_segment(
         execution_id=execution.pk, llm=ScriptedLLM([tool_reply(WRITE_TOOL, {"ticket_id": 7, "amount": 40.0})])
     )

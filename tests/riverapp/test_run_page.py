@@ -37,7 +37,8 @@ def queued_segments():
 @pytest.fixture
 def asking(workspace, owner, queued_segments):
     agent = make_agent(workspace=workspace, owner=owner, name="Asker", tools=["ask_user"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Help me")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Help me"))
     assert services.execution_run_segment(
         execution_id=execution.pk, llm=ScriptedLLM([tool_reply("ask_user", QUESTION, "q1")])) == "awaiting_interaction"
     execution.refresh_from_db()
@@ -84,7 +85,8 @@ def test_a_run_claimed_while_the_page_renders_shows_its_new_status(workspace, ow
     from riverapp import pages_run
 
     agent = make_agent(workspace=workspace, owner=owner, name="Claimed")
-    run = services.execution_start(agent=agent, user=owner, input_prompt="Go")
+    run = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Go"))
     read_events = pages_run._events
 
     def claimed_meanwhile(execution):

@@ -170,12 +170,14 @@ def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider
     )
     draft = make_agent(workspace=workspace, owner=owner, name="Draft", status="draft")
     theirs = make_agent(workspace=other_workspace, owner=outsider, name="Theirs")
-    execution = execution_services.execution_start(agent=ours, user=owner, input_prompt="Refund ticket 7")
+    execution = execution_services.execution_start(agent=ours, request=execution_services.person_run_request(
+        agent=ours, user=owner, prompt="Refund ticket 7"))
     execution_services.execution_run_segment(
         execution_id=execution.pk,
         llm=ScriptedLLM([tool_reply(WRITE_TOOL, {"ticket_id": 7, "amount": 40.0}, call_id="call_refund")]),
     )
-    their_run = execution_services.execution_start(agent=theirs, user=outsider, input_prompt="hello")
+    their_run = execution_services.execution_start(agent=theirs, request=execution_services.person_run_request(
+        agent=theirs, user=outsider, prompt="hello"))
     sources = [
         DataSource.objects.create(workspace=workspace, name="Ours", type="sqlite", connection_config={"path": "f.db"}),
         DataSource.objects.create(

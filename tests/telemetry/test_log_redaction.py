@@ -129,7 +129,8 @@ def test_no_secret_reaches_any_log_line_from_real_failures(
     # 1. A run whose model client fails with an error echoing its key, a data source DSN
     #    and request headers: the segment crashes and logs the traceback.
     agent = make_agent(workspace=workspace, owner=owner)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="hi")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="hi"))
     failure = RuntimeError(
         f"provider rejected key {LLM_KEY} ({PROVIDER_KEY}); while reading "
         f"postgresql://river:{DB_PASSWORD}@127.0.0.1:1/app with "

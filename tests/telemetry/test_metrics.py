@@ -54,7 +54,8 @@ def test_a_real_run_records_001_families_and_river_run_metrics(client, open_metr
     agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo"])
     agent_id = str(agent.pk)
     before = scrape(client)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Echo it")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Echo it"))
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM(
         [tool_reply("test_echo", {"text": "hi"}), text_reply("Done.", cost_usd=0.25)]))
     with django_capture_on_commit_callbacks(execute=True):

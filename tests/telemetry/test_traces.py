@@ -65,8 +65,8 @@ def test_a_run_paused_for_approval_and_resumed_in_another_task_is_one_trace(
     agent = make_agent(workspace=workspace, owner=owner, tools=[WRITE_TOOL], action_level="act_with_approval",
                        require_approval_for=[WRITE_TOOL], approver_roles=["admin", "editor"])
     llm = ScriptedLLM([tool_reply(WRITE_TOOL, PROPOSED, call_id="call_refund"), text_reply("Refunded 40 EUR.")])
-    execution = services.execution_start(agent=agent, user=approval_tools.requester_in(workspace),
-                                         input_prompt="Refund ticket 7")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="Refund ticket 7"))
     assert run_task(execution.pk, llm) == "awaiting_approval"
     execution.refresh_from_db()
     assert execution.status == Execution.Status.AWAITING_APPROVAL
@@ -144,7 +144,8 @@ def test_a_retried_tool_has_a_retry_span_per_failed_attempt_under_its_dispatch(e
     engine_support.FLAKY_FAILURES["left"] = 2
     agent = make_agent(workspace=workspace, owner=owner, tools=["test_flaky"])
     llm = ScriptedLLM([tool_reply("test_flaky", {"text": "x"}), text_reply("done")])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Try it")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Try it"))
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
 
     spans = exporter.get_finished_spans()
@@ -163,7 +164,8 @@ def test_tracing_is_off_by_default_no_provider_no_observer_no_spans(workspace, o
     assert not isinstance(trace.get_tracer_provider(), TracerProvider)  # the API's no-op proxy
     assert "traces" not in observe._observers
     agent = make_agent(workspace=workspace, owner=owner, tools=[])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Hello")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Hello"))
     assert services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("hi")])) == "success"
     execution.refresh_from_db()
     assert execution.traceparent == ""
@@ -224,8 +226,8 @@ def test_an_otlp_endpoint_installs_the_exporting_provider_and_the_standard_instr
 def _paused_write(workspace, owner):
     agent = make_agent(workspace=workspace, owner=owner, tools=[WRITE_TOOL], action_level="act_with_approval",
                        require_approval_for=[WRITE_TOOL], approver_roles=["admin", "editor"])
-    execution = services.execution_start(agent=agent, user=approval_tools.requester_in(workspace),
-                                         input_prompt="Refund ticket 7")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=approval_tools.requester_in(workspace), prompt="Refund ticket 7"))
     llm = ScriptedLLM([tool_reply(WRITE_TOOL, PROPOSED, call_id="call_refund")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"
     execution.refresh_from_db()
@@ -284,7 +286,8 @@ def test_a_verdict_rolled_back_leaves_no_span(exporter, workspace, owner, django
 def test_a_delegated_runs_trace_hangs_under_the_parent_turn_that_started_it(exporter, workspace, owner):
     coordinator = make_agent(workspace=workspace, owner=owner, name="Coordinator", tools=["delegate_to_agent"])
     make_agent(workspace=workspace, owner=owner, name="Researcher", tools=[])
-    parent = services.execution_start(agent=coordinator, user=owner, input_prompt="Prepare the report")
+    parent = services.execution_start(agent=coordinator, request=services.person_run_request(
+        agent=coordinator, user=owner, prompt="Prepare the report"))
     delegate = tool_reply("delegate_to_agent", {"agent": "Researcher", "task": "Find churn"}, "d1")
     assert services.execution_run_segment(execution_id=parent.pk, llm=ScriptedLLM([delegate])) == "awaiting_child"
     child = Execution.objects.get(parent_execution_id=parent.pk)

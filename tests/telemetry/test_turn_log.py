@@ -81,7 +81,8 @@ def test_a_governed_run_writes_one_line_per_turn_with_every_field(workspace, own
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_slow_read", "durable_write"],
                        action_level="act_with_approval", require_approval_for=["durable_write"])
     approver = _approver(workspace)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="read then write")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="read then write"))
     llm = ScriptedLLM([
         tool_reply("durable_slow_read", {"marker": "r1"}, call_id="call_r1", input_tokens=120, output_tokens=7),
         tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1", input_tokens=150, output_tokens=9),
@@ -123,7 +124,8 @@ def test_the_turn_line_carries_the_active_span_ids(workspace, owner, sent, logs_
 
     buffer = logs_as("json")
     agent = make_agent(workspace=workspace, owner=owner)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="hello")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="hello"))
     tracer = TracerProvider().get_tracer("test")
     with tracer.start_as_current_span("outer") as span:
         services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("hi")]))
@@ -146,7 +148,8 @@ def test_a_turn_of_parallel_tool_calls_is_one_line_describing_every_call(workspa
     buffer = logs_as("json")
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_slow_read", "durable_write"],
                        action_level="act_with_approval", require_approval_for=["durable_write"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="read twice, then write")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="read twice, then write"))
     llm = ScriptedLLM([
         _parallel_reply(("c1", "durable_slow_read", {"marker": "r1"}), ("c2", "durable_slow_read", {"marker": "r2"}),
                         ("c3", "durable_write", {"marker": "w1"})),
@@ -173,7 +176,8 @@ def test_a_turn_of_parallel_tool_calls_is_one_line_describing_every_call(workspa
 def test_a_turn_without_a_tool_has_an_empty_tool_calls_list(workspace, owner, sent, logs_as):
     buffer = logs_as("json")
     agent = make_agent(workspace=workspace, owner=owner)
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="hello")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="hello"))
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("hi")]))
     (line,) = _turn_lines(buffer)
     assert line["tool_called"] is None and line["tool_calls"] == []
@@ -194,7 +198,8 @@ def test_with_tracing_on_the_turn_line_names_the_runs_turn_span(workspace, owner
     traces.traces_enable(provider)
     try:
         agent = make_agent(workspace=workspace, owner=owner, tools=["durable_slow_read"])
-        execution = services.execution_start(agent=agent, user=owner, input_prompt="read")
+        execution = services.execution_start(agent=agent, request=services.person_run_request(
+            agent=agent, user=owner, prompt="read"))
         # The task's own span (another trace) is active: the line still joins the run's trace.
         with provider.get_tracer("task").start_as_current_span("celery task"):
             services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([

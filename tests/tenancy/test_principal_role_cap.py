@@ -94,7 +94,7 @@ def test_a_claimed_run_of_a_trigger_reads_the_cap_at_its_segment(owner, workspac
     """The worker's claim loads a run with hand-written SQL; its request's roles are capped
     there too, as they are when the claim happens, not when the run was queued."""
     from executions.services.claim import execution_claim_load
-    from executions.services.start import user_context_build
+    from executions.services.load import user_context_build
     from tests.factories import make_agent
     from triggers.services import trigger_create, trigger_fire
 

@@ -11,7 +11,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from tenancy.models import Membership, Workspace
 from tests.factories import make_agent
 from triggers.apikeys import api_key_issue, api_key_revoke
@@ -230,7 +230,7 @@ def test_the_limit_holds_under_concurrent_requests(owner, workspace, active_agen
         finally:
             connection.close()
 
-    with mock.patch("executions.services.queue.task_send", return_value=True):
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         threads = [threading.Thread(target=call) for _ in range(12)]
         for thread in threads:
             thread.start()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from executions.services import execution_start
+from executions.services import execution_start, person_run_request
 from triggers.services import trigger_fire
 
 pytestmark = pytest.mark.django_db
@@ -21,6 +21,7 @@ def test_the_api_and_the_run_page_name_the_trigger(api_client_for, owner, client
 
 
 def test_a_persons_run_has_no_trigger_id(api_client_for, owner, active_agent):
-    execution = execution_start(agent=active_agent, user=owner, input_prompt="hi")
+    execution = execution_start(agent=active_agent, request=person_run_request(
+        agent=active_agent, user=owner, prompt="hi"))
     data = api_client_for(owner).get(f"/api/v1/executions/{execution.pk}/").json()
     assert data["trigger"] == {"id": None, "type": "manual", "source": "ui"}

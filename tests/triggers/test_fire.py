@@ -11,7 +11,7 @@ from django.db import connection
 
 from agents.models import Agent
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from tests.factories import make_agent
 from triggers.models import TriggerFiring
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
@@ -126,7 +126,7 @@ def test_two_schedulers_racing_on_one_slot_start_one_run(make_trigger):
         finally:
             connection.close()
 
-    with mock.patch("executions.services.queue.task_send", return_value=True):
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         threads = [threading.Thread(target=fire) for _ in range(4)]
         for thread in threads:
             thread.start()

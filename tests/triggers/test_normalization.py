@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from standardwebhooks.webhooks import Webhook
 
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from triggers.apikeys import api_key_issue
 from triggers.services import trigger_create
 from triggers.webhooks import webhook_endpoint_create
@@ -76,7 +76,8 @@ def test_scheduled_threshold_and_workflow_runs_share_the_same_request_shape(
     from triggers.pipelines import pipeline_handoff_process
     from triggers.schedule import schedule_slot_fire
 
-    person = execution_services.execution_start(agent=active_agent, user=owner, input_prompt="Look at ticket 1")
+    person = execution_services.execution_start(agent=active_agent, request=execution_services.person_run_request(
+        agent=active_agent, user=owner, prompt="Look at ticket 1"))
     scheduled = make_trigger(name="Daily", trigger_type="scheduled", prompt="Look at ticket 1",
                              config={"cron": "* * * * *", "timezone": "Europe/Berlin"})
     schedule_slot_fire(trigger_id=scheduled.pk)
@@ -89,7 +90,8 @@ def test_scheduled_threshold_and_workflow_runs_share_the_same_request_shape(
     upstream_agent = make_agent(workspace=workspace, owner=owner, name="Collector")
     make_trigger(name="Next", trigger_type="workflow", prompt="Look at ticket 1",
                  config={"upstream_agent": str(upstream_agent.pk), "on_statuses": ["completed"]})
-    upstream = execution_services.execution_start(agent=upstream_agent, user=owner, input_prompt="Collect")
+    upstream = execution_services.execution_start(agent=upstream_agent, request=execution_services.person_run_request(
+        agent=upstream_agent, user=owner, prompt="Collect"))
     execution_services.execution_run_segment(execution_id=upstream.pk, llm=ScriptedLLM([text_reply("Collected.")]))
     with django_capture_on_commit_callbacks(execute=False):
         execution_services.execution_post_process(execution_id=upstream.pk)

@@ -22,7 +22,7 @@ REPORT = "region,revenue\nNorth,220\nEast,200\nSouth,80\n"
 
 @pytest.fixture(autouse=True)
 def synchronous():
-    with mock.patch("executions.services.queue.task_send", return_value=True), \
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"), \
             mock.patch.object(tasks.pipeline_handoff, "delay",
                               side_effect=lambda handoff_id: tasks.pipeline_handoff(handoff_id)):
         yield
@@ -36,7 +36,8 @@ def test_a_saved_file_is_handed_on_by_reference(workspace, owner, make_trigger, 
                         "({{ payload.upstream.artifacts.0.name }}).",
                  config={"upstream_agent": str(collect.pk)})
 
-    first = execution_services.execution_start(agent=collect, user=owner, input_prompt="Collect revenue")
+    first = execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="Collect revenue"))
     execution_services.execution_run_segment(execution_id=first.pk, llm=ScriptedLLM([
         tool_reply("save_artifact", {"name": "revenue.csv", "content": REPORT}), text_reply("Saved revenue.csv."),
     ]))

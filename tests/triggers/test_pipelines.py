@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from executions import services as execution_services
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from rivercore.errors import InvalidInput
 from rivercore.llm import LLMError, LLMErrorKind
 from tests.factories import ScriptedLLM, make_agent, text_reply
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db
 def synchronous(django_capture_on_commit_callbacks):
     """No broker: a run's task message is dropped (the test drives the run itself) and
     a hand-off's task runs at once, after the commit that wrote it, as a worker would."""
-    with mock.patch("executions.services.queue.task_send", return_value=True), \
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"), \
             mock.patch.object(tasks.pipeline_handoff, "delay",
                               side_effect=lambda handoff_id: tasks.pipeline_handoff(handoff_id)):
         yield
@@ -69,7 +69,8 @@ def test_a_three_stage_pipeline_runs_end_to_end(agents, owner, make_trigger, dja
     to_analyse = follow(make_trigger, analyse, collect)
     to_report = follow(make_trigger, report, analyse)
 
-    first = execution_services.execution_start(agent=collect, user=owner, input_prompt="Collect the numbers")
+    first = execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="Collect the numbers"))
     drive(first, capture=django_capture_on_commit_callbacks)
     [second] = downstream_runs(analyse)
     assert second.status == "queued"
@@ -102,7 +103,8 @@ def test_a_failed_upstream_does_not_start_a_completed_only_stage(agents, owner, 
     on_success = follow(make_trigger, analyse, collect)
     on_failure = follow(make_trigger, report, collect, name="alert-on-failure", on_statuses=["failed"])
 
-    first = execution_services.execution_start(agent=collect, user=owner, input_prompt="Collect")
+    first = execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="Collect"))
     drive(first, reply=LLMError(LLMErrorKind.PROVIDER_UNAVAILABLE, "down"), capture=django_capture_on_commit_callbacks)
     assert first.status == "failed"
 
@@ -117,7 +119,8 @@ def test_a_disabled_stage_is_not_handed_off(agents, owner, make_trigger, django_
     collect, analyse, _ = agents
     trigger = follow(make_trigger, analyse, collect)
     trigger_update(actor=owner, trigger=trigger, enabled=False)
-    drive(execution_services.execution_start(agent=collect, user=owner, input_prompt="x"),
+    drive(execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="x")),
           capture=django_capture_on_commit_callbacks)
     assert downstream_runs(analyse) == [] and not PipelineHandoff.objects.exists()
 
@@ -126,7 +129,8 @@ def test_post_processing_twice_and_the_handler_twice_start_one_stage(agents, own
                                                                      django_capture_on_commit_callbacks):
     collect, analyse, _ = agents
     follow(make_trigger, analyse, collect)
-    first = drive(execution_services.execution_start(agent=collect, user=owner, input_prompt="x"),
+    first = drive(execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="x")),
                   capture=django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=True):
         assert execution_services.execution_post_process(execution_id=first.pk) is False
@@ -149,7 +153,8 @@ def test_a_failed_hand_off_is_retried_and_starts_the_stage_once(agents, owner, m
     collect, analyse, _ = agents
     trigger = follow(make_trigger, analyse, collect)
     with mock.patch("triggers.services.execution_start", side_effect=OperationalError("database went away")):
-        drive(execution_services.execution_start(agent=collect, user=owner, input_prompt="x"),
+        drive(execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+            agent=collect, user=owner, prompt="x")),
               capture=django_capture_on_commit_callbacks)
     handoff = PipelineHandoff.objects.get()
     assert handoff.done_at is None and handoff.attempts == 1 and "database went away" in handoff.last_error
@@ -168,7 +173,8 @@ def test_a_hand_off_whose_task_message_was_lost_is_picked_up_by_the_retry_pass(
     collect, analyse, _ = agents
     follow(make_trigger, analyse, collect)
     with mock.patch.object(tasks.pipeline_handoff, "delay", side_effect=ConnectionError("broker down")):
-        drive(execution_services.execution_start(agent=collect, user=owner, input_prompt="x"),
+        drive(execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+            agent=collect, user=owner, prompt="x")),
               capture=django_capture_on_commit_callbacks)
     assert downstream_runs(analyse) == [] and PipelineHandoff.objects.get().done_at is None
 
@@ -180,7 +186,8 @@ def test_a_hand_off_that_keeps_failing_is_recorded_as_an_error_in_the_end(agents
                                                                          django_capture_on_commit_callbacks):
     collect, analyse, _ = agents
     trigger = follow(make_trigger, analyse, collect)
-    drive_start = execution_services.execution_start(agent=collect, user=owner, input_prompt="x")
+    drive_start = execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="x"))
     with mock.patch("triggers.services.execution_start", side_effect=OperationalError("still down")):
         drive(drive_start, capture=django_capture_on_commit_callbacks)
         PipelineHandoff.objects.update(attempts=10)
@@ -195,7 +202,8 @@ def test_a_stage_beyond_the_depth_limit_is_skipped(agents, owner, make_trigger, 
     collect, analyse, report = agents
     follow(make_trigger, analyse, collect)
     beyond = follow(make_trigger, report, analyse)
-    drive(execution_services.execution_start(agent=collect, user=owner, input_prompt="x"),
+    drive(execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="x")),
           capture=django_capture_on_commit_callbacks)
     [second] = downstream_runs(analyse)
     drive(second, capture=django_capture_on_commit_callbacks)
@@ -263,7 +271,8 @@ def test_firings_of_a_workflow_trigger_are_listed(agents, owner, make_trigger, a
                                                  django_capture_on_commit_callbacks):
     collect, analyse, _ = agents
     trigger = follow(make_trigger, analyse, collect)
-    drive(execution_services.execution_start(agent=collect, user=owner, input_prompt="x"),
+    drive(execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="x")),
           capture=django_capture_on_commit_callbacks)
     url = f"/api/v1/triggers/{trigger.pk}/firings/"
     body = api_client_for(owner).get(url).json()

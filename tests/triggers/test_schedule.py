@@ -16,7 +16,7 @@ from django.test import override_settings
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from triggers import tasks
 from triggers.models import TriggerFiring
 from triggers.schedule import TASK_NAME, periodic_task_name, schedule_slot_fire, schedule_slot_latest
@@ -179,7 +179,7 @@ def test_two_beats_sending_the_same_slot_at_once_start_one_run(make_trigger):
 
     # One clock for all four, so a minute boundary cannot fall between them.
     frozen = datetime.now(UTC).replace(second=20)
-    with mock.patch("executions.services.queue.task_send", return_value=True), \
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"), \
             mock.patch("django.utils.timezone.now", return_value=frozen):
         threads = [threading.Thread(target=worker) for _ in range(4)]
         for thread in threads:

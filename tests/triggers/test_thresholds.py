@@ -13,7 +13,7 @@ from django.db import connection
 from django.test import override_settings
 
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from triggers import tasks
 from triggers.metrics import MAX_SAMPLES, metrics_ingest
 from triggers.models import MetricSample, TriggerFiring
@@ -36,7 +36,7 @@ def clock():
     """Server time, moved by the test (ingest, windows and cooldown all read it)."""
     fake = Clock(T0)
     with mock.patch("django.utils.timezone.now", fake), \
-            mock.patch("executions.services.queue.task_send", return_value=True):
+            mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         yield fake
 
 
@@ -157,7 +157,7 @@ def test_concurrent_ingests_of_a_breach_fire_once(workspace, cpu_trigger):
         finally:
             connection.close()
 
-    with mock.patch("executions.services.queue.task_send", return_value=True):
+    with mock.patch("executions.tasks.run_segment.delay"), mock.patch("executions.tasks.post_process.delay"):
         threads = [threading.Thread(target=ingest) for _ in range(4)]
         for thread in threads:
             thread.start()

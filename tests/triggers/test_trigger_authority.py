@@ -7,7 +7,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from governance.models import Notification
 from governance.notifications import TRIGGER_OWNER_REMOVED
 from tenancy.models import Membership, OrganizationMember

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from common.crypto import decrypt_text
 from executions.models import Execution
-from executions.services.start import request_build
+from executions.services.load import request_build
 from tests.factories import make_agent
 from triggers import webhooks
 from triggers.models import TriggerFiring, WebhookEndpoint, WebhookScheme
