@@ -14,16 +14,12 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 
 from executions.models import Execution
+from executions.services.load import execution_for_segment, request_build
 from governance.models import ApprovalRequest, AuditLogEntry
 from tenancy.models import Membership
 from tenancy.permissions import AGENT_EXECUTE, ROLE_ORDER, permissions_for_role
 from tests.governance import approval_tools
 from tests.governance.test_requester_rule import resolve
-
-try:  # the segment's loader may move out of start.py
-    from executions.services.load import execution_for_segment, request_build
-except ImportError:  # pragma: no cover - where it is on this branch
-    from executions.services.start import execution_for_segment, request_build
 
 APPROVER_ROLES = ("admin", "editor")  # the gated agents' approver roles
 

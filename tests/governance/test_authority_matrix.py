@@ -23,6 +23,7 @@ from standardwebhooks.webhooks import Webhook
 
 from executions import services as execution_services
 from executions.models import Execution
+from executions.services.start import person_run_request
 from governance.models import Notification
 from governance.notifications import TRIGGER_OWNER_REMOVED
 from tenancy.models import Membership
@@ -277,7 +278,8 @@ def test_pipeline_run_holds_the_persons_current_role_and_never_their_approval(
                              run_as_role=cell.role, config={"upstream_agent": str(collect.pk)})
 
     def collect_run(by):
-        upstream = execution_services.execution_start(agent=collect, user=by, input_prompt="Collect refunds")
+        upstream = execution_services.execution_start(
+            request=person_run_request(agent=collect, user=by, prompt="Collect refunds"), agent=collect)
         execution_services.execution_run_segment(execution_id=upstream.pk,
                                                  llm=ScriptedLLM([text_reply("Ticket 7 needs a refund.")]))
         with django_capture_on_commit_callbacks(execute=True):

@@ -15,6 +15,7 @@ from agents.services import agent_team_update
 from executions import services as execution_services
 from executions.models import Execution
 from executions.services import sessions
+from executions.services.start import person_run_request
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 from tests.governance import approval_tools
 from tests.governance.approval_tools import WRITE_TOOL
@@ -50,7 +51,8 @@ def test_delegation_run_holds_the_persons_current_role_and_never_their_approval(
     _gated(workspace, owner)
     coordinator = make_agent(workspace=workspace, owner=owner, name="Coordinator", tools=["delegate_to_agent"],
                              action_level="act_with_approval")
-    parent = execution_services.execution_start(agent=coordinator, user=person, input_prompt="Refund ticket 7")
+    parent = execution_services.execution_start(
+        request=person_run_request(agent=coordinator, user=person, prompt="Refund ticket 7"), agent=coordinator)
     delegated = tool_reply("delegate_to_agent", {"agent": "Refunds", "task": "Refund ticket 7"}, "d1")
     status = execution_services.execution_run_segment(execution_id=parent.pk, llm=ScriptedLLM([delegated]))
     assert status == Execution.Status.AWAITING_CHILD
