@@ -351,6 +351,8 @@ def trigger_fire(
         return trigger_firing_skip(trigger=trigger, source=source, reason=skip[0], detail=skip[1], payload=payload,
                                    dedupe_key=dedupe_key, fired_at=now)
     run_as = user if user is not None else trigger.run_as.user
+    if requester is None:  # a person who fired it answers for it; else the trigger's responsible person
+        requester = user if user is not None else trigger.run_as.responsible
     firing = TriggerFiring(trigger=trigger, source=source[:100], outcome=TriggerFiring.Outcome.STARTED,
                            payload_bytes=size, fired_at=now, dedupe_key=dedupe_key)
     try:

@@ -152,7 +152,8 @@ class AgentRunView(APIView):
         execution = services.execution_start(agent=agent, request=RunRequest(
             agent_id=agent.pk, prompt=body.validated_data["input_prompt"], payload=body.validated_data["payload"],
             attachments=body.validated_data["artifacts"],
-            origin=PersonOrigin(user_id=request.user.pk, source="api" if request.auth is not None else "ui"),
+            origin=PersonOrigin(user_id=request.user.pk, requester_id=request.user.pk,
+                                source="api" if request.auth is not None else "ui"),
         ))
         return Response({"execution_id": execution.pk, "status": execution.status}, status=status.HTTP_202_ACCEPTED)
 

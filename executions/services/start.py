@@ -170,9 +170,11 @@ def execution_start(*, request: RunRequest, agent: Agent | None = None) -> Execu
 
 def person_run_request(*, agent: Agent, user, prompt: str = "", payload=None, attachments=(),
                        source: str = "ui") -> RunRequest:
-    """The request of a run someone starts by hand (a page, the API, a script)."""
+    """The request of a run someone starts by hand (a page, the API, a script): that person
+    is its requester (a trigger's service identity never signs in, so never starts one)."""
+    user_id = user.pk if user is not None else None
     return RunRequest(agent_id=agent.pk, prompt=prompt, payload=payload, attachments=list(attachments),
-                      origin=PersonOrigin(user_id=user.pk if user is not None else None, source=source))
+                      origin=PersonOrigin(user_id=user_id, requester_id=user_id, source=source))
 
 
 def _security_event(execution: Execution, agent: Agent, detections: list[dict]) -> None:
