@@ -2,14 +2,16 @@
 offline planner through litellm, the engine, the tools and the approval gate."""
 
 import sqlite3
+from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 
 from agents.models import Agent
 from executions.models import Execution
 from executions.services import execution_run_segment, execution_start, person_run_request
-from governance.models import ApprovalRequest
+from governance.models import ApprovalRequest, AuditLogEntry
 from governance.resolution import approval_resolve
 from riverapp.demo import demo_database_path, demo_seed
 from rivercore.errors import PermissionDenied
@@ -100,3 +102,49 @@ def test_an_answered_question_is_classified_again_and_the_run_completes(demo):
     with sqlite3.connect(demo_database_path()) as db:
         tickets = db.execute("SELECT COUNT(*) FROM tickets").fetchone()[0]
     assert execution.status == Execution.Status.COMPLETED and f"Answer: {tickets}" in execution.result["summary"]
+
+
+CLOSE_PROMPT = "Close the open high-priority tickets created in the last 24 hours"
+
+
+def _walk_through(admin) -> tuple[Execution, ApprovalRequest]:
+    """The README's approval walk-through: the admin starts the specialist, the run
+    pauses on its write-back, the approver approves, the tickets are closed."""
+    expected = _expected_count()
+    assert expected > 0
+    agent = Agent.objects.get(name="L1 Support Specialist")
+    execution = execution_start(agent=agent, request=person_run_request(agent=agent, user=admin, prompt=CLOSE_PROMPT))
+    assert execution_run_segment(execution_id=execution.pk) == "awaiting_approval"
+    approval = ApprovalRequest.objects.get(execution_id=execution.pk)
+    approver = get_user_model().objects.get(username="approver")
+    approval_resolve(user=approver, approval_id=approval.pk, status="approved")
+    assert execution_run_segment(execution_id=execution.pk) == "success"
+    write = execution.steps.get(step_type="observation", tool_name="write_back")
+    assert write.output["result"]["rows_affected"] == expected
+    assert _expected_count() == 0
+    return execution, approval
+
+
+def test_the_approval_walk_through_pauses_again_after_a_restart(demo):
+    first_run, first_approval = _walk_through(demo)
+    # Without a restart there is nothing left to close: the same prompt finds no tickets.
+    assert _expected_count() == 0
+
+    demo_seed()  # what `make run` does on its next start
+    assert _expected_count() >= 5
+    second_run, second_approval = _walk_through(demo)
+    assert second_run.pk != first_run.pk and second_approval.pk != first_approval.pk
+
+    audit = list(AuditLogEntry.objects.order_by("pk").values_list("pk", "entry_hash"))
+    demo_seed()
+    call_command("demo_reset", stdout=StringIO())
+    # History people made stays: both runs, their approvals and the audit trail.
+    runs = Execution.objects.filter(pk__in=[first_run.pk, second_run.pk], status=Execution.Status.COMPLETED)
+    assert runs.count() == 2
+    assert list(AuditLogEntry.objects.order_by("pk").values_list("pk", "entry_hash")) == audit
+    assert set(ApprovalRequest.objects.values_list("pk", "status")) == {
+        (first_approval.pk, "approved"),
+        (second_approval.pk, "approved"),
+    }
+    assert AuditLogEntry.objects.filter(execution_id=second_run.pk).exists()
+    _walk_through(demo)  # and after a reset, a third time

@@ -1,15 +1,27 @@
 import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.utils import timezone
 
 from agents.models import Agent
 from datasources.models import DataSource
 from governance.models import WorkspaceSettings
-from riverapp.demo import ANALYST_TOOLS, SPECIALIST_TOOLS, demo_database_build, demo_database_path
+from riverapp.demo import (
+    ANALYST_TOOLS,
+    FRESH_TICKETS_MINIMUM,
+    FRESH_TICKETS_TARGET,
+    FRESH_WINDOW,
+    SPECIALIST_TOOLS,
+    TICKET_TOPICS,
+    demo_database_build,
+    demo_database_path,
+    demo_tickets_top_up,
+)
 from tenancy.models import Membership, Organization, OrganizationMember, Workspace
 
 pytestmark = pytest.mark.django_db
@@ -186,3 +198,173 @@ def test_demo_database_is_deterministic_for_a_given_moment(tmp_path):
     assert dump(tmp_path / "a.sqlite3") == dump(tmp_path / "b.sqlite3")
     demo_database_build(path=tmp_path / "c.sqlite3", now=now, seed=7)
     assert dump(tmp_path / "a.sqlite3") != dump(tmp_path / "c.sqlite3")
+
+
+# --- Fresh tickets for the walk-through, and the reset ------------------------------
+
+
+def _rows(path, sql, params=()):
+    with closing(sqlite3.connect(path)) as db:
+        return db.execute(sql, params).fetchall()
+
+
+def _open_high_since(path, moment: datetime) -> int:
+    return _rows(
+        path,
+        "SELECT count(*) FROM tickets WHERE status = 'open' AND priority = 'high' AND created_at >= ?",
+        (moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),),
+    )[0][0]
+
+
+def _close_open_high_tickets(path, *, keep: int = 0) -> None:
+    """What the approved write-back does, leaving the ``keep`` newest open."""
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "UPDATE tickets SET status = 'closed' WHERE status = 'open' AND priority = 'high' AND id NOT IN "
+            "(SELECT id FROM tickets WHERE status = 'open' AND priority = 'high' ORDER BY created_at DESC LIMIT ?)",
+            (keep,),
+        )
+
+
+def _dump(path) -> dict:
+    tables = [name for (name,) in _rows(path, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    return {table: _rows(path, f"SELECT * FROM {table} ORDER BY id") for table in tables}  # noqa: S608
+
+
+def test_repeated_seeding_adds_no_tickets_while_enough_fresh_ones_are_open():
+    seed()
+    path = demo_database_path()
+    before = _dump(path)
+    assert _open_high_since(path, datetime.now(UTC) - FRESH_WINDOW) >= FRESH_TICKETS_MINIMUM
+    for _ in range(3):
+        assert seed().strip() == "Demo already in place; nothing to do."
+    assert _dump(path) == before
+
+
+@pytest.mark.parametrize(("left_open", "added"), [(0, 6), (3, 3), (4, 2), (5, 0)])
+def test_a_seed_after_the_tickets_were_closed_tops_them_up_to_six(left_open, added):
+    seed()
+    path = demo_database_path()
+    _close_open_high_tickets(path, keep=left_open)
+    tickets_before = _rows(path, "SELECT count(*) FROM tickets")[0][0]
+    output = seed()
+    assert _rows(path, "SELECT count(*) FROM tickets")[0][0] == tickets_before + added
+    fresh = _open_high_since(path, datetime.now(UTC) - FRESH_WINDOW)
+    assert fresh == max(left_open, FRESH_TICKETS_TARGET) if added else fresh == left_open
+    assert (f"created {added} open high-priority tickets" in output) is bool(added)
+    assert seed().strip() == "Demo already in place; nothing to do."  # and no second batch
+
+
+def test_topped_up_tickets_are_recent_realistic_and_keep_the_rest():
+    seed()
+    path = demo_database_path()
+    _close_open_high_tickets(path)
+    before = _dump(path)
+    started = datetime.now(UTC).replace(microsecond=0)
+    seed()
+    after = _dump(path)
+    new = after["tickets"][len(before["tickets"]):]
+    assert after["tickets"][: len(before["tickets"])] == before["tickets"]  # nothing rewritten
+    assert after["customers"] == before["customers"] and after["charges"] == before["charges"]
+    customers = {row[0] for row in before["customers"]}
+    subjects = {subject for topic in TICKET_TOPICS.values() for subject, _ in topic}
+    assert len(new) == FRESH_TICKETS_TARGET
+    for _id, customer_id, subject, description, priority, status, _channel, created, updated in new:
+        moment = datetime.strptime(created, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+        assert started - timedelta(hours=2) <= moment <= datetime.now(UTC)
+        assert (priority, status, updated) == ("high", "open", created)
+        assert customer_id in customers and subject in subjects and "{" not in description
+    assert len({row[7] for row in new}) == len(new)  # distinct times, like a real queue
+
+
+def test_walk_through_tickets_outlast_the_seed_by_twelve_hours():
+    """Whatever a seed leaves is still "created in the last 24 hours" half a day later."""
+    seed()
+    path = demo_database_path()
+    for _ in range(2):
+        seeded_at = datetime.now(UTC)
+        assert _open_high_since(path, seeded_at + timedelta(hours=12) - timedelta(hours=24)) >= FRESH_TICKETS_MINIMUM
+        _close_open_high_tickets(path)
+        seed()
+
+
+def test_an_old_demo_database_gets_fresh_tickets_on_the_next_seed():
+    seed()
+    path = demo_database_path()
+    demo_database_build(path=path, now=datetime.now(UTC) - timedelta(days=3))  # a file left from days ago
+    assert _open_high_since(path, datetime.now(UTC) - timedelta(hours=24)) == 0
+    output = seed()
+    assert "created 6 open high-priority tickets" in output
+    assert _open_high_since(path, datetime.now(UTC) - timedelta(hours=2)) == FRESH_TICKETS_TARGET
+
+
+def test_a_demo_database_without_tickets_warns_and_names_the_reset():
+    seed()
+    path = demo_database_path()
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TABLE ticket_comments")
+        db.execute("DROP TABLE tickets")
+    out, err = StringIO(), StringIO()
+    call_command("seed_demo", stdout=out, stderr=err)
+    assert "not topped up" in err.getvalue() and "demo_reset" in err.getvalue()
+    assert out.getvalue().strip() == "Demo already in place; nothing to do."
+    call_command("demo_reset", stdout=StringIO())
+    assert _open_high_since(path, datetime.now(UTC) - FRESH_WINDOW) >= FRESH_TICKETS_MINIMUM
+
+
+@pytest.fixture
+def frozen_now(monkeypatch):
+    moment = datetime.now(UTC).replace(microsecond=0)
+    monkeypatch.setattr(timezone, "now", lambda: moment)
+    return moment
+
+
+def test_demo_reset_restores_every_table_to_a_fresh_generated_state(tmp_path, frozen_now):
+    seed()
+    path = demo_database_path()
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE tickets SET status = 'closed', subject = 'edited'")
+        db.execute("DELETE FROM charges")
+        db.execute("INSERT INTO customers VALUES (999, 'X', 'x@x.example', 'X', 'free', 'NA', '2020-01-01 00:00:00')")
+        db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    source = DataSource.objects.get()
+    DataSource.objects.filter(pk=source.pk).update(schema_cache=[])
+
+    output = StringIO()
+    call_command("demo_reset", stdout=output)
+
+    expected = tmp_path / "expected.sqlite3"
+    demo_database_build(path=expected, now=frozen_now)
+    demo_tickets_top_up(path=expected, now=frozen_now)
+    assert _dump(path) == _dump(expected)
+    assert f"created fresh demo data in {path}" in output.getvalue()
+    assert {table["table_name"] for table in DataSource.objects.get().schema_cache} == {
+        "customers", "tickets", "charges", "ticket_comments"
+    }
+    assert _rows(path, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_demo_reset_replaces_a_file_that_is_not_a_database():
+    seed()
+    path = demo_database_path()
+    path.write_bytes(b"not a database at all" * 100)
+    call_command("demo_reset", stdout=StringIO())
+    assert _rows(path, "SELECT count(*) FROM customers") == [(120,)]
+    assert _open_high_since(path, datetime.now(UTC) - FRESH_WINDOW) >= FRESH_TICKETS_MINIMUM
+    assert not path.with_name(path.name + ".fresh").exists()
+
+
+def test_demo_reset_on_a_fresh_install_creates_the_demo():
+    output = StringIO()
+    call_command("demo_reset", stdout=output)
+    assert "Demo login: admin / " in output.getvalue()
+    assert Agent.objects.filter(name="L1 Support Specialist").exists()
+    assert _open_high_since(demo_database_path(), datetime.now(UTC) - FRESH_WINDOW) >= FRESH_TICKETS_MINIMUM
+
+
+def test_reset_and_reseed_keep_the_demo_objects_and_passwords():
+    seed()
+    before = snapshot()
+    call_command("demo_reset", stdout=StringIO())
+    seed()
+    assert snapshot() == before
