@@ -10,6 +10,10 @@ the caller's request, with two ports swapped:
   that does not match is answered "would write" without dispatch; a read call that does
   not match stops the replay (no live data access: the documented choice).
 
+Where the replay pauses, ``RecordedDecisions`` applies the recorded approver's decision
+or answer, found by the paused call's content (tool, canonical arguments, occurrence),
+never by the model's call id, which a live model makes up afresh on every call.
+
 The engine's journal is in memory, so a replay writes no step, event or audit row of
 the run; its result is one ``ExecutionReplay`` row, never an ``Execution``, so no
 production count sees it.

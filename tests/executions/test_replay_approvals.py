@@ -9,6 +9,7 @@ import itertools
 import json
 
 import pytest
+from django.utils import timezone
 
 from agents.models import AgentVersion
 from executions import services
@@ -17,7 +18,7 @@ from executions.services import replay
 from governance.models import ApprovalRequest
 from governance.resolution import approval_resolve
 from tests.executions import durable_support
-from tests.factories import make_agent
+from tests.factories import make_agent, text_reply, tool_reply
 
 pytestmark = pytest.mark.django_db
 
@@ -33,6 +34,9 @@ PLANS = {
     "Record gamma": [(WRITE, {"marker": "gamma"})],
     "Record twice": [(WRITE, {"marker": "twice"}), (WRITE, {"marker": "twice"})],
 }
+QUESTION = {"interaction_type": "clarification_request", "message": "Which marker?", "options": ["m1", "m2"]}
+ANSWERED = "the person's answer"  # the write's marker is what the person answered
+ASKING = {"Ask first": [("ask_user", QUESTION), (WRITE, {"marker": ANSWERED})]}
 # The approver's decision at each pause of the recorded run, in order.
 DECISIONS = {
     "Record alpha": [("approved", None)],
@@ -53,16 +57,18 @@ class FreshIdModel:
         self.call_ids: list[str] = []
 
     def complete(self, *, messages, tools, tier, timeout_seconds):
-        from tests.factories import text_reply, tool_reply
-
         said = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") in ("system", "user"))
-        prompt = next(p for p in PLANS if p in said)
+        plans = {**PLANS, **ASKING}
+        prompt = next(p for p in plans if p in said)
         turn = sum(1 for m in messages if m.get("role") == "assistant")
-        plan = PLANS[prompt]
+        plan = plans[prompt]
         if turn >= len(plan):
             shown = [m["content"] for m in messages if m.get("role") == "tool"]
             return text_reply(f"Done after: {shown[-1]}")
         tool, arguments = plan[turn]
+        if arguments == {"marker": ANSWERED}:
+            shown = [m["content"] for m in messages if m.get("role") == "tool"][-1]
+            arguments = {"marker": json.loads(shown.split(" returned: ", 1)[1])["user_response"]}
         if tool == WRITE and OTHER_TOOL in said:
             tool = OTHER_WRITE
         if tool == WRITE and OTHER_MARKER in said:
@@ -287,3 +293,44 @@ def test_the_batch_against_a_version_whose_write_changed_counts_every_run_that_w
     changed = {json.dumps(r["paused_on"]["replayed"]["arguments"]) for r in row.result["results"]}
     assert changed == {json.dumps({"marker": m + "-v2"}) for m in ("alpha", "beta", "gamma", "twice")}
     assert durable_support.CALLS == []
+
+
+def test_a_recorded_answer_is_applied_by_the_questions_content(workspace, owner):
+    asker = make_agent(workspace=workspace, owner=owner, name="Asker", tools=["ask_user", WRITE],
+                       action_level="automated")
+    execution = services.execution_start(agent=asker, user=owner, input_prompt="Ask first")
+    assert services.execution_run_segment(execution_id=execution.pk, llm=FreshIdModel()) == "awaiting_interaction"
+    services.execution_respond(execution=execution, user=owner, user_response="m2")
+    assert services.execution_run_segment(execution_id=execution.pk, llm=FreshIdModel()) == "success"
+    execution.refresh_from_db()
+    assert durable_support.CALLS == [(WRITE, "m2")]
+    durable_support.CALLS.clear()
+
+    row = replay.execution_replay(execution=execution, user=owner, agent_version=1, llm=FreshIdModel())
+
+    assert row.result["diff"]["identical"] is True and row.result["stopped"] is None
+    assert row.result["decisions_applied"] == [{"kind": "interaction", "tool": "ask_user", "arguments": QUESTION,
+                                                "occurrence": 1, "decision": {"answer": "m2"}}]
+    assert row.result["served_from_recording"] == 1  # the write of "m2", from the recording
+    assert durable_support.CALLS == []
+
+
+def test_a_run_whose_approval_expired_replays_to_the_same_wait(agent, owner):
+    from governance.resolution import approvals_expire_due
+
+    execution = services.execution_start(agent=agent, user=owner, input_prompt="Record gamma")
+    assert services.execution_run_segment(execution_id=execution.pk, llm=FreshIdModel()) == "awaiting_approval"
+    ApprovalRequest.objects.filter(execution_id=execution.pk).update(expires_at=timezone.now())
+    assert approvals_expire_due() == 1
+    execution.refresh_from_db()
+    assert execution.status == Execution.Status.APPROVAL_EXPIRED
+
+    plain = replay.execution_replay(execution=execution, user=owner)
+    what_if = replay.execution_replay(execution=execution, user=owner, agent_version=1, llm=FreshIdModel())
+
+    assert plain.result["deterministic"] is True, plain.result["non_determinism"]
+    for row in (plain, what_if):
+        assert row.result["diff"]["identical"] is True
+        assert row.result["stopped"] == "the run would wait for an approval"
+        assert row.result["paused_on"]["as_recorded"] is True and row.result["paused_on"]["changed"] == []
+    assert what_if.summary == "unchanged"
