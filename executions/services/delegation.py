@@ -21,8 +21,8 @@ from django.db import transaction
 
 from agents.models import Agent
 from agents.selectors import agent_get_in_workspace
-from executions.journal import run_status_message
-from executions.models import Execution, ExecutionStep
+from executions.journal import event_rows_publish, next_event_seq
+from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.runend import RunEnded
 from executions.services.finish import run_end_cancelled
 from executions.services.queue import steps_append_and_requeue
@@ -31,11 +31,11 @@ from executions.types import DelegationOrigin, RunRequest
 from governance.audit import audit_record
 from rivercore.contracts import StepStatus, StepType
 from rivercore.errors import Conflict, InvalidInput
+from rivercore.events import observation_received_event
 from rivercore.steps import child_result_step
 from rivercore.types.agents import ActionLevel
 from rivercore.types.runs import RunStatus
 from telemetry import traces
-from telemetry.events import events_publish
 
 logger = logging.getLogger("river.executions")
 
@@ -161,10 +161,25 @@ def _resume_locked(*, parent: Execution, child: Execution) -> bool:
         artifacts=list(result.get("output_artifacts") or []),
     )
     steps_append_and_requeue(execution=parent, expected_status=Execution.Status.AWAITING_CHILD, new_steps=[observation])
-    events_publish(workspace_id=parent.workspace_id, execution_id=parent.pk,
-                   events=[run_status_message(parent, last_event_seq=None)])
+    # The parent's feed shows what the child returned, as it shows every other tool's
+    # result: the same event the engine emits when a call's observation arrives.
+    kind, payload = observation_received_event(
+        turn=call.turn, tool_name=call.tool_name, result_summary=str(observation.output.get("summary") or ""),
+        duration_ms=_child_duration_ms(child), call_id=call.call_id, step_number=observation.step_number,
+        status=observation.status.value,
+    )
+    event = ExecutionEvent.objects.create(execution=parent, seq=next_event_seq(parent.pk), event_type=kind,
+                                          payload=payload)
+    event_rows_publish(parent, [event])  # after commit, with the parent's status update
     logger.info("execution %s resumed: its delegated run %s ended %s", parent.pk, child.pk, child.status)
     return True
+
+
+def _child_duration_ms(child: Execution) -> int:
+    """How long the delegated call waited: the child's run, from its start to its end."""
+    if child.started_at is None or child.finished_at is None:
+        return 0
+    return max(0, int((child.finished_at - child.started_at).total_seconds() * 1000))
 
 
 def delegation_children_cancel(*, parent_execution_id: int, by: str) -> list[int]:

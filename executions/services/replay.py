@@ -10,6 +10,10 @@ the caller's request, with two ports swapped:
   that does not match is answered "would write" without dispatch; a read call that does
   not match stops the replay (no live data access: the documented choice).
 
+Where the replay pauses, ``RecordedDecisions`` applies the recorded approver's decision
+or answer, found by the paused call's content (tool, canonical arguments, occurrence),
+never by the model's call id, which a live model makes up afresh on every call.
+
 The engine's journal is in memory, so a replay writes no step, event or audit row of
 the run; its result is one ``ExecutionReplay`` row, never an ``Execution``, so no
 production count sees it.
@@ -34,11 +38,12 @@ from governance.selectors import active_policies, policy_get_for_user, policy_sp
 from governance.services import policy_validate
 from rivercore import context as ctxmod
 from rivercore import observe
-from rivercore.contracts import Step, StepType
+from rivercore.contracts import Step, StepStatus, StepType
 from rivercore.errors import Conflict, InvalidInput
 from rivercore.llm import LLMError, LLMReply, LLMToolCall
 from rivercore.runner import Engine, MemoryJournal, Outcome
 from rivercore.state import RUNNER_MODEL, RunState
+from rivercore.steps import answer_step, resolution_step
 from rivercore.tools import Tool, ToolContext, ToolError, ToolErrorKind
 from rivercore.types.agents import ActionLevel, Tier, action_level_at_most
 from rivercore.types.governance import Decision, Enforcement, GovernancePolicySpec
@@ -231,22 +236,180 @@ def decisions_diff(recorded: list[Step], replayed: list[Step]) -> dict[str, Any]
 
 # --- running a replay ------------------------------------------------------------------
 
-def _recorded_resume(recorded: list[Step], state: RunState) -> Step | None:
-    """The step that let the original run go on past the pause the replay reached (an
-    approver's decision or a person's answer), renumbered for the replay."""
-    pending = state.pending
-    if pending is None or pending.kind not in ("approval", "interaction"):
-        return None
-    for past in recorded:
+@dataclass(frozen=True)
+class _Call:
+    """A tool call the model asked for, named by its content: the tool, its canonical
+    arguments and which occurrence of that tool-and-arguments pair it is in the run
+    (1 for the first). A model's call id is never part of it: a live model makes up a
+    new id every time, so an id names nothing a replay can find again."""
+
+    tool: str
+    arguments: dict[str, Any]
+    occurrence: int
+
+    def same_content(self, other: _Call) -> bool:
+        return (self.tool, _canonical(self.arguments), self.occurrence) == \
+            (other.tool, _canonical(other.arguments), other.occurrence)
+
+    def view(self) -> dict[str, Any]:
+        return {"tool": self.tool, "arguments": self.arguments, "occurrence": self.occurrence}
+
+
+def _canonical(arguments: object) -> str:
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass
+class _Pause:
+    """A recorded pause (an approval or an ``ask_user`` answer) and the step that let the
+    run go on past it (None when the run ended while it waited)."""
+
+    kind: str  # "approval" | "interaction"
+    call: _Call
+    decision: Step | None = None
+    applied: bool = False
+
+    def decision_view(self) -> dict[str, Any] | None:
+        if self.decision is None:
+            return None
+        output = self.decision.output if isinstance(self.decision.output, dict) else {}
+        if self.kind == "interaction":
+            return {"answer": (output.get("result") or {}).get("user_response")}
+        resolution = output.get("resolution") or {}
+        view = {"status": resolution.get("status")}
+        if resolution.get("modified_args"):
+            view["modified_args"] = resolution["modified_args"]
+        return view
+
+
+class _CallNames:
+    """Names each tool call the model asked for by its content while a run's steps are
+    walked in order. A call id a model used again in a later turn names its latest call
+    (the one a pause after that turn is about)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.by_id: dict[str, _Call] = {}
+        self.in_order: list[_Call] = []
+
+    def see(self, step: Step, output: dict[str, Any]) -> bool:
+        """Takes in a model turn's calls; False for any other step."""
+        if step.step_type != StepType.REASONING or step.model_used == RUNNER_MODEL or output.get("notice"):
+            return False
+        for call in output.get("tool_calls") or []:
+            name, arguments = str(call.get("name") or ""), call.get("arguments") or {}
+            key = f"{name}:{_canonical(arguments)}"
+            self.counts[key] = self.counts.get(key, 0) + 1
+            named = _Call(tool=name, arguments=arguments, occurrence=self.counts[key])
+            self.by_id[str(call.get("id") or "")] = named
+            self.in_order.append(named)
+        return True
+
+
+def _calls_by_id(steps: list[Step]) -> dict[str, _Call]:
+    names = _CallNames()
+    for past in steps:
+        names.see(past, past.output if isinstance(past.output, dict) else {})
+    return names.by_id
+
+
+def _is_approval_pause(step: Step, output: dict[str, Any]) -> bool:
+    return step.step_type == StepType.GOVERNANCE_CHECK and step.status == StepStatus.PENDING \
+        and _value(step.governance_decision) == Decision.APPROVAL_REQUIRED.value and "resolution" not in output
+
+
+def _is_resolution(step: Step, output: dict[str, Any]) -> bool:
+    return step.step_type == StepType.GOVERNANCE_CHECK and "resolution" in output \
+        and "approval_request" not in output
+
+
+def recorded_pauses(steps: list[Step]) -> tuple[list[_Pause], list[_Call]]:
+    """Every pause of a recorded run in order, each with the call it paused on (by
+    content) and the decision or answer that ended it; and every call the model asked
+    for."""
+    names = _CallNames()
+    calls = names.by_id
+    pauses: list[_Pause] = []
+    waiting: dict[str, _Pause] = {}  # call id -> its pause, until the decision arrives
+    for past in steps:
         output = past.output if isinstance(past.output, dict) else {}
-        if past.call_id != pending.call_id:
+        if names.see(past, output):
             continue
-        is_resolution = past.step_type == StepType.GOVERNANCE_CHECK and "resolution" in output \
-            and "approval_request" not in output
-        is_answer = past.step_type == StepType.OBSERVATION and pending.kind == "interaction"
-        if is_resolution or is_answer:
-            return past.model_copy(update={"step_number": len(state.steps) + 1, "turn": state.turn})
-    return None
+        call_id = past.call_id or ""
+        is_question = past.step_type == StepType.INTERACTION and past.status == StepStatus.PENDING
+        if (_is_approval_pause(past, output) or is_question) and call_id in calls:
+            pause = _Pause(kind="interaction" if is_question else "approval", call=calls[call_id])
+            pauses.append(pause)
+            waiting[call_id] = pause
+        elif call_id in waiting and (
+                (waiting[call_id].kind == "approval" and _is_resolution(past, output))
+                or (waiting[call_id].kind == "interaction" and past.step_type == StepType.OBSERVATION)):
+            waiting.pop(call_id).decision = past
+    return pauses, names.in_order
+
+
+@dataclass
+class RecordedDecisions:
+    """The recorded approvers' decisions and answers, served to the replay's pauses by
+    the content of the call paused on (``_Call``), each at most once."""
+
+    pauses: list[_Pause]
+    calls: list[_Call]
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    unmatched: dict[str, Any] | None = None
+
+    def resume_step(self, state: RunState) -> Step | None:
+        """The step that lets the replay go on past the pause it reached, renumbered and
+        bound to the replay's own call id; None when the recording has no decision for
+        it (then ``unmatched`` says what the replay paused on and what the recording
+        had)."""
+        pending = state.pending
+        if pending is None or pending.kind not in ("approval", "interaction"):
+            return None
+        call = _calls_by_id(state.steps).get(pending.call_id) or _Call(
+            tool=pending.tool_name, arguments=pending.arguments, occurrence=1)
+        match = next((p for p in self.pauses if not p.applied and p.kind == pending.kind
+                      and p.call.same_content(call)), None)
+        if match is None or match.decision is None:
+            self.unmatched = self._unmatched(pending.kind, call, match)
+            return None
+        match.applied = True
+        self.applied.append({"kind": match.kind, **call.view(), "decision": match.decision_view()})
+        output = match.decision.output if isinstance(match.decision.output, dict) else {}
+        if match.kind == "interaction":
+            return answer_step(step_number=state.next_step_number, turn=state.turn, call_id=pending.call_id,
+                               arguments=pending.arguments,
+                               answer=(output.get("result") or {}).get("user_response"),
+                               answered_by=output.get("answered_by"))
+        return resolution_step(step_number=state.next_step_number, turn=state.turn, call_id=pending.call_id,
+                               tool_name=pending.tool_name, resolution=dict(output["resolution"]))
+
+    def _unmatched(self, kind: str, call: _Call, same: _Pause | None) -> dict[str, Any]:
+        """What the replay paused on against what the recording had: ``changed`` is
+        empty when the recorded run also ended waiting on this call; ``new_pause`` when
+        the recorded run made this very call without pausing; else the fields in
+        which the call differs from the recording's next undecided pause (``tool``,
+        ``arguments``, ``occurrence``), or ``new_call`` when none is left."""
+        replayed = call.view()
+        if same is not None:
+            return {"kind": kind, "replayed": replayed, "recorded": {**same.call.view(), "paused": True,
+                                                                     "decision": None},
+                    "changed": [], "as_recorded": True}
+        made = next((c for c in self.calls if c.same_content(call)), None)
+        if made is not None:
+            return {"kind": kind, "replayed": replayed, "recorded": {**made.view(), "paused": False, "decision": None},
+                    "changed": ["new_pause"], "as_recorded": False}
+        recorded = next((p for p in self.pauses if not p.applied and p.kind == kind), None)
+        if recorded is None:
+            return {"kind": kind, "replayed": replayed, "recorded": None, "changed": ["new_call"],
+                    "as_recorded": False}
+        changed = [name for name, old, new in (
+            ("tool", recorded.call.tool, call.tool),
+            ("arguments", _canonical(recorded.call.arguments), _canonical(call.arguments)),
+            ("occurrence", recorded.call.occurrence, call.occurrence)) if old != new]
+        return {"kind": kind, "replayed": replayed,
+                "recorded": {**recorded.call.view(), "paused": True, "decision": recorded.decision_view()},
+                "changed": changed, "as_recorded": False}
 
 
 class DryRunChecker:
@@ -266,19 +429,21 @@ class DryRunChecker:
         return checker.auto_approve_matches(**kwargs)
 
 
-def _engine_run(state: RunState, *, recorded: list[Step], llm, tools: RecordedTools) -> tuple[Outcome | None, str]:
+_WAITS_FOR = {"approval": "an approval", "interaction": "an answer", "child": "a delegated run"}
+
+
+def _engine_run(state: RunState, *, decided: RecordedDecisions, llm,
+                tools: RecordedTools) -> tuple[Outcome | None, str]:
     engine = Engine(llm=llm, journal=MemoryJournal(), policy=DryRunChecker(), tool_runner=tools, sleep=lambda _s: None,
                     execution_timeout_seconds=3600.0)
     with observe.unobserved():  # a replay is not a run: metrics, logs and traces never see it
         try:
             for _ in range(MAX_RESUMES):
                 outcome = engine.run(state)
-                resume = _recorded_resume(recorded, state)
+                resume = decided.resume_step(state)
                 if resume is None:
                     paused = state.pending.kind if state.pending else None
-                    reason = f"the run would wait for {'an approval' if paused == 'approval' else paused}" \
-                        if paused else ""
-                    return outcome, reason
+                    return outcome, f"the run would wait for {_WAITS_FOR.get(paused, paused)}" if paused else ""
                 state.apply(resume)
             return None, "too many pauses to replay"
         except ReplayStop as stop:
@@ -361,8 +526,11 @@ def _replay_result(execution: Execution, *, version: AgentVersion | None, polici
         state = _fresh_state(base)
         model = RecordedLLM(recorded)
     tools = RecordedTools(steps=recorded, stop_on_divergence=not what_if)
-    outcome, stopped = _engine_run(state, recorded=recorded, llm=model, tools=tools)
+    pauses, calls = recorded_pauses(recorded)
+    decided = RecordedDecisions(pauses=pauses, calls=calls)
+    outcome, stopped = _engine_run(state, decided=decided, llm=model, tools=tools)
     diff = decisions_diff(recorded, state.steps)
+    paused = decided.unmatched if stopped else None
     result: dict[str, Any] = {
         "execution_id": execution.pk,
         "kind": ExecutionReplay.Kind.WHAT_IF.value if what_if else ExecutionReplay.Kind.REPLAY.value,
@@ -370,13 +538,17 @@ def _replay_result(execution: Execution, *, version: AgentVersion | None, polici
         "policies": [p.model_dump(mode="json") for p in policies] if policies is not None else None,
         "status": outcome.status.value if outcome else "stopped",
         "stopped": stopped or None,
+        "paused_on": paused,
+        "decisions_applied": decided.applied,
         "diff": diff,
         "would_write": tools.would_write,
         "served_from_recording": len(tools.served),
         "steps": _step_rows(state.steps),
     }
     if not what_if:
-        result["deterministic"] = diff["identical"] and not stopped
+        # A run that ended waiting (an approval that expired, say) replays to the same wait.
+        ended_as_recorded = bool(paused and paused["as_recorded"])
+        result["deterministic"] = diff["identical"] and (not stopped or ended_as_recorded)
         result["non_determinism"] = None if result["deterministic"] else (diff["diverged_at"] or {"reason": stopped})
     return result
 
@@ -428,7 +600,8 @@ def agent_replay_batch(*, agent: Agent, user, agent_version: int, last_n: int = 
         changed += 0 if diff["identical"] else 1
         approvals += more
         rows.append({"execution_id": run.pk, "changed": not diff["identical"], "approvals_added": more,
-                     "stopped": result["stopped"], "diverged_at": diff["diverged_at"],
+                     "stopped": result["stopped"], "paused_on": result["paused_on"],
+                     "diverged_at": diff["diverged_at"],
                      "tool_calls_changed": diff["tool_calls"]["changed"],
                      "governance_changed": diff["governance"]["changed"], "answer_changed": diff["answer"]["changed"],
                      "would_write": result["would_write"]})
