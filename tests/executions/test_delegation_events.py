@@ -33,7 +33,8 @@ def live(monkeypatch):
 def parent_and_child(workspace, owner):
     coordinator = make_agent(workspace=workspace, owner=owner, name="Coordinator", tools=["delegate_to_agent"])
     make_agent(workspace=workspace, owner=owner, name="Researcher", tools=["delegate_to_agent"])
-    parent = services.execution_start(agent=coordinator, request=services.person_run_request(agent=coordinator, user=owner, prompt="Prepare the monthly report"))
+    parent = services.execution_start(agent=coordinator, request=services.person_run_request(
+        agent=coordinator, user=owner, prompt="Prepare the monthly report"))
     reply = tool_reply("delegate_to_agent", {"agent": "Researcher", "task": "Find the churn figure."}, "d1")
     assert services.execution_run_segment(execution_id=parent.pk, llm=ScriptedLLM([reply])) == "awaiting_child"
     return parent, Execution.objects.get(parent_execution_id=parent.pk)

@@ -94,7 +94,8 @@ def agent(workspace, owner):
 def recorded_run(agent, owner, approver, prompt: str) -> Execution:
     """A real run of ``prompt``, each pause resolved as ``DECISIONS`` says."""
     model = FreshIdModel()
-    execution = services.execution_start(agent=agent, request=services.person_run_request(agent=agent, user=owner, prompt=prompt))
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt=prompt))
     status = services.execution_run_segment(execution_id=execution.pk, llm=model)
     for decision, edited in DECISIONS[prompt]:
         assert status == "awaiting_approval", (prompt, status)
@@ -241,7 +242,8 @@ def unpaused_run(workspace, owner) -> Execution:
     """A run of an agent whose writes need nobody: it wrote ``beta`` without a pause."""
     free = make_agent(workspace=workspace, owner=owner, name="Free", tools=[WRITE, OTHER_WRITE, NOTE],
                       action_level="automated")
-    execution = services.execution_start(agent=free, request=services.person_run_request(agent=free, user=owner, prompt="Record beta"))
+    execution = services.execution_start(agent=free, request=services.person_run_request(
+        agent=free, user=owner, prompt="Record beta"))
     assert services.execution_run_segment(execution_id=execution.pk, llm=FreshIdModel()) == "success"
     execution.refresh_from_db()
     durable_support.CALLS.clear()
@@ -298,7 +300,8 @@ def test_the_batch_against_a_version_whose_write_changed_counts_every_run_that_w
 def test_a_recorded_answer_is_applied_by_the_questions_content(workspace, owner):
     asker = make_agent(workspace=workspace, owner=owner, name="Asker", tools=["ask_user", WRITE],
                        action_level="automated")
-    execution = services.execution_start(agent=asker, request=services.person_run_request(agent=asker, user=owner, prompt="Ask first"))
+    execution = services.execution_start(agent=asker, request=services.person_run_request(
+        agent=asker, user=owner, prompt="Ask first"))
     assert services.execution_run_segment(execution_id=execution.pk, llm=FreshIdModel()) == "awaiting_interaction"
     services.execution_respond(execution=execution, user=owner, user_response="m2")
     assert services.execution_run_segment(execution_id=execution.pk, llm=FreshIdModel()) == "success"
@@ -318,7 +321,8 @@ def test_a_recorded_answer_is_applied_by_the_questions_content(workspace, owner)
 def test_a_run_whose_approval_expired_replays_to_the_same_wait(agent, owner):
     from governance.resolution import approvals_expire_due
 
-    execution = services.execution_start(agent=agent, request=services.person_run_request(agent=agent, user=owner, prompt="Record gamma"))
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Record gamma"))
     assert services.execution_run_segment(execution_id=execution.pk, llm=FreshIdModel()) == "awaiting_approval"
     ApprovalRequest.objects.filter(execution_id=execution.pk).update(expires_at=timezone.now())
     assert approvals_expire_due() == 1
