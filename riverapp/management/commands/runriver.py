@@ -40,9 +40,9 @@ class Command(BaseCommand):
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1.")
         self.check(display_num_errors=False)
-        from telemetry.metrics import metrics_dir_reset
+        from telemetry.metrics import metrics_dir_prepare
 
-        metrics_dir_reset()  # this process is the parent of everything that records metrics
+        metrics_dir_prepare()  # marks dead processes' files dead; never deletes a live one's
         shown_host = f"[{host}]" if ":" in host else host
         url = f"http://{shown_host}:{port}/"
         broker = "in-memory broker and channel layer" if settings.EMBEDDED else "Redis broker and channel layer"
