@@ -224,3 +224,73 @@ def provider_health_snapshot(*, providers: list[str]) -> list[dict]:
     """For dashboards: one JSON-ready row per provider."""
     health = provider_health_get(providers=providers)
     return [health[p].model_dump() for p in providers]
+
+
+# --- readiness ---------------------------------------------------------------------------
+
+PROBE_PREFIX = "river:provider-probe"
+SETTINGS_PROVIDER = "settings:default"  # the health key of RIVER_LLM_MODEL's provider
+
+
+def _probe(base_url: str, api_key: str | None) -> dict[str, object]:
+    """``GET <base_url>/models``: listing models costs nothing on OpenAI-compatible
+    servers, unlike a completion. Any answer shows the server is reachable; only a 2xx
+    shows the key is accepted too."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, follow_redirects=False,
+                             timeout=settings.RIVER_PROVIDER_PROBE_TIMEOUT_SECONDS)
+    except httpx.HTTPError as exc:
+        return {"reachable": False, "probe_error": exc.__class__.__name__}
+    return {"reachable": True, "probe_status": response.status_code}
+
+
+def _probe_cached(base_url: str, api_key: str | None) -> dict[str, object]:
+    import hashlib
+
+    key = f"{PROBE_PREFIX}:{hashlib.sha256(base_url.encode()).hexdigest()[:32]}"
+    try:
+        found = cache.get(key)
+    except Exception as exc:  # noqa: BLE001 - readiness reports; a cache outage shows as a fresh probe
+        infra_fault_record(component="cache", operation="provider_probe_get", exc=exc)
+        found = None
+    if found is not None:
+        return found
+    result = {**_probe(base_url, api_key), "probed_at": int(time.time())}
+    try:
+        cache.set(key, result, timeout=settings.RIVER_PROVIDER_PROBE_SECONDS)
+    except Exception as exc:  # noqa: BLE001
+        infra_fault_record(component="cache", operation="provider_probe_set", exc=exc)
+    return result
+
+
+def provider_readiness() -> dict[str, dict[str, object]]:
+    """The deployment's own model provider as ``/health/ready`` reports it, by name.
+
+    ``default`` (``RIVER_LLM_MODEL``): its state from the calls River made in the last
+    five minutes (the shared window: ``degraded`` past its limits) and, when
+    ``RIVER_LLM_BASE_URL`` is set, a reachability probe (``_probe``) made at most once per
+    ``RIVER_PROVIDER_PROBE_SECONDS`` across all processes: ``unreachable`` when the server
+    does not answer, ``error`` when it answers other than 2xx. Without a model the
+    offline planner answers, in process: ``offline`` is ``ok`` with no probe.
+    Organizations' own providers are not probed from here (their base URLs are tenants'
+    input, and the endpoint is unauthenticated); their health is the router's window."""
+    if not settings.RIVER_LLM_MODEL:
+        return {"offline": {"state": "ok", "probe": "none"}}
+    window = provider_health_get(providers=[SETTINGS_PROVIDER])[SETTINGS_PROVIDER]
+    report: dict[str, object] = {"state": "ok", "calls": window.calls, "error_rate": window.error_rate}
+    if window.degraded:
+        report.update(state="degraded", reasons=list(window.reasons))
+    base_url = settings.RIVER_LLM_BASE_URL
+    if not base_url or settings.RIVER_PROVIDER_PROBE_SECONDS <= 0:
+        report["probe"] = "none"
+        return {"default": report}
+    probe = _probe_cached(base_url, settings.RIVER_LLM_API_KEY)
+    report["probe"] = probe
+    if not probe.get("reachable"):
+        report["state"] = "unreachable"
+    elif not 200 <= int(probe.get("probe_status") or 0) < 300:
+        report["state"] = "error"
+    return {"default": report}

@@ -31,6 +31,9 @@ if "daphne.server" in sys.modules:
 
     daphne_edge_install()
 
-application = ProtocolTypeRouter(
+from telemetry.traces import traces_asgi_wrap  # noqa: E402
+
+# With tracing on, a server span per request and per WebSocket connection (telemetry.traces).
+application = traces_asgi_wrap(ProtocolTypeRouter(
     {"http": BodyLimitMiddleware(django_asgi_app), "websocket": URLRouter(websocket_urlpatterns)}
-)
+))

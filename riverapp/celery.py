@@ -69,16 +69,19 @@ def _hand_back_hosted_runs(**kwargs) -> None:
 
 
 @worker_init.connect
-def _metrics_dir_fresh(**kwargs) -> None:
-    """The worker's main process starts before its children record: it empties the metrics
-    directory so a previous life's files are not summed again (docs/observability.md)."""
-    from telemetry.metrics import metrics_dir_reset
+def _metrics_dir_prepared(**kwargs) -> None:
+    """A starting worker marks the files of processes that are gone as dead; it never
+    empties the directory, which the web process and other workers write to while they
+    live (docs/observability.md, "Several processes"). Also sent by the embedded worker
+    that ``runriver`` starts in its own process."""
+    from telemetry.metrics import metrics_dir_prepare
 
-    metrics_dir_reset()
+    metrics_dir_prepare()
 
 
 @worker_process_shutdown.connect
 def _metrics_process_dead(pid=None, **kwargs) -> None:
+    """A prefork child leaves with ``os._exit`` (no atexit): it marks itself dead here."""
     from telemetry.metrics import metrics_process_dead
 
     metrics_process_dead(pid)

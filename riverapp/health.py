@@ -47,6 +47,19 @@ def _check_channel_layer() -> str | None:
     return None
 
 
+def _providers() -> dict:
+    """Each model provider's state (executions.provider_health.provider_readiness). Never
+    fails readiness: a run whose provider is down fails or falls back on its own, and the
+    rest of River (approvals, triggers, pages) still serves; the state is reported so a
+    dashboard or an operator sees it."""
+    from executions.provider_health import provider_readiness
+
+    try:
+        return provider_readiness()
+    except Exception as exc:  # noqa: BLE001 - a report, never a reason to fail the probe
+        return {"error": {"state": "unknown", "problem": exc.__class__.__name__}}
+
+
 @read_only_endpoint
 def ready(request):
     checks = {"database": _check_database(), "broker": _check_broker(), "channel_layer": _check_channel_layer()}
@@ -54,5 +67,6 @@ def ready(request):
     body = {
         "status": "ok" if not failing else "unavailable",
         "checks": {name: ("ok" if not problem else problem) for name, problem in checks.items()},
+        "providers": _providers(),
     }
     return JsonResponse(body, status=200 if not failing else 503)

@@ -19,6 +19,10 @@ sending side and throws away what the client still sends (so a client busy sendi
 body can still read the answer, instead of meeting a reset) for ``LINGER_SECONDS`` at
 most, then closes.
 
+Daphne's access log (``daphne riverapp.asgi:application`` writes one by default, NCSA
+text to stdout) goes through River's logging instead (``telemetry.logs.AccessLog``, logger
+``river.access``), so it follows ``RIVER_LOG_FORMAT`` and redaction.
+
 ``riverapp.asgi`` installs it when Daphne is the server (``daphne riverapp.asgi:application``,
 ``manage.py runriver``): Daphne builds its protocol factory by name when it starts
 serving, so the name is replaced, once, before that. HTTP/2 (Daphne with TLS and the
@@ -30,11 +34,13 @@ from __future__ import annotations
 import json
 from urllib.parse import unquote
 
+import daphne.cli
 import daphne.server
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.web import http
 
 from common.edge import body_limit_for, is_api_path, too_large_message
+from telemetry.logs import AccessLog
 
 REQUEST_LINE_MAX_BYTES = 8 * 1024
 HEADER_BLOCK_MAX_BYTES = 16 * 1024
@@ -207,5 +213,8 @@ class RiverHTTPFactory(HTTPFactory):
 
 
 def daphne_edge_install() -> None:
-    """Make Daphne's ``Server`` serve HTTP through ``RiverHTTPFactory``."""
+    """Make Daphne's ``Server`` serve HTTP through ``RiverHTTPFactory``, and its command
+    line write the access log through logging. (The command line imports the application,
+    and so this, before it builds its access logger.)"""
     daphne.server.HTTPFactory = RiverHTTPFactory
+    daphne.cli.AccessLogGenerator = AccessLog

@@ -353,6 +353,11 @@ RIVER_JOURNAL_WRITE_BEHIND = env_bool("RIVER_JOURNAL_WRITE_BEHIND", True)
 # How often a process sends its model calls' health samples to the shared window (and
 # re-reads it); 0 sends every sample at once (executions.provider_health).
 RIVER_PROVIDER_HEALTH_FLUSH_SECONDS = env_float("RIVER_PROVIDER_HEALTH_FLUSH_SECONDS", 1.0, maximum=60.0)
+# /health/ready's reachability probe of RIVER_LLM_BASE_URL (GET <base>/models, never a
+# model call): its answer is shared by every process for this long; 0 turns it off.
+RIVER_PROVIDER_PROBE_SECONDS = env_float("RIVER_PROVIDER_PROBE_SECONDS", 30.0, maximum=3600.0)
+RIVER_PROVIDER_PROBE_TIMEOUT_SECONDS = env_float("RIVER_PROVIDER_PROBE_TIMEOUT_SECONDS", 2.0, minimum=0.1,
+                                                 maximum=30.0)
 RIVER_MAX_SEGMENT_ATTEMPTS = env_int("RIVER_MAX_SEGMENT_ATTEMPTS", 20, minimum=1)
 # Run segments one Celery worker process hosts at once (executions.runhost); 1 runs each
 # segment inside its task, one at a time per process.

@@ -6,7 +6,13 @@ class TelemetryConfig(AppConfig):
     verbose_name = "Telemetry"
 
     def ready(self) -> None:
+        import logging
+
         from django.conf import settings
+
+        # Python warnings are log records ("py.warnings"): River's handler writes them, in
+        # the configured format and redacted, instead of a plain line on stderr.
+        logging.captureWarnings(True)
         from django.core.signals import setting_changed
 
         from rivercore.observe import observer_install

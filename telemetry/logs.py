@@ -29,6 +29,8 @@ REDACTED = "[REDACTED]"
 LOG_FORMATS = ("text", "json")
 
 turn_logger = logging.getLogger(TURN_LOGGER)
+ACCESS_LOGGER = "river.access"
+access_logger = logging.getLogger(ACCESS_LOGGER)
 
 # Spec 001's per-turn log field; it shares its name with the tool_called event, which
 # rivercore.events alone builds.
@@ -247,6 +249,13 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
         "root": {"handlers": ["console"], "level": level},
         "loggers": {
             TURN_LOGGER: {"handlers": ["turns"], "level": "INFO", "propagate": False},
+            # Django installs its own plain handlers on these (and routes Python warnings
+            # to "py.warnings", logging.captureWarnings): they write through River's instead.
+            "py.warnings": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+            "django": {"handlers": ["console"], "level": level, "propagate": False},
+            "django.server": {"handlers": ["console"], "level": level, "propagate": False},
+            # The server's access log (AccessLog): one line per request, whatever LOG_LEVEL.
+            ACCESS_LOGGER: {"handlers": ["console"], "level": "INFO", "propagate": False},
             "LiteLLM": {"level": "WARNING"},
             "sqlglot": {"level": "ERROR"},
             "httpx": {"level": "WARNING"},
@@ -254,6 +263,44 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
             "django.channels.server": {"level": "WARNING"},
         },
     }
+
+
+# --- the server's access log and lines written outside logging ----------------------------
+
+
+class AccessLog:
+    """Daphne's "action logger" (what ``daphne.access.AccessLogGenerator`` is), writing
+    through the ``river.access`` logger instead of a stream, so the access log takes
+    ``RIVER_LOG_FORMAT`` (a JSON object per request) and redaction like every other line.
+    ``stream`` is accepted for Daphne's signature and not used."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream
+
+    def __call__(self, protocol: str, action: str, details: dict[str, Any]) -> None:
+        if protocol == "http" and action == "complete":
+            request = f"{details.get('method')} {details.get('path')}"
+            fields = {"client": details.get("client"), "method": details.get("method"), "path": details.get("path"),
+                      "status": details.get("status"), "size": details.get("size")}
+        elif protocol == "websocket" and action in _WEBSOCKET_ACTIONS:
+            request = f"{_WEBSOCKET_ACTIONS[action]} {details.get('path')}"
+            fields = {"client": details.get("client"), "method": _WEBSOCKET_ACTIONS[action],
+                      "path": details.get("path"), "status": None, "size": None}
+        else:
+            return
+        message = f'{fields["client"]} "{request}" {fields["status"] or "-"} {fields["size"] or "-"}'
+        access_logger.info("%s", message, extra={"river": {"message": message, "protocol": protocol, **fields}})
+
+
+_WEBSOCKET_ACTIONS = {"connecting": "WSCONNECTING", "rejected": "WSREJECT", "connected": "WSCONNECT",
+                      "disconnected": "WSDISCONNECT"}
+
+
+def json_line(*, logger: str, message: str, level: int = logging.INFO) -> str:
+    """One line in the JSON format, for text a command prints rather than logs (so that
+    with ``RIVER_LOG_FORMAT=json`` its output is JSON too)."""
+    record = logging.LogRecord(logger, level, __file__, 0, "%s", (message,), None)
+    return JsonFormatter().format(record)
 
 
 # --- the per-turn line -----------------------------------------------------------------

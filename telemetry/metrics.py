@@ -5,22 +5,37 @@ samples to files in ``PROMETHEUS_MULTIPROC_DIR`` (riverapp.settings sets it to
 ``RIVER_METRICS_DIR`` before prometheus_client is first imported); ``metrics_render``
 sums them with the library's MultiProcessCollector. Label values are bounded: agent ids,
 tool names offered to the model (anything else is "unknown"), enum values; never text a
-user or a model wrote."""
+user or a model wrote.
+
+No process ever empties the directory: a process that starts cannot tell a previous
+life's files from those of a live process it shares the directory with (the web server
+and a worker started a moment apart), and a file deleted under a live process keeps
+taking its writes unseen. A process that exits is marked dead instead
+(``metrics_process_dead``): its live-gauge files go, its counter and histogram files stay
+and are summed with everyone else's, as prometheus_client's multiprocess mode expects.
+
+Series whose label values are known up front (enum values, the tool registry's names)
+are created at 0 when this module is imported (``metrics_series_zero``), so the first
+event after a scrape is an increase Prometheus can see."""
 
 from __future__ import annotations
 
+import atexit
+import itertools
+import logging
 import os
-import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
-from rivercore.contracts import Step, StepType
+from rivercore.contracts import Step, StepType, TriggerType
 from rivercore.tools import ToolCategory
 from rivercore.types.agents import Tier
 from rivercore.types.governance import PolicyType
+from rivercore.types.runs import RunStatus
 
 UNKNOWN = "unknown"
 _MS_BUCKETS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000)
@@ -30,6 +45,14 @@ _STEP_STATUSES = {"completed", "failed", "blocked", "pending"}
 _DECISIONS = {"PROCEED", "APPROVAL_REQUIRED", "SUGGEST_ONLY", "BLOCKED"}
 _CATEGORIES = {category.value for category in ToolCategory}
 _POLICY_TYPES = {policy_type.value for policy_type in PolicyType}
+# Label vocabularies owned by the metric (the callers pass these literals).
+WATCHDOG_ACTIONS = ("requeued", "failed_exhausted")
+WEBHOOK_REFUSAL_REASONS = ("missing", "malformed", "stale_timestamp", "bad_signature", "replayed")
+# Runs end in one of these; a run still under way is never counted.
+RUN_END_STATUSES = tuple(status.value for status in RunStatus if status not in {
+    RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_INTERACTION,
+    RunStatus.AWAITING_CHILD})
+SERIES_ZERO_MAX = 5_000  # per call of metrics_series_zero: a label set is small or it is not "known"
 
 executions_total = Counter("river_agent_executions", "Runs ended, by final status.",
                            ["status", "action_level", "agent_id"])
@@ -125,7 +148,7 @@ def approval_decided_record(*, outcome: str, seconds: float) -> None:
 
 def watchdog_recovery_record(*, action: str, count: int = 1) -> None:
     if count:
-        watchdog_recoveries_total.labels(action).inc(count)
+        watchdog_recoveries_total.labels(_bounded(action, set(WATCHDOG_ACTIONS))).inc(count)
 
 
 def trigger_firing_record(*, trigger_type: str, outcome: str, reason: str) -> None:
@@ -133,7 +156,39 @@ def trigger_firing_record(*, trigger_type: str, outcome: str, reason: str) -> No
 
 
 def webhook_refusal_record(*, reason: str) -> None:
-    webhook_verification_failures_total.labels(reason).inc()
+    webhook_verification_failures_total.labels(_bounded(reason, set(WEBHOOK_REFUSAL_REASONS))).inc()
+
+
+# --- series known up front, at 0 ---------------------------------------------------------
+
+def metrics_series_zero(metric: Any, *label_values: Iterable[str]) -> int:
+    """Create ``metric``'s series for every combination of ``label_values`` (one iterable
+    per label, in the metric's label order) at 0, unless it exists. A counter that is
+    first seen at 1 hides its first event from ``increase()``; one that exists at 0 does
+    not. Returns how many series were named; refuses more than ``SERIES_ZERO_MAX``."""
+    pools = [tuple(dict.fromkeys(str(value) for value in values)) for values in label_values]
+    count = 1
+    for pool in pools:
+        count *= len(pool)
+    if count > SERIES_ZERO_MAX:
+        raise ValueError(f"{count} series is too many to create up front (at most {SERIES_ZERO_MAX})")
+    for combination in itertools.product(*pools):
+        metric.labels(*combination)
+    return count
+
+
+def tool_series_zero(tools: Iterable[Any]) -> None:
+    """Tool calls and latency at 0 for each registered tool (``name``, ``category``),
+    for every step status."""
+    for tool in tools:
+        category = _bounded(str(tool.category), _CATEGORIES)
+        metrics_series_zero(tool_calls_total, [tool.name], [category], sorted(_STEP_STATUSES))
+        metrics_series_zero(tool_latency_ms, [tool.name], [category])
+
+
+metrics_series_zero(runs_total, RUN_END_STATUSES, [trigger.value for trigger in TriggerType])
+metrics_series_zero(watchdog_recoveries_total, WATCHDOG_ACTIONS)
+metrics_series_zero(webhook_verification_failures_total, WEBHOOK_REFUSAL_REASONS)
 
 
 # --- the multiprocess directory --------------------------------------------------------
@@ -142,19 +197,52 @@ def metrics_dir() -> Path:
     return Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
 
 
-def metrics_dir_reset() -> None:
-    """Empty the directory: called by a parent process (runriver, the Celery worker's main
-    process) as it starts, before any child records, so counts of a previous life of the
-    deployment are not summed again."""
+def _pid_of(file: Path) -> int | None:
+    # prometheus_client names its files <type>[_<mode>]_<pid>.db.
+    tail = file.stem.rpartition("_")[2]
+    return int(tail) if tail.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def metrics_dir_prepare() -> list[int]:
+    """At a process's start (``runriver``, a Celery worker's main process): create the
+    directory and mark dead every process that left files and no longer runs on this
+    host (a crash skips ``metrics_process_dead``). Deletes nothing a live process writes
+    and keeps every counter and histogram file (their totals stay in the sums). Returns
+    the pids marked dead."""
     directory = metrics_dir()
-    shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
+    dead = sorted({pid for file in directory.glob("*.db")
+                   if (pid := _pid_of(file)) is not None and pid != os.getpid() and not _alive(pid)})
+    for pid in dead:
+        multiprocess.mark_process_dead(pid, str(directory))
+    return dead
 
 
 def metrics_process_dead(pid: int | None = None) -> None:
-    """A worker process that exits: its live-gauge files go (counters are kept, so totals
-    never go down)."""
+    """A process that exits (a Celery worker process at ``worker_process_shutdown``, any
+    other at interpreter exit): its live-gauge files go; its counters and histograms
+    are kept, so totals never go down while the deployment runs."""
     multiprocess.mark_process_dead(pid or os.getpid(), str(metrics_dir()))
+
+
+def _exiting() -> None:
+    try:
+        metrics_process_dead()
+    except Exception:  # noqa: BLE001 - an exit never fails on bookkeeping
+        logging.getLogger("river.telemetry").debug("metrics: could not mark this process dead", exc_info=True)
+
+
+atexit.register(_exiting)  # the web process and the CLI; a prefork child leaves by os._exit (Celery's signal)
 
 
 def metrics_render(*extra_collectors) -> bytes:

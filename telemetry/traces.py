@@ -7,10 +7,12 @@ per-turn path costs nothing.
 
 One trace per run. A run is made of segments (Celery tasks, possibly hours apart across
 an approval). The first traced segment's ``river_agent.execution`` span is the trace's
-root; its W3C ``traceparent`` is stored on the execution, and every later segment opens
-its own ``river_agent.execution`` span as a child of that root. Turns are children of
+root (a new trace, never a child of the Celery task or request it runs in: that span is
+linked instead); its W3C ``traceparent`` is stored on the execution, and every later
+segment opens its own ``river_agent.execution`` span as a child of that root. Turns are children of
 their segment's execution span; reasoning, governance checks and tool dispatches are
-children of their turn; a retried tool's failed attempts (``river_agent.tool_retry``)
+children of their turn (a delegation's call too, when its child run starts: its result
+arrives as a later dispatch); a retried tool's failed attempts (``river_agent.tool_retry``)
 are children of the dispatch.
 
 Observers run on the thread driving the run (for hosted runs an event loop shared by
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -160,9 +163,24 @@ def _instrument() -> None:
     from opentelemetry.instrumentation.django import DjangoInstrumentor
     from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 
+    # Under Daphne (ASGI) the Django middleware makes request spans only when the ASGI
+    # instrumentation package is importable (it reads the ASGI scope through it).
     DjangoInstrumentor().instrument()
     PsycopgInstrumentor().instrument(enable_commenter=False)
     CeleryInstrumentor().instrument()
+
+
+def traces_asgi_wrap(application: Any) -> Any:
+    """The ASGI application, wrapped in OpenTelemetry's ASGI middleware when tracing is on
+    (a server span per HTTP request and WebSocket connection, Django's request span its
+    child; requests refused before Django, e.g. a body over the limit, get one too). The
+    per-message ``receive``/``send`` spans are left out: a browser's socket would make
+    one per event. Unchanged when tracing is off."""
+    if _tracer is None:
+        return application
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+    return OpenTelemetryMiddleware(application, exclude_spans=["receive", "send"], tracer_provider=_provider)
 
 
 # -- segments ---------------------------------------------------------------------------
@@ -201,6 +219,10 @@ def segment_trace_begin(*, execution_id: int, agent_id: Any, action_level: str, 
         return None
     root = _remote(traceparent)  # a stored value that does not parse starts a new root
     parent = root if root is not None else _remote(parent_traceparent)
+    if parent is None:
+        # A new trace: an empty context, not the ambient one (the Celery task's span,
+        # which the run outlives and which is linked below).
+        parent = Context()
     attributes = {"execution_id": execution_id, "agent_id": str(agent_id), "action_level": str(action_level)}
     span = tracer.start_span("river_agent.execution", context=parent, kind=SpanKind.INTERNAL, attributes=attributes,
                              links=_ambient_links())
@@ -323,7 +345,10 @@ class _RunObserver:
         if tracer is None or seg is None:
             return
         kind = step.step_type
-        if kind not in (StepType.GOVERNANCE_CHECK, StepType.OBSERVATION):
+        if kind == StepType.TOOL_CALL:
+            if not _awaits_result(step):
+                return
+        elif kind not in (StepType.GOVERNANCE_CHECK, StepType.OBSERVATION):
             return
         now = time.time_ns()
         if seg.turn_span is None or seg.turn != step.turn:
@@ -337,6 +362,18 @@ class _RunObserver:
                 "decision": str(step.governance_decision or ""),
                 "policy_matched": str(policy.get("policy_matched") or ""),
             }).end(end_time=now)
+        elif kind == StepType.TOOL_CALL:
+            # A call whose work goes on elsewhere (delegate_to_agent: the child run): its
+            # own span, covering the handler that started the work.
+            span = tracer.start_span("river_agent.tool_dispatch", context=seg.turn_context,
+                                     start_time=now - step.duration_ms * 1_000_000, attributes={
+                                         "tool_name": step.tool_name or "",
+                                         "category": step.tool_category or "",
+                                         "status": str(step.status),
+                                         "latency_ms": step.duration_ms,
+                                         **_awaited_reference(step),
+                                     })
+            span.end(end_time=now)
         elif isinstance(step.output, dict) and step.output.get("_dispatched"):  # not a note or a refusal
             start_ns = now - step.duration_ms * 1_000_000
             span = tracer.start_span("river_agent.tool_dispatch", context=seg.turn_context, start_time=start_ns,
@@ -359,3 +396,13 @@ class _RunObserver:
                 span.set_status(Status(StatusCode.ERROR, str(step.status)))
             span.end(end_time=now)
         seg.turn_last_ns = max(seg.turn_last_ns, now)
+
+
+def _awaits_result(step) -> bool:
+    return isinstance(step.output, dict) and isinstance(step.output.get("awaiting"), dict)
+
+
+def _awaited_reference(step) -> dict[str, Any]:
+    """The awaited work's id as span attributes (``child_execution_id`` of a delegation)."""
+    child = step.output["awaiting"].get("child_execution_id")
+    return {"child_execution_id": child} if isinstance(child, int) else {}

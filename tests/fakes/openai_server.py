@@ -65,6 +65,7 @@ class FakeOpenAI:
     responder: Callable[[dict], Scripted] | None = None
     requests: list[dict] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    model_list_requests: int = 0  # GET /models (a readiness probe)
     headers: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -203,6 +204,14 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def do_GET(self):  # noqa: N802 - the model list, the free call a readiness probe makes
+                if self.path.rstrip("/") != "/v1/models":
+                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    return
+                with server._lock:
+                    server.model_list_requests += 1
+                self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
 
             def do_POST(self):  # noqa: N802 - http.server naming
                 length = int(self.headers.get("Content-Length") or 0)

@@ -40,9 +40,9 @@ class Command(BaseCommand):
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1.")
         self.check(display_num_errors=False)
-        from telemetry.metrics import metrics_dir_reset
+        from telemetry.metrics import metrics_dir_prepare
 
-        metrics_dir_reset()  # this process is the parent of everything that records metrics
+        metrics_dir_prepare()  # marks dead processes' files dead; never deletes a live one's
         shown_host = f"[{host}]" if ":" in host else host
         url = f"http://{shown_host}:{port}/"
         broker = "in-memory broker and channel layer" if settings.EMBEDDED else "Redis broker and channel layer"
@@ -52,18 +52,18 @@ class Command(BaseCommand):
 
         def announce():
             background = "off" if no_worker else ("worker on, beat off" if no_beat else "on")
-            self.stdout.write(f"River is running at {url} ({mode}; worker and beat: {background})")
+            self.say(f"River is running at {url} ({mode}; worker and beat: {background})")
             if has_admin:
-                self.stdout.write(
+                self.say(
                     f"Sign in at {url}accounts/login/ as {DEMO_ADMIN!r} with the password seed_demo printed "
                     "when it created the account (or RIVER_ADMIN_PASSWORD)."
                 )
             if has_approver:
-                self.stdout.write(
+                self.say(
                     f"Approve the admin's runs as {DEMO_APPROVER!r} (password printed by seed_demo, or "
                     f"RIVER_APPROVER_PASSWORD) at {url}approvals/: whoever starts a run may not approve it."
                 )
-            self.stdout.write("Stop with Ctrl-C.")
+            self.say("Stop with Ctrl-C.")
             self.stdout.flush()
 
         try:
@@ -77,4 +77,12 @@ class Command(BaseCommand):
             )
         except embedded.ListenFailed as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write("River stopped.")
+        self.say("River stopped.")
+
+    def say(self, text: str) -> None:
+        """A line for the operator: plain, or a JSON object with ``RIVER_LOG_FORMAT=json``."""
+        if settings.RIVER_LOG_FORMAT == "json":
+            from telemetry.logs import json_line
+
+            text = json_line(logger="river.server", message=text)
+        self.stdout.write(text)
