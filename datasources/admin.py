@@ -9,6 +9,7 @@ from django.utils.html import format_html, format_html_join
 
 from datasources import services
 from datasources.models import DataSource
+from datasources.types import LIMIT_RANGES, DataSourceChanges
 from rivercore.errors import RiverError
 from tenancy.admin_scoping import TenantScopedAdmin
 
@@ -84,6 +85,8 @@ class DataSourceForm(forms.ModelForm):
             credentials = cleaned.get("credentials")
             if credentials is not None or not self.instance.pk:
                 services.credentials_validate(type=kind, credentials=credentials or {})
+            if self.instance.pk and not self._errors:
+                self.changes(current=self.instance)  # the checks of the value, shown on the form
         except RiverError as exc:
             for key, problems in (exc.details or {}).items():
                 field = key.split(".", 1)[0]
@@ -92,6 +95,22 @@ class DataSourceForm(forms.ModelForm):
             if not exc.details:
                 self.add_error(None, exc.message)
         return cleaned
+
+    def changes(self, *, current: DataSource) -> DataSourceChanges:
+        """The fields this form changed on ``current``, as the update service takes them.
+        The form shows the whole connection_config, so a key left out of it is removed."""
+        data = self.cleaned_data
+        changes = {}
+        for field in ("name", "description", "type", "access_level", "classifications", *LIMIT_RANGES):
+            if field in self.changed_data:
+                changes[field] = data[field]
+        if "connection_config" in self.changed_data:
+            new_config = data["connection_config"] or {}
+            removed = {key: None for key in (current.connection_config or {}) if key not in new_config}
+            changes["connection_config"] = {**removed, **new_config}
+        if data.get("credentials") is not None:
+            changes["credentials"] = data["credentials"]
+        return DataSourceChanges.model_validate(changes)
 
 
 @admin.register(DataSource)
@@ -170,17 +189,7 @@ class DataSourceAdmin(TenantScopedAdmin):
             obj.credentials_encrypted = created.credentials_encrypted
             return
         current = DataSource.objects.get(pk=obj.pk)
-        changes = {}
-        for field in ("name", "description", "type", "access_level", "classifications", *services.LIMIT_RANGES):
-            if field in form.changed_data:
-                changes[field] = data[field]
-        if "connection_config" in form.changed_data:
-            new_config = data["connection_config"] or {}
-            removed = {key: None for key in (current.connection_config or {}) if key not in new_config}
-            changes["connection_config"] = {**removed, **new_config}
-        if data.get("credentials") is not None:
-            changes["credentials"] = data["credentials"]
-        services.data_source_update(data_source=current, **changes)
+        services.data_source_update(data_source=current, changes=form.changes(current=current))
 
     # --- schema refresh and connection test ------------------------------------------------
     def _refresh(self, request, source: DataSource) -> None:

@@ -18,6 +18,7 @@ from common.ids import id_query_param
 from datasources import selectors, services
 from datasources.connectors import SUPPORTED_TYPES
 from datasources.models import DataSource
+from datasources.types import LIMIT_RANGES, DataSourceChanges
 from rivercore import limits
 from rivercore.errors import InvalidInput
 from tenancy import permissions as perms
@@ -73,7 +74,7 @@ _CREATE_FILE_HELP = "SQLite: create an empty database file if connection_config.
 
 
 def _limit_field(name: str, help_text: str) -> serializers.IntegerField:
-    low, high = services.LIMIT_RANGES[name]
+    low, high = LIMIT_RANGES[name]
     return serializers.IntegerField(
         required=False, allow_null=True, min_value=low, max_value=high, help_text=f"{help_text} Null: the workspace's."
     )
@@ -199,7 +200,10 @@ class DataSourceDetail(GenericAPIView):
         source = _source(request, data_source_id, perms.DATA_SOURCE_UPDATE)
         data = DataSourceUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        source = services.data_source_update(data_source=source, **data.validated_data)
+        values = dict(data.validated_data)
+        create_file = values.pop("create_file", False)
+        changes = DataSourceChanges.model_validate(values)
+        source = services.data_source_update(data_source=source, changes=changes, create_file=create_file)
         return Response(DataSourceSerializer(source).data)
 
     @extend_schema(responses={204: None})

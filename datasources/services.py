@@ -24,9 +24,18 @@ from datasources.identifiers import DEFAULT_SCHEMAS, qualified_table_parse, sche
 from datasources.models import DataSource
 from datasources.selectors import sqlite_path_relative, sqlite_path_resolve
 from datasources.sqlguard import query_check
+from datasources.types import (
+    LIMIT_RANGES,
+    DataSourceChanges,
+    choice_validate,
+    classifications_validate,
+    limits_validate,
+    patch_merge,
+    storable_check,
+    type_validate,
+)
 from datasources.write_retry import write_with_retry
 from rivercore.errors import Conflict, InvalidInput, PermissionDenied, pydantic_details
-from rivercore.text import json_unstorable_path
 from rivercore.types.datasources import ConnectionConfig, ConnectionTestResult, QueryResult, TableInfo, WriteResult
 
 logger = logging.getLogger(__name__)
@@ -35,15 +44,6 @@ MAX_ROWS_LIMIT = 10_000
 MAX_WRITE_ROWS = 1_000
 WRITE_OPERATIONS = ("insert", "update", "delete")
 _CONNECTION_FIELDS = {"type", "connection_config", "credentials"}
-# name -> (minimum, maximum); null means "inherit the workspace's value".
-LIMIT_RANGES = {
-    "query_row_limit": (1, 100_000),
-    "observation_byte_limit": (1024, 1_048_576),
-    "query_timeout_seconds": (1, 300),
-}
-_UPDATABLE = {"name", "description", "access_level", "classifications", "create_file"} | _CONNECTION_FIELDS | set(
-    LIMIT_RANGES
-)
 
 
 class PostgresCredentials(pydantic.BaseModel):
@@ -54,53 +54,6 @@ class PostgresCredentials(pydantic.BaseModel):
 
 
 # --- validation ----------------------------------------------------------------------------
-
-
-def _choice(value: Any, choices, field: str) -> str:
-    allowed = [c.value for c in choices]
-    if value not in allowed:
-        raise InvalidInput(
-            f"{field} must be one of {', '.join(allowed)}.", details={field: [f"must be one of {allowed}"]}
-        )
-    return value
-
-
-def type_validate(value: Any) -> str:
-    """A type River has a connector for; the error lists the supported ones."""
-    supported = list(connectors.SUPPORTED_TYPES)
-    if value not in supported:
-        listed = ", ".join(supported)
-        raise InvalidInput(
-            f"type {str(value)[:40]!r} is not supported; supported types: {listed}.",
-            details={"type": [f"unsupported type; supported types: {listed}"]},
-        )
-    return value
-
-
-def storable_check(value: Any, field: str) -> None:
-    """Refuse text PostgreSQL cannot store (NUL, lone surrogates), naming the field."""
-    where = json_unstorable_path(value)
-    if where:
-        name = field if where == "value" else f"{field}.{where}"
-        raise InvalidInput(
-            f"{name} contains a NUL byte or an invalid character.", details={name: ["must not contain NUL bytes"]}
-        )
-
-
-def limits_validate(values: dict) -> dict:
-    """Per-source limits: each an integer in its range, or null to inherit the workspace's."""
-    checked = {}
-    for name, (low, high) in LIMIT_RANGES.items():
-        if name not in values:
-            continue
-        value = values[name]
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high):
-            raise InvalidInput(
-                f"{name} must be an integer from {low} to {high}, or null to use the workspace's.",
-                details={name: [f"{low}..{high} or null"]},
-            )
-        checked[name] = value
-    return checked
 
 
 def _pg_host_validate(config: ConnectionConfig) -> None:
@@ -214,27 +167,6 @@ def credentials_validate(*, type: str, credentials: Any) -> dict:
         raise InvalidInput("credentials are invalid: expected user and password.", details=details) from None
 
 
-def _classifications_validate(value: Any) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise InvalidInput(
-            "classifications must map table names to labels.", details={"classifications": ["must be {table: label}"]}
-        )
-    return value
-
-
-def _merge(current: dict, changes: dict) -> dict:
-    """Shallow merge where a null value removes the key."""
-    merged = dict(current)
-    for key, value in changes.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    return merged
-
-
 # --- connections -------------------------------------------------------------------------
 
 
@@ -307,7 +239,7 @@ def data_source_create(
     if len(name) > 200:
         raise InvalidInput("name is too long.", details={"name": ["at most 200 characters"]})
     type_validate(type)
-    _choice(access_level, DataSource.AccessLevel, "access_level")
+    choice_validate(access_level, DataSource.AccessLevel, "access_level")
     limits = limits_validate(
         {
             "query_row_limit": query_row_limit,
@@ -317,7 +249,7 @@ def data_source_create(
     )
     config = connection_config_validate(type=type, connection_config=connection_config, workspace_id=workspace.pk)
     secrets = credentials_validate(type=type, credentials=credentials)
-    labels = _classifications_validate(classifications)
+    labels = classifications_validate(classifications)
     if DataSource.objects.filter(workspace=workspace, name=name).exists():
         raise Conflict("A data source with this name already exists.", details={"name": ["already exists"]})
     connection_host_check(type=type, connection_config=config)
@@ -342,85 +274,64 @@ def data_source_create(
     return data_source
 
 
-def data_source_update(*, data_source: DataSource, **changes) -> DataSource:
-    """Apply ``changes``. ``connection_config`` and ``credentials`` are merged into the
-    current values (a null value removes a key). Changing where or how River connects
+def data_source_update(*, data_source: DataSource, changes: DataSourceChanges, create_file: bool = False) -> DataSource:
+    """Apply the fields given in ``changes`` (already checked on their own there); what
+    needs the database or the network is checked here: the name is unique in the
+    workspace, the merged connection settings are valid for the (new) type, a SQLite
+    file lies in the workspace's directory and exists unless ``create_file``, a
+    PostgreSQL host passes the network policy. Changing where or how River connects
     drops the cached schema: it must be rediscovered before queries run again."""
-    unknown = sorted(set(changes) - _UPDATABLE)
-    if unknown:
-        raise InvalidInput(
-            f"Unknown or read-only fields: {', '.join(unknown)}.", details={k: ["cannot be updated"] for k in unknown}
-        )
-    create_file = bool(changes.pop("create_file", False))
-    if not changes:
+    given = changes.model_fields_set
+    if not given:
         return data_source
-    for key in ("name", "description", "classifications"):
-        if key in changes:
-            storable_check(changes[key], key)
     fields: set[str] = set()
-    new_type = changes.get("type", data_source.type)
-    if "type" in changes:
-        type_validate(new_type)
-    for key, value in limits_validate(changes).items():
-        setattr(data_source, key, value)
+    new_type = changes.type if "type" in given else data_source.type
+    for key in LIMIT_RANGES.keys() & given:
+        setattr(data_source, key, getattr(changes, key))
         fields.add(key)
-    if "name" in changes:
-        name = (changes["name"] or "").strip() if isinstance(changes["name"], str) else ""
-        if not name:
-            raise InvalidInput("name is required.", details={"name": ["required"]})
+    if "name" in given:
         if (
-            DataSource.objects.filter(workspace_id=data_source.workspace_id, name=name)
+            DataSource.objects.filter(workspace_id=data_source.workspace_id, name=changes.name)
             .exclude(pk=data_source.pk)
             .exists()
         ):
             raise Conflict("A data source with this name already exists.", details={"name": ["already exists"]})
-        data_source.name = name
+        data_source.name = changes.name
         fields.add("name")
-    if "description" in changes:
-        data_source.description = changes["description"] or ""
+    if "description" in given:
+        data_source.description = changes.description
         fields.add("description")
-    if "access_level" in changes:
-        data_source.access_level = _choice(changes["access_level"], DataSource.AccessLevel, "access_level")
+    if "access_level" in given:
+        data_source.access_level = changes.access_level
         fields.add("access_level")
-    if "classifications" in changes:
-        data_source.classifications = _classifications_validate(changes["classifications"])
+    if "classifications" in given:
+        data_source.classifications = changes.classifications
         fields.add("classifications")
         if data_source.schema_cache:
             data_source.schema_cache = _cache_classify(data_source.schema_cache, data_source.classifications)
             fields.add("schema_cache")
 
-    if _CONNECTION_FIELDS & set(changes):
-        config_changes = changes.get("connection_config") or {}
-        if not isinstance(config_changes, dict):
-            raise InvalidInput(
-                "connection_config must be an object.", details={"connection_config": ["must be an object"]}
-            )
+    if _CONNECTION_FIELDS & given:
+        stored_secrets = decrypt_json(data_source.credentials_encrypted)
         current_config = ConnectionConfig.model_validate(data_source.connection_config or {}).model_dump(
             mode="json", exclude_none=True, by_alias=True
         )
-        if new_type != data_source.type and "connection_config" in changes:
+        if new_type != data_source.type and "connection_config" in given:
             current_config = {}  # a new engine starts from the given settings only
         config = connection_config_validate(
             type=new_type,
-            connection_config=_merge(current_config, config_changes),
+            connection_config=patch_merge(current_config, changes.connection_config or {}),
             workspace_id=data_source.workspace_id,
         )
         if new_type == DataSource.Type.SQLITE:
             sqlite_file_ensure(workspace_id=data_source.workspace_id, path=config["path"], create=create_file)
-        if "credentials" in changes:
-            credential_changes = changes["credentials"]
-            if credential_changes is not None and not isinstance(credential_changes, dict):
-                raise InvalidInput("credentials must be an object.", details={"credentials": ["must be an object"]})
-            base = {} if new_type != data_source.type else decrypt_json(data_source.credentials_encrypted)
-            secrets = credentials_validate(type=new_type, credentials=_merge(base, credential_changes or {}))
+        if "credentials" in given:
+            base = {} if new_type != data_source.type else stored_secrets
+            secrets = credentials_validate(type=new_type, credentials=patch_merge(base, changes.credentials or {}))
         else:
-            secrets = credentials_validate(type=new_type, credentials=decrypt_json(data_source.credentials_encrypted))
+            secrets = credentials_validate(type=new_type, credentials=stored_secrets)
         connection_host_check(type=new_type, connection_config=config)
-        unchanged = (
-            new_type == data_source.type
-            and config == current_config
-            and secrets == decrypt_json(data_source.credentials_encrypted)
-        )
+        unchanged = new_type == data_source.type and config == current_config and secrets == stored_secrets
         if not unchanged:  # re-saving the same settings keeps the cache
             data_source.type = new_type
             data_source.connection_config = config
@@ -444,7 +355,7 @@ def data_source_update(*, data_source: DataSource, **changes) -> DataSource:
             data_source.save(update_fields=sorted(fields))
     except IntegrityError:
         raise Conflict("A data source with this name already exists.", details={"name": ["already exists"]}) from None
-    logger.info("data source %s updated (%s)", data_source.pk, ", ".join(sorted(changes)))
+    logger.info("data source %s updated (%s)", data_source.pk, ", ".join(sorted(given)))
     return data_source
 
 

@@ -22,6 +22,7 @@ from datasources.catalog import CatalogMatch, catalog_search
 from datasources.connectors import SUPPORTED_TYPES
 from datasources.errors import DataSourceUnavailable, QueryTimedOut
 from datasources.selectors import data_source_files_usage, data_source_get_in_workspace, data_sources_in_workspace
+from datasources.types import DataSourceChanges
 from executions.selectors import execution_storage_usage
 from executions.tools.fenced import fenced_in_transaction
 from governance.selectors import approval_notification_config
@@ -143,7 +144,13 @@ class SuccessOutput(BaseModel):
 
 def update_data_source(ctx: ToolContext, args: UpdateDataSourceInput) -> SuccessOutput:
     source = _data_source(ctx, args.data_source_id)
-    tool_db_call(lambda: ds_services.data_source_update(data_source=source, **args.updates))
+    updates = dict(args.updates)
+    create_file = bool(updates.pop("create_file", False))
+    tool_db_call(
+        lambda: ds_services.data_source_update(
+            data_source=source, changes=DataSourceChanges.model_validate(updates), create_file=create_file
+        )
+    )
     reconnects = {"type", "connection_config", "credentials"} & set(args.updates)
     dropped = " The cached schema was cleared; run discover_schema again." if reconnects else ""
     return SuccessOutput(success=True, message=f"Updated data source {source.name!r}.{dropped}")

@@ -10,6 +10,7 @@ import pytest
 
 from datasources import connectors, services
 from datasources.errors import DataSourceUnavailable
+from datasources.types import DataSourceChanges
 from rivercore.types.datasources import ConnectionConfig
 from tests.datasources.fixtures import *  # noqa: F403
 
@@ -106,7 +107,7 @@ def test_a_refused_login_is_an_auth_failure_that_echoes_nothing(pg_tables):
 
 
 def test_the_api_reports_the_class_and_stores_it_as_the_status(api_client_for, owner, pg_source):
-    services.data_source_update(data_source=pg_source, credentials={"user": UNKNOWN_ROLE})
+    services.data_source_update(data_source=pg_source, changes=DataSourceChanges(credentials={"user": UNKNOWN_ROLE}))
     response = api_client_for(owner).post(f"/api/v1/data-sources/{pg_source.pk}/test")
     assert response.status_code == 200
     assert response.json()["success"] is False
@@ -117,7 +118,7 @@ def test_the_api_reports_the_class_and_stores_it_as_the_status(api_client_for, o
 
 
 def test_discovery_failure_names_the_class_in_details(pg_source):
-    services.data_source_update(data_source=pg_source, credentials={"user": UNKNOWN_ROLE})
+    services.data_source_update(data_source=pg_source, changes=DataSourceChanges(credentials={"user": UNKNOWN_ROLE}))
     with pytest.raises(DataSourceUnavailable) as caught:
         services.data_source_discover(data_source=pg_source)
     assert caught.value.details == {"failure": "auth"}

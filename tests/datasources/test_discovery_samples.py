@@ -11,6 +11,7 @@ import pytest
 from datasources.catalog import catalog_search
 from datasources.connectors import SAMPLE_DISTINCT_MAX, sample_values_keep
 from datasources.services import data_source_create, data_source_discover, data_source_update
+from datasources.types import DataSourceChanges
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import pg_admin_connect
 
@@ -46,7 +47,9 @@ def test_a_classified_table_keeps_no_values(workspace, sqlite_file):
 @pytest.mark.django_db
 def test_classifying_a_table_later_drops_its_cached_values(sqlite_source):
     data_source_discover(data_source=sqlite_source)
-    data_source_update(data_source=sqlite_source, classifications={"tickets": "confidential"})
+    data_source_update(
+        data_source=sqlite_source, changes=DataSourceChanges(classifications={"tickets": "confidential"})
+    )
     sqlite_source.refresh_from_db()
     cached = {t["table_name"]: t for t in sqlite_source.schema_cache}
     assert cached["tickets"]["classification"] == "confidential"

@@ -9,6 +9,7 @@ from common.crypto import decrypt_json
 from datasources import services
 from datasources.errors import DataSourceUnavailable, QueryRefused, QueryTimedOut
 from datasources.models import DataSource
+from datasources.types import DataSourceChanges
 from rivercore.errors import Conflict, InvalidInput, PermissionDenied
 from tests.datasources.fixtures import *  # noqa: F403
 from tests.datasources.fixtures import pg_count, sqlite_count
@@ -94,7 +95,7 @@ def test_duplicate_name_is_a_conflict(pg_source, workspace, pg_tables):
 
 def test_connection_update_invalidates_the_cached_schema(pg_discovered):
     assert pg_discovered.schema_discovered_at is not None
-    services.data_source_update(data_source=pg_discovered, connection_config={"port": 5433})
+    services.data_source_update(data_source=pg_discovered, changes=DataSourceChanges(connection_config={"port": 5433}))
     stored = DataSource.objects.get(pk=pg_discovered.pk)
     assert stored.schema_cache == []
     assert stored.schema_discovered_at is None
@@ -104,23 +105,27 @@ def test_connection_update_invalidates_the_cached_schema(pg_discovered):
 
 
 def test_credential_update_invalidates_and_merges(pg_discovered, pg_tables):
-    services.data_source_update(data_source=pg_discovered, credentials={"password": "rotated"})
+    services.data_source_update(
+        data_source=pg_discovered, changes=DataSourceChanges(credentials={"password": "rotated"})
+    )
     stored = DataSource.objects.get(pk=pg_discovered.pk)
     assert stored.schema_discovered_at is None
     assert decrypt_json(stored.credentials_encrypted) == {"user": pg_tables["user"], "password": "rotated"}
 
 
 def test_non_connection_update_keeps_the_cache(pg_discovered):
-    services.data_source_update(data_source=pg_discovered, description="Support data", access_level="read_only")
+    services.data_source_update(
+        data_source=pg_discovered, changes=DataSourceChanges(description="Support data", access_level="read_only")
+    )
     stored = DataSource.objects.get(pk=pg_discovered.pk)
     assert stored.schema_discovered_at is not None
     assert len(stored.schema_cache) == 3
     assert stored.access_level == "read_only"
 
 
-def test_update_refuses_unknown_fields(pg_source):
+def test_update_refuses_unknown_fields():
     with pytest.raises(InvalidInput) as caught:
-        services.data_source_update(data_source=pg_source, credentials_encrypted="x", status="connected")
+        DataSourceChanges(credentials_encrypted="x", status="connected")
     assert set(caught.value.details) == {"credentials_encrypted", "status"}
 
 
@@ -136,7 +141,7 @@ def test_connection_test_records_status(pg_source, sqlite_source):
     result = services.data_source_test(data_source=pg_source)
     assert result.success and result.latency_ms >= 0
     assert DataSource.objects.get(pk=pg_source.pk).status == DataSource.Status.CONNECTED
-    services.data_source_update(data_source=pg_source, connection_config={"port": 1})
+    services.data_source_update(data_source=pg_source, changes=DataSourceChanges(connection_config={"port": 1}))
     failed = services.data_source_test(data_source=pg_source)
     assert failed.success is False
     stored = DataSource.objects.get(pk=pg_source.pk)
@@ -154,7 +159,7 @@ def test_discover_stores_the_schema_with_its_time(sqlite_source):
 
 
 def test_discover_on_unreachable_source_is_unavailable(pg_source):
-    services.data_source_update(data_source=pg_source, connection_config={"port": 1})
+    services.data_source_update(data_source=pg_source, changes=DataSourceChanges(connection_config={"port": 1}))
     with pytest.raises(DataSourceUnavailable):
         services.data_source_discover(data_source=pg_source)
     assert DataSource.objects.get(pk=pg_source.pk).status == DataSource.Status.ERROR
@@ -202,7 +207,9 @@ def test_row_cap_sets_truncated(pg_discovered):
 
 
 def test_statement_timeout_is_enforced(pg_discovered, sqlite_discovered):
-    services.data_source_update(data_source=pg_discovered, description="x")  # keeps the cache
+    services.data_source_update(  # keeps the cache
+        data_source=pg_discovered, changes=DataSourceChanges(description="x")
+    )
     for source in (pg_discovered, sqlite_discovered):
         config = dict(source.connection_config)
         config["statement_timeout_ms"] = 200
@@ -327,7 +334,7 @@ def test_write_back_refusals(pg_discovered, pg_tables, table, operation, data, c
 
 
 def test_write_back_refused_on_read_only_source(pg_discovered, pg_tables):
-    services.data_source_update(data_source=pg_discovered, access_level="read_only")
+    services.data_source_update(data_source=pg_discovered, changes=DataSourceChanges(access_level="read_only"))
     with pytest.raises(PermissionDenied):
         services.write_back_execute(
             data_source=pg_discovered,
@@ -342,7 +349,9 @@ def test_write_back_refused_on_read_only_source(pg_discovered, pg_tables):
 def test_prompt_metadata_has_schema_and_current_labels_but_no_connection_details(sqlite_discovered, pg_discovered):
     from datasources.selectors import data_source_prompt_metadata
 
-    services.data_source_update(data_source=pg_discovered, classifications={"customers": "pii"})
+    services.data_source_update(
+        data_source=pg_discovered, changes=DataSourceChanges(classifications={"customers": "pii"})
+    )
     metadata = data_source_prompt_metadata(data_source=pg_discovered)
     assert set(metadata) == {"data_source_id", "name", "type", "status", "access_level", "schemas"}
     labels = {t["table_name"]: t["classification"] for t in metadata["schemas"]}

@@ -11,6 +11,7 @@ import pytest
 from datasources import connectors, services
 from datasources.errors import QueryTimedOut
 from datasources.models import DataSource
+from datasources.types import DataSourceChanges
 from rivercore.errors import InvalidInput
 from tests.datasources.fixtures import *  # noqa: F403
 
@@ -81,7 +82,7 @@ def test_limits_out_of_range_are_a_400_naming_the_field(api_client_for, owner, s
     assert response.status_code == 400, response.content
     assert field in response.json()["error"]["details"]
     with pytest.raises(InvalidInput) as caught:
-        services.data_source_update(data_source=sqlite_source, **{field: value})
+        services.data_source_update(data_source=sqlite_source, changes=DataSourceChanges(**{field: value}))
     assert field in caught.value.details
 
 
@@ -111,7 +112,7 @@ def test_limits_are_the_workspaces_until_the_source_sets_its_own(api_client_for,
 
 
 def test_a_source_cannot_raise_its_byte_limit_above_the_workspaces(sqlite_source):
-    services.data_source_update(data_source=sqlite_source, observation_byte_limit=1_048_576)
+    services.data_source_update(data_source=sqlite_source, changes=DataSourceChanges(observation_byte_limit=1_048_576))
     assert sqlite_source.effective_byte_limit == 65536
 
 
@@ -129,7 +130,7 @@ def wide(sqlite_source, sqlite_file):
 
 
 def test_rows_are_capped_at_the_source_limit_with_truncated(wide):
-    services.data_source_update(data_source=wide, query_row_limit=3)
+    services.data_source_update(data_source=wide, changes=DataSourceChanges(query_row_limit=3))
     result = services.query_execute(data_source=wide, query="SELECT id FROM wide ORDER BY id")
     assert [r[0] for r in result.rows] == [0, 1, 2]
     assert result.truncated is True and result.total_rows == 3
@@ -146,13 +147,13 @@ def test_the_default_row_cap_is_a_thousand(wide):
 
 
 def test_a_row_limit_above_the_max_rows_ceiling_still_applies(wide):
-    services.data_source_update(data_source=wide, query_row_limit=20_000)
+    services.data_source_update(data_source=wide, changes=DataSourceChanges(query_row_limit=20_000))
     result = services.query_execute(data_source=wide, query="SELECT id FROM wide")
     assert len(result.rows) == 2500 and result.truncated is False
 
 
 def test_results_are_cut_at_the_byte_limit_with_a_note(wide):
-    services.data_source_update(data_source=wide, observation_byte_limit=8192)
+    services.data_source_update(data_source=wide, changes=DataSourceChanges(observation_byte_limit=8192))
     result = services.query_execute(data_source=wide, query="SELECT id, body FROM wide")
     assert result.truncated is True
     assert "8192 bytes" in result.note
@@ -173,7 +174,7 @@ def test_one_huge_value_is_shortened_not_passed_on(sqlite_source, sqlite_file):
 
 def test_postgres_reports_the_total_and_cuts_at_the_row_limit(pg_source):
     services.data_source_discover(data_source=pg_source)
-    services.data_source_update(data_source=pg_source, query_row_limit=2)
+    services.data_source_update(data_source=pg_source, changes=DataSourceChanges(query_row_limit=2))
     result = services.query_execute(data_source=pg_source, query="SELECT id FROM tickets ORDER BY id")
     assert len(result.rows) == 2 and result.truncated is True
     assert result.total_available == 6
@@ -181,7 +182,7 @@ def test_postgres_reports_the_total_and_cuts_at_the_row_limit(pg_source):
 
 def test_postgres_statement_timeout_comes_from_the_source(pg_source):
     services.data_source_discover(data_source=pg_source)
-    services.data_source_update(data_source=pg_source, query_timeout_seconds=1)
+    services.data_source_update(data_source=pg_source, changes=DataSourceChanges(query_timeout_seconds=1))
     with pytest.raises(QueryTimedOut):
         services.query_execute(
             data_source=pg_source,
@@ -206,7 +207,7 @@ def test_postgres_statement_timeout_comes_from_the_source(pg_source):
 )
 def test_nul_in_data_source_fields_is_a_400_naming_the_field(sqlite_source, changes, field):
     with pytest.raises(InvalidInput) as caught:
-        services.data_source_update(data_source=sqlite_source, **changes)
+        services.data_source_update(data_source=sqlite_source, changes=DataSourceChanges(**changes))
     assert any(key.startswith(field) for key in caught.value.details), caught.value.details
     sqlite_source.refresh_from_db()
     assert "\x00" not in sqlite_source.name + sqlite_source.description

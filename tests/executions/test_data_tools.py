@@ -13,6 +13,7 @@ from agents.models import Agent, AgentVersion
 from datasources.models import DataSource
 from datasources.selectors import data_source_prompt_metadata
 from datasources.services import data_source_create, data_source_discover, data_source_update
+from datasources.types import DataSourceChanges
 from executions.models import Execution, ExecutionStep
 from rivercore.contracts import AgentConfig, DataSourceMetadata, UserContext
 from rivercore.tools import ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
@@ -271,8 +272,38 @@ def test_management_tools_report_validation_errors(owner, workspace, pg_source):
     assert unknown.kind == ToolErrorKind.VALIDATION
 
 
+@pytest.mark.parametrize(
+    "updates",
+    [
+        {"status": "connected", "credentials_encrypted": "x"},
+        {"data_source": 1, "description": "swapped"},
+        {"schema_cache": [], "name": "Renamed"},
+    ],
+)
+def test_update_tool_refuses_unknown_and_read_only_keys_before_writing(owner, workspace, pg_source, updates):
+    refused = error_of("update_data_source", ctx_for(owner, workspace), data_source_id=pg_source.pk, updates=updates)
+    unknown = sorted(set(updates) - {"name", "description"})
+    assert refused.kind == ToolErrorKind.VALIDATION
+    assert refused.message == f"Unknown or read-only fields: {', '.join(unknown)}."
+    assert refused.details == {key: ["cannot be updated"] for key in unknown}
+    stored = DataSource.objects.get(pk=pg_source.pk)
+    assert (stored.name, stored.description, stored.status) == ("Support PG", "", DataSource.Status.UNTESTED)
+
+
+def test_update_tool_passes_create_file_to_the_service(owner, workspace, sqlite_source, sqlite_dir):
+    updated = call(
+        "update_data_source",
+        ctx_for(owner, workspace),
+        data_source_id=sqlite_source.pk,
+        updates={"connection_config": {"path": "made.sqlite3"}, "create_file": True},
+    )
+    assert updated.success
+    assert (sqlite_dir / str(workspace.pk) / "made.sqlite3").is_file()
+    assert DataSource.objects.get(pk=sqlite_source.pk).connection_config["path"] == "made.sqlite3"
+
+
 def test_unreachable_source_is_transient(owner, workspace, pg_source):
-    data_source_update(data_source=pg_source, connection_config={"port": 1})
+    data_source_update(data_source=pg_source, changes=DataSourceChanges(connection_config={"port": 1}))
     ctx = ctx_for(owner, workspace)
     assert call("test_connection", ctx, data_source_id=pg_source.pk).success is False
     assert error_of("discover_schema", ctx, data_source_id=pg_source.pk).kind == ToolErrorKind.TRANSIENT
@@ -335,7 +366,7 @@ def test_write_back_through_the_tool(owner, workspace, sqlite_source, sqlite_fil
         "write_back", ctx, data_source_id=sqlite_source.pk, table_name="payroll", operation="insert", data={"a": 1}
     )
     assert unknown.kind == ToolErrorKind.VALIDATION
-    data_source_update(data_source=sqlite_source, access_level="read_only")
+    data_source_update(data_source=sqlite_source, changes=DataSourceChanges(access_level="read_only"))
     read_only = error_of(
         "write_back",
         ctx,
