@@ -117,3 +117,23 @@ def agent_runs_recent(*, agent_id, limit: int) -> list[Execution]:
     """The agent's latest runs, newest first (index agent, -queued_at)."""
     return list(Execution.objects.filter(agent_id=agent_id).select_related("requested_by", "agent_version")
                 .order_by("-queued_at", "-id")[:limit])
+
+
+def questions_for_user(*, user, workspace, limit: int = 50) -> list[dict]:
+    """The open ``ask_user`` questions of the runs ``user`` is answerable for in
+    ``workspace`` (their requester), oldest first: the run, its agent and the question."""
+    if not getattr(user, "pk", None) or workspace is None:
+        return []
+    waiting = (Execution.objects.filter(workspace=workspace, requester_id=user.pk,
+                                        status=Execution.Status.AWAITING_INTERACTION)
+               .select_related("agent").only("pk", "agent__name", "context_snapshot", "queued_at")
+               .order_by("queued_at", "pk")[:limit])
+    questions = []
+    for run in waiting:
+        pending = (run.context_snapshot or {}).get("pending") or {}
+        interaction = pending.get("interaction") or {}
+        questions.append({
+            "execution_id": run.pk, "agent_name": run.agent.name, "call_id": pending.get("call_id", ""),
+            "message": str(interaction.get("message") or ""), "options": interaction.get("options") or [],
+        })
+    return questions

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from governance.audit import audit_record
 from governance.models import ApprovalRequest
-from governance.notifications import approval_notify
+from governance.notifications import approval_notifications_resolve, approval_notify
 from rivercore.errors import Conflict, NotFound, PermissionDenied
 from rivercore.types.governance import ResolutionStatus
 from tenancy.models import Workspace
@@ -157,13 +157,20 @@ def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool
 
 
 def approvals_pending_count(*, user, workspace: Workspace) -> int:
-    """The workspace's pending requests, for the frame's badge, leaving out those of runs
-    ``user`` requested (someone else must decide them) unless the workspace allows
-    self-approval."""
-    pending = approvals_for_user(user=user, status=ApprovalRequest.Status.PENDING).filter(workspace=workspace)
+    """The workspace's pending requests ``user`` may decide, for the frame's badge: the
+    inbox's rule (``approval_resolver``: the permission, one of the request's approver
+    roles or an organization admin, and never a run they requested unless the
+    workspace allows self-approval), so the badge never counts what they cannot decide."""
+    roles = _resolver_roles(user=user, workspace=workspace)
+    if not roles:
+        return 0
+    pending = ApprovalRequest.objects.filter(workspace=workspace, status=ApprovalRequest.Status.PENDING)
     if not workspace.allow_self_approval and getattr(user, "pk", None) is not None:
         pending = pending.exclude(run_started_by_id=user.pk)
-    return pending.count()
+    if ORG_ADMIN_ROLE in roles:
+        return pending.count()
+    return sum(1 for approver_roles in pending.values_list("approver_roles", flat=True)
+               if roles & set(approver_roles or []))
 
 
 def approval_get_for_user(*, user, approval_id) -> ApprovalRequest:
@@ -204,6 +211,7 @@ def approval_decide(
                            "resolution_comment": comment or None}
     approval.save(update_fields=["status", "resolved_by", "resolved_at", "resolution_comment", "resolution"])
     _decision_timed(approval)
+    approval_notifications_resolve(approval=approval)
     details = {"tool_name": approval.tool_name, "resolution": status, "comment": comment or ""}
     if status == ResolutionStatus.EDITED_APPROVED:
         details["diff"] = args_diff(approval.proposed_payload, modified_args or {})
@@ -234,8 +242,9 @@ def args_diff(before: dict, after: dict) -> dict:
     return changed
 
 
-def approvals_close_for_execution(*, execution_id: int, reason: str) -> int:
-    """A cancelled run's pending requests expire with it (audited)."""
+def approvals_close_for_execution(*, execution_id: int, reason: str, cancelled_by: str = "") -> int:
+    """A cancelled run's pending requests expire with it (audited); their notifications
+    resolve, naming who cancelled."""
     closed = 0
     for approval in ApprovalRequest.objects.select_for_update().select_related("workspace").filter(
         execution_id=execution_id, status=ApprovalRequest.Status.PENDING
@@ -245,6 +254,7 @@ def approvals_close_for_execution(*, execution_id: int, reason: str) -> int:
         approval.resolved_at = timezone.now()
         approval.save(update_fields=["status", "resolution_comment", "resolved_at"])
         _decision_timed(approval)
+        approval_notifications_resolve(approval=approval, cancelled_by=cancelled_by or "someone")
         audit_record(
             organization_id=approval.workspace.organization_id, workspace_id=approval.workspace_id,
             event_type="approval_expired", execution_id=execution_id, agent_id=approval.agent_id,
@@ -266,6 +276,7 @@ def approval_expire(*, approval_id) -> ApprovalRequest | None:
     approval.resolved_at = timezone.now()
     approval.save(update_fields=["status", "resolved_at"])
     _decision_timed(approval)
+    approval_notifications_resolve(approval=approval)
     audit_record(
         organization_id=approval.workspace.organization_id, workspace_id=approval.workspace_id,
         event_type="approval_expired", execution_id=approval.execution_id, agent_id=approval.agent_id,

@@ -209,12 +209,52 @@ class Notification(models.Model):
     url = models.CharField(max_length=500, blank=True)
     read_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # What the notification is about, so it can be resolved for everyone at once when
+    # the work moves on (an approval decided, expired or closed; a question answered).
+    approval_id = models.UUIDField(null=True, blank=True, db_index=True)
+    execution_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    # Resolved: the thing asked for no longer waits on anyone. A resolved notification
+    # leaves the unread count; ``resolution`` says what happened and who did it.
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    resolution = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [models.Index(fields=["user", "read_at", "resolved_at"], name="notification_unread_idx")]
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def is_unread(self) -> bool:
+        return self.read_at is None and self.resolved_at is None
+
+
+class NotificationPreference(models.Model):
+    """One person's choice of how and when River tells them about the runs they are
+    answerable for (their requester notifications). Absent means the defaults below."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                related_name="notification_preference")
+    # Channels.
+    in_app = models.BooleanField(default=True)
+    email = models.BooleanField(default=False)
+    slack = models.BooleanField(default=False)
+    # Events.
+    approval_pause = models.BooleanField(default=True)
+    question = models.BooleanField(default=True)
+    failed = models.BooleanField(default=True)
+    not_answered = models.BooleanField(default=True)
+    every_end = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    CHANNELS = ("in_app", "email", "slack")
+    EVENTS = ("approval_pause", "question", "failed", "not_answered", "every_end")
+
+    def __str__(self) -> str:
+        return f"notification preferences of {self.user_id}"
 
 
 class PolicyCounter(models.Model):

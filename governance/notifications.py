@@ -13,6 +13,7 @@ import logging
 import urllib.error
 import urllib.request
 from uuid import UUID
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -21,9 +22,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from governance.models import ApprovalRequest, Notification
+from governance.models import ApprovalRequest, Notification, NotificationPreference
 from governance.selectors import approval_notification_config
-from telemetry.aftercommit import task_send_on_commit
+from telemetry.aftercommit import call_on_commit, task_send_on_commit
 from telemetry.events import user_event_publish
 from tenancy.models import Membership, OrganizationMember, Workspace
 
@@ -71,11 +72,13 @@ def approvers_for(*, workspace: Workspace, roles: list[str]):
 # --- channels ----------------------------------------------------------------------
 
 
-def _in_app(*, workspace_id: int, users, kind: str, title: str, body: str, url: str) -> int:
+def _in_app(*, workspace_id: int, users, kind: str, title: str, body: str, url: str, approval_id=None,
+            execution_id: int | None = None) -> int:
     """One row per user; idempotent per (user, kind, url) so a retried task adds none."""
     already = set(Notification.objects.filter(kind=kind, url=url).values_list("user_id", flat=True))
     rows = [
-        Notification(workspace_id=workspace_id, user=user, kind=kind, title=title[:200], body=body, url=url)
+        Notification(workspace_id=workspace_id, user=user, kind=kind, title=title[:200], body=body, url=url,
+                     approval_id=approval_id, execution_id=execution_id)
         for user in users
         if user.pk not in already
     ]
@@ -115,7 +118,22 @@ def slack_post(*, webhook_url: str, text: str) -> None:
 # --- approval requests -------------------------------------------------------------
 
 
-def _approval_text(approval: ApprovalRequest, *, reminder: bool = False) -> tuple[str, str]:
+def local_time(moment, *, workspace: Workspace | None) -> str:
+    """``moment`` as people read it: in the workspace's time zone, named ("Mar 3, 2025,
+    14:05 Europe/Paris"); UTC when the workspace's zone is unknown."""
+    zone_name = getattr(workspace, "time_zone", "") or "UTC"
+    try:
+        zone = ZoneInfo(zone_name)
+    except (ZoneInfoNotFoundError, ValueError):
+        zone, zone_name = ZoneInfo("UTC"), "UTC"
+    local = timezone.localtime(moment, zone)
+    return f"{local:%b} {local.day}, {local:%Y}, {local:%H:%M} {zone_name}"
+
+
+def _approval_text(approval: ApprovalRequest, *, reminder: bool = False, link: bool = False) -> tuple[str, str]:
+    """The title and body of an approval's notification. ``link`` adds the review page's
+    address for channels outside River (email, Slack); in-app the notification itself
+    links there."""
     title = f"Approval needed: {approval.tool_name} (run {approval.execution_id})"
     if reminder:
         title = f"Reminder, expires soon: {approval.tool_name} (run {approval.execution_id})"
@@ -124,10 +142,72 @@ def _approval_text(approval: ApprovalRequest, *, reminder: bool = False) -> tupl
         f"Reasoning: {approval.reasoning_summary}" if approval.reasoning_summary else "",
         f"Risk: {approval.risk_context}" if approval.risk_context else "",
         f"Confidence: {approval.confidence_score:.2f}" if approval.confidence_score is not None else "",
-        f"Expires: {approval.expires_at.isoformat()}",
-        f"Review: {_absolute(approval_url(approval.pk))}",
+        f"Expires: {local_time(approval.expires_at, workspace=approval.workspace)}",
+        f"Review: {_absolute(approval_url(approval.pk))}" if link else "",
     ]
     return title, "\n".join(line for line in lines if line)
+
+
+def approval_deciders(*, approval: ApprovalRequest) -> list:
+    """The people who may decide ``approval`` now: the same rule as the inbox and the
+    resolve endpoint (``approval_resolver``), so nobody is asked what they cannot decide."""
+    from governance.approvals import approval_resolver
+
+    users = approvers_for(workspace=approval.workspace, roles=list(approval.approver_roles or []))
+    return [user for user in users if approval_resolver(user=user, workspace=approval.workspace)(approval)]
+
+
+def _person(user) -> str:
+    if user is None:
+        return "someone"
+    return (user.get_full_name() or user.get_username()) if hasattr(user, "get_username") else str(user)
+
+
+_DECIDED_AS = {
+    ApprovalRequest.Status.APPROVED: "Approved",
+    ApprovalRequest.Status.REJECTED: "Rejected",
+    ApprovalRequest.Status.EDITED: "Approved with edits",
+}
+
+
+def approval_resolution_text(approval: ApprovalRequest, *, cancelled_by: str = "") -> str:
+    """What became of a request, for everyone who was asked: who decided and when."""
+    when = local_time(approval.resolved_at or timezone.now(), workspace=approval.workspace)
+    if approval.status in _DECIDED_AS:
+        return f"{_DECIDED_AS[approval.status]} by {_person(approval.resolved_by)}, {when}"[:200]
+    if cancelled_by:
+        return f"Closed: the run was cancelled by {cancelled_by}, {when}"[:200]
+    return f"Expired without a decision, {when}"[:200]
+
+
+def notifications_resolve(*, resolution: str, by=None, approval_id=None, execution_id: int | None = None,
+                          kinds: tuple[str, ...] = ()) -> int:
+    """Resolve, for everyone who got them, the notifications about an approval (or a
+    run's notifications of ``kinds``): they leave every unread count and say what
+    happened. In the caller's transaction; the people's pages hear of it after commit."""
+    if approval_id is None and execution_id is None:
+        return 0
+    open_rows = Notification.objects.filter(resolved_at__isnull=True)
+    if approval_id is not None:
+        # Rows written before notifications carried the request's id are found by its page.
+        open_rows = open_rows.filter(Q(approval_id=approval_id) | Q(
+            approval_id__isnull=True, kind__in=[APPROVAL_REQUESTED, APPROVAL_REMINDER], url=approval_url(approval_id)))
+    else:
+        open_rows = open_rows.filter(execution_id=execution_id)
+    if kinds:
+        open_rows = open_rows.filter(kind__in=kinds)
+    user_ids = list(open_rows.values_list("user_id", flat=True))
+    changed = open_rows.update(resolved_at=timezone.now(), resolved_by=by, resolution=resolution[:200])
+    if changed:
+        user_event_publish(user_ids=user_ids, event={"type": NOTIFICATIONS_CHANGED})
+    return changed
+
+
+def approval_notifications_resolve(*, approval: ApprovalRequest, cancelled_by: str = "") -> int:
+    """The request was decided, expired or closed with its run: its notifications
+    resolve for every approver and for the run's requester."""
+    return notifications_resolve(approval_id=approval.pk, by=approval.resolved_by,
+                                 resolution=approval_resolution_text(approval, cancelled_by=cancelled_by))
 
 
 def approval_notify(*, approval_id: UUID | str, reminder: bool = False) -> None:
@@ -150,12 +230,10 @@ def approval_notifications_send(*, approval_id: UUID | str, reminder: bool = Fal
     config = approval_notification_config(workspace_id=approval.workspace_id)
     if config.in_app.enabled:
         title, body = _approval_text(approval, reminder=reminder)
-        users = approvers_for(workspace=approval.workspace, roles=list(approval.approver_roles or []))
-        if approval.run_started_by_id and not approval.workspace.allow_self_approval:
-            users = users.exclude(pk=approval.run_started_by_id)  # they may not resolve it
         kind = APPROVAL_REMINDER if reminder else APPROVAL_REQUESTED
-        _in_app(workspace_id=approval.workspace_id, users=users, kind=kind, title=title, body=body,
-                url=approval_url(approval.pk))
+        _in_app(workspace_id=approval.workspace_id, users=approval_deciders(approval=approval), kind=kind,
+                title=title, body=body, url=approval_url(approval.pk), approval_id=approval.pk,
+                execution_id=approval.execution_id)
     channels = []
     if config.email.enabled and config.email.recipients:
         channels.append(EMAIL)
@@ -167,11 +245,11 @@ def approval_notifications_send(*, approval_id: UUID | str, reminder: bool = Fal
 def approval_channel_deliver(*, approval_id: UUID | str, channel: str, reminder: bool = False) -> bool:
     """Deliver one external channel for an approval; NotificationError to retry.
     Returns False when there is nothing (left) to send."""
-    approval = ApprovalRequest.objects.filter(pk=approval_id).first()
+    approval = ApprovalRequest.objects.select_related("workspace").filter(pk=approval_id).first()
     if approval is None or approval.status != ApprovalRequest.Status.PENDING:
         return False
     config = approval_notification_config(workspace_id=approval.workspace_id)
-    title, body = _approval_text(approval, reminder=reminder)
+    title, body = _approval_text(approval, reminder=reminder, link=True)
     if channel == EMAIL and config.email.enabled and config.email.recipients:
         _email(recipients=config.email.recipients, subject=title, body=body)
         return True
@@ -216,8 +294,10 @@ def notify_run_outcome(
                         "user_id"
                     )
                 ) | get_user_model().objects.filter(pk__in=list(user_ids or []))
+                # Whoever already heard of this end as its requester (RUN_ENDED) is not told twice.
+                users = users.exclude(pk__in=Notification.objects.filter(kind=RUN_ENDED, url=url).values("user_id"))
                 _in_app(workspace_id=workspace_id, users=users.distinct(), kind=RUN_OUTCOME, title=title, body=body,
-                        url=url)
+                        url=url, execution_id=execution_id)
             elif channel == EMAIL:
                 if not recipients:
                     raise NotificationError("no email recipients configured")
@@ -234,6 +314,74 @@ def notify_run_outcome(
             logger.warning("run %s outcome notification via %s failed: %s", execution_id, channel, exc)
             outcome[channel] = False
     return outcome
+
+
+# --- the person answerable for a run ----------------------------------------------------
+
+RUN_AWAITING_APPROVAL = "run_awaiting_approval"
+RUN_QUESTION = "run_question"
+RUN_ENDED = "run_ended"
+# The events a person chooses in their preferences (NotificationPreference.EVENTS).
+EVENT_APPROVAL_PAUSE = "approval_pause"
+EVENT_QUESTION = "question"
+EVENT_FAILED = "failed"
+EVENT_NOT_ANSWERED = "not_answered"
+EVENT_EVERY_END = "every_end"
+
+
+def notification_preferences_get(*, user) -> NotificationPreference:
+    """The person's preferences; the defaults (an unsaved row) when they never chose."""
+    found = NotificationPreference.objects.filter(user=user).first()
+    return found if found is not None else NotificationPreference(user=user)
+
+
+def notification_preferences_update(*, user, channels: dict[str, bool], events: dict[str, bool]
+                                    ) -> NotificationPreference:
+    """Change some of the person's channels and events (validated by the caller's edge:
+    only the names in ``NotificationPreference.CHANNELS``/``EVENTS``, booleans)."""
+    changes = {**channels, **events}
+    unknown = set(changes) - set(NotificationPreference.CHANNELS) - set(NotificationPreference.EVENTS)
+    assert not unknown, unknown
+    with transaction.atomic():
+        preference, _ = NotificationPreference.objects.select_for_update().get_or_create(user=user)
+        for name, value in changes.items():
+            setattr(preference, name, bool(value))
+        preference.save()
+    return preference
+
+
+def requester_notify(*, workspace_id: int, user_id: int | None, events: list[str], kind: str, title: str,
+                     body: str, url: str, execution_id: int, approval_id=None) -> list[str]:
+    """Tell the person answerable for a run about it, if they want to hear about any of
+    ``events``, on the channels they chose. The in-app row is written in the caller's
+    transaction; email and Slack go out after commit, best effort (a failure is logged,
+    never raised into the run). Returns the channels used. Never a service identity."""
+    if user_id is None:
+        return []
+    user = get_user_model().objects.filter(pk=user_id, is_active=True, service_principal__isnull=True).first()
+    if user is None:
+        return []
+    preference = notification_preferences_get(user=user)
+    if not any(getattr(preference, event) for event in events):
+        return []
+    used = []
+    if preference.in_app:
+        _in_app(workspace_id=workspace_id, users=[user], kind=kind, title=title, body=body, url=url,
+                approval_id=approval_id, execution_id=execution_id)
+        used.append(IN_APP)
+    link = _absolute(url)
+    if preference.email and user.email:
+        call_on_commit(lambda: _email(recipients=[user.email], subject=title, body=f"{body}\n\nOpen: {link}"),
+                       component="notifications", operation="requester email", subject=f"execution {execution_id}")
+        used.append(EMAIL)
+    if preference.slack:
+        webhook = approval_notification_config(workspace_id=workspace_id).slack.webhook_url
+        if webhook:
+            text = f"*{title}* (for {_person(user)})\n{body}\n<{link}|Open>"
+            call_on_commit(lambda: slack_post(webhook_url=webhook, text=text), component="notifications",
+                           operation="requester slack", subject=f"execution {execution_id}")
+            used.append(SLACK)
+    return used
 
 
 # --- an approved action that failed ------------------------------------------------
@@ -287,8 +435,24 @@ def notifications_for_user(*, user):
     return Notification.objects.filter(user=user).select_related("workspace").order_by("-created_at", "-pk")
 
 
+def notifications_unread(*, user):
+    """The user's unread notifications: not read, and not resolved (a decided approval,
+    an answered question no longer waits on anyone, whoever settled it)."""
+    return notifications_for_user(user=user).filter(read_at__isnull=True, resolved_at__isnull=True)
+
+
 def notifications_unread_count(*, user) -> int:
-    return Notification.objects.filter(user=user, read_at__isnull=True).count()
+    return Notification.objects.filter(user=user, read_at__isnull=True, resolved_at__isnull=True).count()
+
+
+def notification_get_for_user(*, user, notification_id: int) -> Notification:
+    """One of the user's own notifications; another person's id is a 404, like a missing one."""
+    from rivercore.errors import NotFound
+
+    found = Notification.objects.filter(user=user, pk=notification_id).select_related("workspace").first()
+    if found is None:
+        raise NotFound("Notification not found.")
+    return found
 
 
 def notifications_mark_read(*, user, notification_id: int | None = None) -> int:

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import Agent
 from common.ids import id_from_text
-from governance.notifications import notifications_for_user, notifications_mark_read
+from governance.notifications import notifications_for_user, notifications_mark_read, notifications_unread
 from riverapp.context import SECTIONS, SESSION_KEY, Nav, current_workspace
 from riverapp.overview import overview_for_workspace
 from tenancy.selectors import workspaces_for_user
@@ -93,7 +93,7 @@ def notifications(request):
     unread_only = request.GET.get("show") == "unread"
     mine = notifications_for_user(user=request.user)
     if unread_only:
-        mine = mine.filter(read_at__isnull=True)
+        mine = notifications_unread(user=request.user)
     page = Paginator(mine, NOTIFICATIONS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "notifications.html", {
         "page": page, "unread_only": unread_only, "query": "show=unread" if unread_only else "",
@@ -101,7 +101,7 @@ def notifications(request):
 
 
 def _panel(request):
-    unread = list(notifications_for_user(user=request.user).filter(read_at__isnull=True)[:PANEL_SIZE])
+    unread = list(notifications_unread(user=request.user)[:PANEL_SIZE])
     return render(request, "_bell_panel.html", {"unread": unread})
 
 
@@ -155,4 +155,5 @@ urlpatterns = [
     path("", include("riverapp.pages_triggers")),
     path("", include("riverapp.pages_data")),
     path("", include("riverapp.pages_audit")),
+    path("", include("riverapp.pages_settings")),
 ]

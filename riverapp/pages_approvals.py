@@ -18,6 +18,7 @@ from django.urls import path, reverse_lazy
 from django.views.decorators.http import require_GET
 
 from agents.models import Agent
+from executions.selectors import questions_for_user
 from governance.approvals import approval_resolver, approvals_for_user
 from governance.models import ApprovalRequest
 from governance.views import approval_card
@@ -101,6 +102,7 @@ def approvals_inbox(request):
     query.pop("part", None)
     context = {
         "workspace": workspace, "form": form, "page": page, "cards": cards, "waiting": waiting,
+        "questions": questions_for_user(user=user, workspace=workspace) if waiting else [],
         "recent": recent, "others_waiting": others_waiting,
         "query": query.urlencode(), "filtered": any(data.get(n) for n in ("agent", "tool", "risk", "status")),
     }

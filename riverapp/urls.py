@@ -24,6 +24,7 @@ api_v1 = [
     path("", include("datasources.api")),
     path("", include("artifacts.api")),
     path("", include("governance.api")),
+    path("", include("governance.api_notifications")),
     path("", include("executions.api")),
     path("", include("triggers.api")),
 ]

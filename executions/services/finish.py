@@ -18,6 +18,7 @@ from agents.services import agent_health_record, agent_memory_record
 from executions.journal import event_rows_publish, next_event_seq
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.runend import RunEnded, run_end_handlers_call
+from executions.services.notify import run_end_notify
 from executions.services.queue import post_process_queue_on_commit
 from rivercore.contracts import Decision, StepStatus, StepType
 from rivercore.events import approval_resolved_event, run_completed_event
@@ -170,7 +171,7 @@ def run_end_cancelled(row: Execution, *, by: str) -> None:
     _approvals_resolved_emit(row, pending, "cancelled")
     run_end(row, status=Execution.Status.CANCELLED, summary="cancelled",
             error=run_error("CANCELLED", f"Cancelled by {by}"))
-    approvals_close_for_execution(execution_id=row.pk, reason="run cancelled")
+    approvals_close_for_execution(execution_id=row.pk, reason="run cancelled", cancelled_by=by)
 
 
 def gave_up_message(attempts: int, infra_error: str) -> str:
@@ -216,6 +217,7 @@ def execution_post_process(*, execution_id: int) -> bool:
         if execution.status == Execution.Status.COMPLETED:
             _memory_write_best_effort(execution_id)
         _notify_outcome(execution)
+        run_end_notify(execution)
         run_end_handlers_call(RunEnded(
             execution_id=execution.pk, workspace_id=execution.workspace_id, agent_id=execution.agent_id,
             status=RunStatus(execution.status), summary=((execution.result or {}).get("summary") or "")[:2000],

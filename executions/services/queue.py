@@ -56,6 +56,8 @@ def steps_append_and_requeue(*, execution: Execution, expected_status: str, new_
         raise Conflict(f"Execution is {execution.status}, not {expected_status}.", code="invalid_state")
     ExecutionStep.objects.bulk_create([step_row(execution.pk, s) for s in new_steps])
     execution.status = Execution.Status.QUEUED
-    execution.queued_at = execution.published_at = timezone.now()  # the watchdog's lost-message rule counts from here
-    execution.save(update_fields=["status", "queued_at", "published_at"])
+    # ``queued_at`` is when the run was first queued and never moves (the runs list and
+    # "runs today" count from it); the watchdog's lost-message rule counts from ``published_at``.
+    execution.published_at = timezone.now()
+    execution.save(update_fields=["status", "published_at"])
     segment_queue_on_commit(execution.pk)

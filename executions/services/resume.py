@@ -10,6 +10,7 @@ from django.db import transaction
 from executions.journal import event_rows_publish, next_event_seq
 from executions.models import Execution, ExecutionEvent
 from executions.services.finish import run_end_cancelled, verdict_trace_on_commit
+from executions.services.notify import run_question_answered
 from executions.services.queue import steps_append_and_requeue
 from executions.services.segment import state_load
 from rivercore.errors import Conflict
@@ -41,6 +42,7 @@ def execution_respond(*, execution: Execution, user, user_response) -> Execution
         event = ExecutionEvent.objects.create(execution=row, seq=next_event_seq(row.pk), event_type=kind,
                                               payload=payload)
         event_rows_publish(row, [event])
+        run_question_answered(execution_id=row.pk, user=user)
     return row
 
 

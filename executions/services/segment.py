@@ -19,6 +19,7 @@ from executions.runhost import leases_renew
 from executions.services.claim import execution_claim_load
 from executions.services.finish import gave_up_message, run_end, run_end_failed, run_end_leased
 from executions.services.load import run_state_build
+from executions.services.notify import run_paused_for_approval_notify, run_question_notify
 from governance import checker
 from governance.audit import audit_record
 from rivercore.contracts import (
@@ -377,9 +378,12 @@ def execution_segment_end(
             )
             event = ExecutionEvent.objects.create(execution=row, seq=seq, event_type=kind, payload=payload)
             event_rows_publish(row, [event])
+            run_paused_for_approval_notify(row, approval=approval)
         else:  # a question or a child: no event of its own marks the pause, so the status says it
             events_publish(workspace_id=row.workspace_id, execution_id=row.pk, session_id=row.session_id,
                            events=[run_status_message(row, last_event_seq=seq - 1)])
+        if status == Execution.Status.AWAITING_INTERACTION and state.pending and state.pending.interaction:
+            run_question_notify(row, call_id=state.pending.call_id, question=state.pending.interaction.message)
         if status == Execution.Status.AWAITING_CHILD:
             from executions.services.delegation import delegation_resume_if_ended
 

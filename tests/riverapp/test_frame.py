@@ -18,8 +18,9 @@ def _notify(user, workspace, title="Approval needed", read=False):
                                        url="/approvals/", read_at=timezone.now() if read else None)
 
 
-def _pending(workspace):
+def _pending(workspace, roles=("admin",)):
     return ApprovalRequest.objects.create(workspace=workspace, execution_id=1, tool_name="write_back",
+                                          approver_roles=list(roles),
                                           expires_at=timezone.now() + timezone.timedelta(hours=1))
 
 
