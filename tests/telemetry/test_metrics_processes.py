@@ -177,7 +177,8 @@ def test_the_embedded_worker_starting_keeps_the_tool_latency_of_a_run(workspace,
     agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo"])
 
     def one_run() -> None:
-        execution = services.execution_start(agent=agent, user=owner, input_prompt="Echo it")
+        execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Echo it"))
         services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM(
             [tool_reply("test_echo", {"text": "hi"}), text_reply("Done.")]))
 

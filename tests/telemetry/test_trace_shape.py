@@ -42,7 +42,8 @@ def named(spans, name):
 @pytest.mark.django_db
 def test_a_runs_first_execution_span_is_a_root_linked_to_the_task_span_it_ran_in(provider, workspace, owner):
     agent = make_agent(workspace=workspace, owner=owner, tools=["test_echo"])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Echo it")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Echo it"))
     llm = ScriptedLLM([tool_reply("test_echo", {"text": "hi"}), text_reply("Done.")])
     with provider.get_tracer("celery").start_as_current_span("run/executions.run_segment") as task_span:
         assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "success"
@@ -61,7 +62,8 @@ def test_a_runs_first_execution_span_is_a_root_linked_to_the_task_span_it_ran_in
 @pytest.mark.django_db
 def test_a_run_started_outside_any_span_is_a_root_without_links(provider, workspace, owner):
     agent = make_agent(workspace=workspace, owner=owner, tools=[])
-    execution = services.execution_start(agent=agent, user=owner, input_prompt="Say hi")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Say hi"))
     assert services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("Hi")])) == "success"
     (root,) = named(provider.memory.get_finished_spans(), "river_agent.execution")
     assert root.parent is None and list(root.links) == []
@@ -71,7 +73,8 @@ def test_a_run_started_outside_any_span_is_a_root_without_links(provider, worksp
 def test_a_delegation_call_has_its_own_tool_span_in_the_turn_that_made_it(provider, workspace, owner):
     coordinator = make_agent(workspace=workspace, owner=owner, name="Coordinator", tools=["delegate_to_agent"])
     make_agent(workspace=workspace, owner=owner, name="Researcher", tools=[])
-    parent = services.execution_start(agent=coordinator, user=owner, input_prompt="Prepare the report")
+    parent = services.execution_start(agent=coordinator, request=services.person_run_request(
+        agent=coordinator, user=owner, prompt="Prepare the report"))
     delegate = tool_reply("delegate_to_agent", {"agent": "Researcher", "task": "Find churn"}, "d1")
     assert services.execution_run_segment(execution_id=parent.pk, llm=ScriptedLLM([delegate])) == "awaiting_child"
     child = Execution.objects.get(parent_execution_id=parent.pk)
