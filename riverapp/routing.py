@@ -21,8 +21,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.urls import path
 
 from executions.consumers import BEARER_SUBPROTOCOL, ExecutionConsumer, SessionConsumer, WorkspaceConsumer
-from riverapp.consumers import FrameConsumer
 from tenancy.services import token_authenticate
+from web.consumers import FrameConsumer
 
 
 @database_sync_to_async

@@ -1,6 +1,6 @@
 """Small helpers the catalog pages (agents, triggers, data sources, audit) share.
 
-Pages show the current workspace (``riverapp.context.current_workspace``); what the user
+Pages show the current workspace (``web.context.current_workspace``); what the user
 may do there is read once per request (``workspace_permissions``). A service's
 ``InvalidInput`` names fields by their API path (``connection_config.host``,
 ``config.cron``); ``errors_onto_form`` puts each message next to the page's field
@@ -17,9 +17,9 @@ from django.core.paginator import Paginator
 from django.http import Http404
 from django.urls import reverse_lazy
 
-from riverapp.context import current_workspace
 from rivercore.errors import NotFound, RiverError
 from tenancy.selectors import workspace_permissions
+from web.context import current_workspace
 
 LOGIN_URL = reverse_lazy("login")
 PER_PAGE = 25

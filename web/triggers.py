@@ -23,16 +23,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import Agent
 from agents.selectors import agents_for_user
-from riverapp.page_tools import (
-    errors_onto_form,
-    or_404,
-    page_login_required,
-    paginate,
-    query_without_page,
-    require,
-    workspace_and_permissions,
-)
-from riverapp.templatetags.catalog import cron_words
 from rivercore.errors import RiverError
 from tenancy.permissions import AGENT_CREATE, ROLE_ORDER
 from tenancy.selectors import workspace_permissions
@@ -53,6 +43,16 @@ from triggers.services import (
     webhook_endpoint_authority_check,
 )
 from triggers.types import API_TYPE_NAMES, TERMINAL_STATUSES, TriggerType, config_public, type_from_api
+from web.page_tools import (
+    errors_onto_form,
+    or_404,
+    page_login_required,
+    paginate,
+    query_without_page,
+    require,
+    workspace_and_permissions,
+)
+from web.templatetags.catalog import cron_words
 
 FIRINGS_PER_PAGE = 25
 AGENT_CHOICES_MAX = 500

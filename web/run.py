@@ -28,13 +28,13 @@ from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.progress import execution_status_block
 from executions.selectors import execution_children, execution_get_for_user
 from governance.approvals import approval_resolver, approvals_for_user
-from governance.views import approval_card
 from rivercore.contracts import StepStatus
 from rivercore.errors import NotFound, RiverError
 from rivercore.events import event_message
 from tenancy.permissions import AGENT_EXECUTE
 from tenancy.selectors import service_principal_of, workspace_permissions
 from triggers.models import Trigger
+from web.approval_card import approval_card
 
 LOGIN_URL = reverse_lazy("login")
 PARTS = ("head", "cause", "cards", "outcome")

@@ -48,15 +48,6 @@ from executions.services.replay import replay_batch_latest
 from governance.models import WorkspaceSettings
 from governance.selectors import workspace_memory_mode
 from governance.services import workspace_memory_mode_set
-from riverapp.page_tools import (
-    errors_onto_form,
-    or_404,
-    page_login_required,
-    paginate,
-    query_without_page,
-    require,
-    workspace_and_permissions,
-)
 from rivercore import limits
 from rivercore.contracts import AvailableDataSource, GenerateAgentRequest, UserContext
 from rivercore.errors import InvalidInput, RiverError
@@ -74,6 +65,15 @@ from triggers.selectors import trigger_firings_recent, triggers_for_user
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
 from triggers.types import TriggerType
 from triggers.webhooks import json_strict_parse
+from web.page_tools import (
+    errors_onto_form,
+    or_404,
+    page_login_required,
+    paginate,
+    query_without_page,
+    require,
+    workspace_and_permissions,
+)
 
 RECENT_RUNS = 20
 RECENT_FIRINGS = 5

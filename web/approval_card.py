@@ -1,5 +1,5 @@
 """Pages of approvals: one request's page and the inline approval card (htmx); the
-inbox, which shows the current workspace, is riverapp.pages_approvals.
+inbox, which shows the current workspace, is web.approvals.
 
 Session auth, login required. Each view parses (a Django form), authorizes through a
 tenant-scoped selector, calls one service and renders. The card endpoint answers an

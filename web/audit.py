@@ -20,8 +20,8 @@ from agents.models import Agent
 from agents.selectors import agents_for_user
 from governance.audit import PROGRESS_BUDGET, audit_verify_progress
 from governance.selectors import audit_entries_for_user
-from riverapp.page_tools import page_login_required, paginate, query_without_page, workspace_and_permissions
 from tenancy.selectors import is_org_admin
+from web.page_tools import page_login_required, paginate, query_without_page, workspace_and_permissions
 
 AGENT_CHOICES_MAX = 500
 

@@ -23,7 +23,11 @@ from datasources.catalog import catalog_search
 from datasources.models import DataSource
 from datasources.selectors import data_source_get_for_user, data_sources_for_user, data_sources_with_table_count
 from datasources.services import data_source_create, data_source_discover, data_source_test
-from riverapp.page_tools import (
+from rivercore.errors import RiverError
+from rivercore.types.datasources import TableInfo
+from tenancy.permissions import DATA_SOURCE_CREATE, DATA_SOURCE_VIEW
+from tenancy.selectors import workspace_permissions
+from web.page_tools import (
     errors_onto_form,
     or_404,
     page_login_required,
@@ -32,10 +36,6 @@ from riverapp.page_tools import (
     require,
     workspace_and_permissions,
 )
-from rivercore.errors import RiverError
-from rivercore.types.datasources import TableInfo
-from tenancy.permissions import DATA_SOURCE_CREATE, DATA_SOURCE_VIEW
-from tenancy.selectors import workspace_permissions
 
 SEARCH_RESULTS = 20
 TABLES_PER_PAGE = 20

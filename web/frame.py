@@ -12,16 +12,16 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import include, path, reverse, reverse_lazy
+from django.urls import path, reverse, reverse_lazy
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import Agent
 from common.ids import id_from_text
 from governance.notifications import notifications_for_user, notifications_mark_read
-from riverapp.context import SECTIONS, SESSION_KEY, Nav, current_workspace
-from riverapp.overview import overview_for_workspace
 from tenancy.selectors import workspaces_for_user
+from web.context import SECTIONS, SESSION_KEY, Nav, current_workspace
+from web.overview import overview_for_workspace
 
 NOTIFICATIONS_PER_PAGE = 25
 PANEL_SIZE = 6
@@ -146,13 +146,4 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page=LOGIN_URL), name="logout"),
-    path("", include("riverapp.pages_approvals")),
-    path("", include("governance.views")),
-    path("", include("riverapp.pages_runs")),
-    path("", include("riverapp.pages_run")),
-    path("", include("riverapp.pages_sessions")),
-    path("", include("riverapp.pages_agents")),
-    path("", include("riverapp.pages_triggers")),
-    path("", include("riverapp.pages_data")),
-    path("", include("riverapp.pages_audit")),
 ]

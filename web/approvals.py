@@ -20,8 +20,8 @@ from django.views.decorators.http import require_GET
 from agents.models import Agent
 from governance.approvals import approval_resolver, approvals_for_user
 from governance.models import ApprovalRequest
-from governance.views import approval_card
-from riverapp.context import current_workspace
+from web.approval_card import approval_card
+from web.context import current_workspace
 
 LOGIN_URL = reverse_lazy("login")
 PER_PAGE = 20

@@ -1,6 +1,6 @@
 """The runs list (/runs/) of the current workspace and its live row fragment.
 
-The page shows the workspace the user chose in the frame (``riverapp.context``), newest
+The page shows the workspace the user chose in the frame (``web.context``), newest
 run first, 25 to a page, with a fixed number of queries whatever the number of runs:
 the frame's, the agents for the filter, the page's count and its rows (agents joined).
 Replays are not runs (docs/replay.md); ``replays=only`` lists the workspace's replays
@@ -23,9 +23,9 @@ from django.views.decorators.http import require_GET
 from agents.models import Agent
 from executions.models import Execution, ExecutionReplay
 from executions.selectors import execution_get_for_user
-from riverapp.context import current_workspace
 from rivercore.contracts import TriggerType
 from rivercore.errors import NotFound
+from web.context import current_workspace
 
 LOGIN_URL = reverse_lazy("login")
 RUNS_PER_PAGE = 25

@@ -29,12 +29,12 @@ from agents.models import Agent
 from executions.models import Execution, ExecutionEvent, Session, SessionMessage
 from executions.selectors import session_get_for_user, sessions_for_user
 from executions.services import sessions as services
-from riverapp.context import current_workspace
-from riverapp.pages_run import _cards
 from rivercore import limits
 from rivercore.errors import NotFound, RiverError
 from tenancy.permissions import AGENT_EXECUTE
 from tenancy.selectors import workspace_permissions
+from web.context import current_workspace
+from web.run import _cards
 
 LOGIN_URL = reverse_lazy("login")
 SESSIONS_PER_PAGE = 25
