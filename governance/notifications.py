@@ -288,9 +288,10 @@ def workspace_admins_notify(*, workspace: Workspace, kind: str, title: str, body
 # --- a person's inbox ----------------------------------------------------------------
 
 
-def notifications_for_user(*, user):
+def notifications_for_user(*, user, unread_only: bool = False):
     """The user's notifications, newest first (every workspace's: they are theirs)."""
-    return Notification.objects.filter(user=user).select_related("workspace").order_by("-created_at", "-pk")
+    mine = Notification.objects.filter(user=user).select_related("workspace").order_by("-created_at", "-pk")
+    return mine.filter(read_at__isnull=True) if unread_only else mine
 
 
 def notifications_unread_count(*, user) -> int:

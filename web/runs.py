@@ -9,25 +9,30 @@ instead.
 
 from __future__ import annotations
 
-import datetime as dt
+import uuid
 
 from django import forms
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import render
-from django.urls import path, reverse_lazy
-from django.utils import timezone
+from django.urls import path
 from django.views.decorators.http import require_GET
 
-from agents.models import Agent
-from executions.models import Execution, ExecutionReplay
-from executions.selectors import execution_get_for_user
+from agents.selectors import agent_choices
+from common.days import day_window
+from common.ids import id_from_text
+from executions.models import Execution
+from executions.selectors import (
+    ExecutionFilters,
+    execution_get_for_user,
+    execution_replays_filter,
+    executions_filter,
+)
 from rivercore.contracts import TriggerType
 from rivercore.errors import NotFound
 from web.context import current_workspace
+from web.page_tools import mark_invalid_fields, page_login_required, query_without_page
 
-LOGIN_URL = reverse_lazy("login")
 RUNS_PER_PAGE = 25
 # The columns a row shows; nothing else is read from the table.
 ROW_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trigger_id", "input_prompt", "queued_at",
@@ -36,7 +41,8 @@ ROW_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trigger_id", "i
 
 
 class RunFilters(forms.Form):
-    """The list's GET filters; the overview links to them by these names."""
+    """The list's GET filters; the overview links to them by these names, and the API's
+    run list (``GET /api/v1/executions/``) takes the same ones (``executions_filter``)."""
 
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Execution.Status.choices])
     agent = forms.ChoiceField(required=False)
@@ -46,11 +52,22 @@ class RunFilters(forms.Form):
                             help_text="Runs queued on or after this day.")
     until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}),
                             help_text="Runs queued on or before this day.")
+    session = forms.CharField(required=False, label="Conversation", max_length=19,
+                              widget=forms.TextInput(attrs={"inputmode": "numeric", "placeholder": "Session id"}))
     replays = forms.ChoiceField(required=False, label="Show", choices=[("", "Runs"), ("only", "Replays")])
 
     def __init__(self, *args, agents: list[tuple[str, str]], **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["agent"].choices = [("", "Any agent"), *agents]
+
+    def clean_session(self) -> int | None:
+        raw = self.cleaned_data.get("session") or ""
+        if not raw:
+            return None
+        session_id = id_from_text(raw)
+        if session_id is None:
+            raise forms.ValidationError("A session id: ASCII digits (0-9).")
+        return session_id
 
     def clean(self):
         data = super().clean()
@@ -59,73 +76,51 @@ class RunFilters(forms.Form):
             self.add_error("until", "The end day is before the start day.")
         return data
 
-
-def _day_start(day: dt.date) -> dt.datetime:
-    return timezone.make_aware(dt.datetime.combine(day, dt.time.min))
-
-
-def _filtered_runs(workspace, data: dict):
-    runs = Execution.objects.filter(workspace=workspace)
-    if data.get("status"):
-        runs = runs.filter(status=data["status"])
-    if data.get("agent"):
-        runs = runs.filter(agent_id=data["agent"])
-    if data.get("trigger_type"):
-        runs = runs.filter(trigger_type=data["trigger_type"])
-    if data.get("since"):
-        runs = runs.filter(queued_at__gte=_day_start(data["since"]))
-    if data.get("until"):
-        runs = runs.filter(queued_at__lt=_day_start(data["until"] + dt.timedelta(days=1)))
-    return runs.select_related("agent").only(*[f for f in ROW_FIELDS if f != "agent__name"], "agent__name")
+    def filters(self) -> ExecutionFilters:
+        """The valid form as the selector's filters (days as ``common.days.day_window``)."""
+        data = self.cleaned_data
+        since, until = day_window(since=data.get("since"), until=data.get("until"))
+        return ExecutionFilters(
+            status=data.get("status") or None,
+            agent_id=uuid.UUID(data["agent"]) if data.get("agent") else None,
+            trigger_type=data.get("trigger_type") or None,
+            since=since,
+            until=until,
+            session_id=data.get("session"),
+        )
 
 
-def _filtered_replays(workspace, data: dict):
-    replays = ExecutionReplay.objects.filter(workspace=workspace)
-    if data.get("agent"):
-        replays = replays.filter(agent_id=data["agent"])
-    if data.get("since"):
-        replays = replays.filter(created_at__gte=_day_start(data["since"]))
-    if data.get("until"):
-        replays = replays.filter(created_at__lt=_day_start(data["until"] + dt.timedelta(days=1)))
-    return replays.select_related("agent").only(
-        "pk", "kind", "replay_of_id", "agent_version", "summary", "created_at", "agent_id", "agent__name")
-
-
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_GET
 def runs_list(request):
     workspace = current_workspace(request)
-    agents = []
-    if workspace is not None:
-        agents = [(str(pk), name) for pk, name in
-                  Agent.objects.filter(workspace=workspace).order_by("name").values_list("pk", "name")]
+    agents = agent_choices(workspace=workspace) if workspace is not None else []
     form = RunFilters(request.GET or None, agents=agents)
     status_code = 200
-    data: dict = {}
+    filters = ExecutionFilters()
+    showing_replays = False
     if form.is_bound:
         if form.is_valid():
-            data = form.cleaned_data
+            filters = form.filters()
+            showing_replays = form.cleaned_data.get("replays") == "only"
         else:
             status_code = 400
-            for name in form.errors:
-                if name in form.fields:
-                    form.fields[name].widget.attrs.update(
-                        {"aria-invalid": "true", "aria-describedby": f"{form[name].id_for_label}-error"})
-    showing_replays = data.get("replays") == "only"
+            mark_invalid_fields(form)
     page = None
     if workspace is not None and status_code == 200:
-        rows = _filtered_replays(workspace, data) if showing_replays else _filtered_runs(workspace, data)
-        page = Paginator(rows.order_by("-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
+        if showing_replays:
+            rows = execution_replays_filter(workspace=workspace, filters=filters)
+        else:
+            rows = executions_filter(user=request.user, workspace=workspace, filters=filters)
+            rows = rows.select_related("agent").only(*ROW_FIELDS).order_by("-pk")
+        page = Paginator(rows, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "runs/list.html", {
-        "workspace": workspace, "form": form, "page": page, "query": query.urlencode(),
-        "showing_replays": showing_replays, "filtered": any(data.get(name) for name in
-                                                            ("status", "agent", "trigger_type", "since", "until")),
+        "workspace": workspace, "form": form, "page": page, "query": query_without_page(request),
+        "showing_replays": showing_replays, "filtered": filters.any,
     }, status=status_code)
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_GET
 def run_row(request, execution_id):
     """One row of the list, re-rendered when the run's status changes (static/runs.js)."""
