@@ -10,8 +10,22 @@ day after 9999-12-31 does not exist, and 0001-01-01's midnight east of UTC is be
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from django.utils import timezone
+
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def day_from_text(raw) -> dt.date | None:
+    """The day ``raw`` spells as ``YYYY-MM-DD`` in ASCII digits (what a date input sends),
+    else None: one rule for the pages' and the API's day filters."""
+    if not isinstance(raw, str) or not _DAY.fullmatch(raw):
+        return None
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError:
+        return None
 
 
 def day_start(day: dt.date) -> dt.datetime:

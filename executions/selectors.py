@@ -60,6 +60,18 @@ def executions_filter(*, user, workspace=None, filters: ExecutionFilters) -> Que
     return runs
 
 
+# The columns a row of the runs page shows; nothing else is read from the table.
+EXECUTION_LIST_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trigger_id", "input_prompt", "queued_at",
+                         "started_at", "finished_at", "turn_count", "tokens_input", "tokens_output", "cost_usd",
+                         "cost_unknown", "parent_execution_id", "agent_id", "agent__name", "workspace_id")
+
+
+def execution_list_rows(runs: QuerySet[Execution]) -> QuerySet[Execution]:
+    """``runs`` as the runs page lists them: newest first, only the shown columns, the
+    agent's name joined (one query for a page of rows)."""
+    return runs.select_related("agent").only(*EXECUTION_LIST_FIELDS).order_by("-pk")
+
+
 def execution_replays_filter(*, workspace, filters: ExecutionFilters) -> QuerySet[ExecutionReplay]:
     """``workspace``'s replays (docs/replay.md) by agent and creation time, newest first;
     a replay has no status, trigger or session, so those filters do not apply."""

@@ -211,3 +211,9 @@ def users_by_id(*, user_ids) -> dict:
     already holds the ids of, such as a run's requester."""
     ids = [pk for pk in user_ids if pk]
     return get_user_model().objects.in_bulk(ids) if ids else {}
+
+
+def workspaces_listed(*, user) -> list[Workspace]:
+    """The user's workspaces with their organization, by organization then name (the
+    frame's workspace switch)."""
+    return list(workspaces_for_user(user=user).select_related("organization").order_by("organization__name", "name"))

@@ -19,10 +19,10 @@ from django.views.decorators.http import require_GET, require_POST
 from agents.models import Agent
 from common.ids import id_from_text
 from governance.notifications import notifications_for_user, notifications_mark_read
-from tenancy.selectors import workspaces_for_user
+from tenancy.selectors import workspace_get_for_user
 from web.context import SECTIONS, SESSION_KEY, Nav, current_workspace
 from web.overview import overview_for_workspace
-from web.page_tools import page_login_required
+from web.page_tools import or_404, page_login_required
 
 NOTIFICATIONS_PER_PAGE = 25
 PANEL_SIZE = 6
@@ -80,9 +80,7 @@ def workspace_switch(request):
     workspace_id = id_from_text(request.POST.get("workspace", ""))
     if workspace_id is None:
         raise Http404("No such workspace.")
-    workspace = workspaces_for_user(user=request.user).select_related("organization").filter(pk=workspace_id).first()
-    if workspace is None:
-        raise Http404("No such workspace.")
+    workspace = or_404(workspace_get_for_user, user=request.user, workspace_id=workspace_id)
     request.session[SESSION_KEY] = workspace.pk
     messages.success(request, f"Now showing {workspace.name} ({workspace.organization.name}).")
     return redirect(_section_root(_safe_next(request, reverse("home"))))

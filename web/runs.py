@@ -9,6 +9,7 @@ instead.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 from django import forms
@@ -19,12 +20,13 @@ from django.urls import path
 from django.views.decorators.http import require_GET
 
 from agents.selectors import agent_choices
-from common.days import day_window
+from common.days import day_from_text, day_window
 from common.ids import id_from_text
 from executions.models import Execution
 from executions.selectors import (
     ExecutionFilters,
     execution_get_for_user,
+    execution_list_rows,
     execution_replays_filter,
     executions_filter,
 )
@@ -34,10 +36,24 @@ from web.context import current_workspace
 from web.page_tools import mark_invalid_fields, page_login_required, query_without_page
 
 RUNS_PER_PAGE = 25
-# The columns a row shows; nothing else is read from the table.
-ROW_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trigger_id", "input_prompt", "queued_at",
-              "started_at", "finished_at", "turn_count", "tokens_input", "tokens_output", "cost_usd", "cost_unknown",
-              "parent_execution_id", "agent_id", "agent__name", "workspace_id")
+
+
+class DayField(forms.DateField):
+    """An optional day as the API's run list takes it: ``YYYY-MM-DD`` only
+    (``common.days.day_from_text``), what a date input sends."""
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"), **kwargs)
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        if isinstance(value, dt.date):
+            return value
+        day = day_from_text(value.strip() if isinstance(value, str) else value)
+        if day is None:
+            raise forms.ValidationError("Enter a day as YYYY-MM-DD.", code="invalid")
+        return day
 
 
 class RunFilters(forms.Form):
@@ -48,10 +64,8 @@ class RunFilters(forms.Form):
     agent = forms.ChoiceField(required=False)
     trigger_type = forms.ChoiceField(required=False, label="Trigger",
                                      choices=[("", "Any trigger")] + [(t.value, t.value.title()) for t in TriggerType])
-    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}),
-                            help_text="Runs queued on or after this day.")
-    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}),
-                            help_text="Runs queued on or before this day.")
+    since = DayField(label="From", help_text="Runs queued on or after this day.")
+    until = DayField(label="To", help_text="Runs queued on or before this day.")
     session = forms.CharField(required=False, label="Conversation", max_length=19,
                               widget=forms.TextInput(attrs={"inputmode": "numeric", "placeholder": "Session id"}))
     replays = forms.ChoiceField(required=False, label="Show", choices=[("", "Runs"), ("only", "Replays")])
@@ -111,8 +125,7 @@ def runs_list(request):
         if showing_replays:
             rows = execution_replays_filter(workspace=workspace, filters=filters)
         else:
-            rows = executions_filter(user=request.user, workspace=workspace, filters=filters)
-            rows = rows.select_related("agent").only(*ROW_FIELDS).order_by("-pk")
+            rows = execution_list_rows(executions_filter(user=request.user, workspace=workspace, filters=filters))
         page = Paginator(rows, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "runs/list.html", {
         "workspace": workspace, "form": form, "page": page, "query": query_without_page(request),

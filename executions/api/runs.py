@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user, agent_get_with_permissions
 from common.api import StrictInput
-from common.days import day_window
+from common.days import day_from_text, day_window
 from common.ids import count_query_param, id_query_param, text_query_param, uuid_query_param
 from common.people import PersonRefSerializer
 from executions import services, stateless
@@ -174,12 +174,10 @@ def _day_param(*, params, name: str) -> dt.date | None:
     raw = text_query_param(params=params, name=name)
     if raw is None:
         return None
-    try:
-        if len(raw) != 10 or not raw.isascii():
-            raise ValueError
-        return dt.date.fromisoformat(raw)
-    except ValueError:
-        raise InvalidInput(f"{name} must be a day.", details={name: ["A day: YYYY-MM-DD."]}) from None
+    day = day_from_text(raw)
+    if day is None:
+        raise InvalidInput(f"{name} must be a day.", details={name: ["A day: YYYY-MM-DD."]})
+    return day
 
 
 def execution_filters_from_query(*, user, params) -> ExecutionFilters:
