@@ -70,13 +70,13 @@ def agent_status_health_counts(*, workspace) -> list[dict]:
 
 def agents_filter(*, user, workspace_id: int, name_contains: str | None = None, status: str | None = None,
                   health: str | None = None) -> QuerySet[Agent]:
-    """The workspace's agents the user may see, narrowed by the agents page's filters."""
+    """The workspace's agents the user may see, narrowed by the agents page's filters, by name."""
     rows = agents_for_user(user=user, workspace_id=workspace_id, status=status or None)
     if name_contains:
         rows = rows.filter(name__icontains=name_contains)
     if health:
         rows = rows.filter(health=health)
-    return rows
+    return rows.order_by("name", "id")
 
 
 def agent_get_for_user(*, user, agent_id) -> Agent:
@@ -125,8 +125,15 @@ def agent_get_with_permissions(*, user, agent_id) -> tuple[Agent, frozenset[str]
     return agent, roles_permissions(roles_annotated(agent))
 
 
-def agent_versions(*, agent: Agent) -> QuerySet[AgentVersion]:
-    return AgentVersion.objects.filter(agent=agent).prefetch_related("data_sources").order_by("-version")
+def agent_versions(*, agent: Agent, with_creator: bool = False) -> QuerySet[AgentVersion]:
+    """The agent's versions, newest first (``with_creator``: who made each, joined)."""
+    versions = AgentVersion.objects.filter(agent=agent).prefetch_related("data_sources").order_by("-version")
+    return versions.select_related("created_by") if with_creator else versions
+
+
+def agent_version_numbers(*, agent: Agent) -> list[int]:
+    """The agent's version numbers, newest first."""
+    return list(AgentVersion.objects.filter(agent=agent).order_by("-version").values_list("version", flat=True))
 
 
 def agent_version_get(*, agent: Agent, version) -> AgentVersion:

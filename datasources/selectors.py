@@ -157,5 +157,6 @@ class _JsonArrayLength(Func):
 
 
 def data_sources_with_table_count(rows: QuerySet[DataSource]) -> QuerySet[DataSource]:
-    """The rows without their cached schema, each with ``table_count`` (its cached tables)."""
-    return rows.defer("schema_cache").annotate(table_count=_JsonArrayLength("schema_cache"))
+    """The rows without their cached schema, each with ``table_count`` (its cached tables),
+    by name."""
+    return rows.defer("schema_cache").annotate(table_count=_JsonArrayLength("schema_cache")).order_by("name", "id")

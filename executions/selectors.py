@@ -113,6 +113,12 @@ def execution_get_for_user(*, user, execution_id) -> Execution:
         raise NotFound("Execution not found.") from None
 
 
+def execution_children_named(*, execution: Execution) -> list[Execution]:
+    """``execution_children`` with each child's agent name (the run page's cause part)."""
+    return list(execution_children(execution=execution).select_related("agent").only(
+        "pk", "status", "parent_call_id", "agent__name"))
+
+
 def execution_children(*, execution: Execution) -> QuerySet[Execution]:
     """The runs ``execution`` delegated to (docs/delegation.md), oldest first. They are
     in its workspace by construction, so whoever may read the parent may read them."""

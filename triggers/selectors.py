@@ -43,6 +43,13 @@ def triggers_filter(*, user, workspace_id: int | None = None, agent_id=None, nam
     return rows.order_by("name", "id")
 
 
+def webhook_endpoint_in_workspace(*, workspace_id: int, slug) -> WebhookEndpoint | None:
+    """The workspace's webhook endpoint with this slug, or None."""
+    if not slug:
+        return None
+    return WebhookEndpoint.objects.filter(workspace_id=workspace_id, slug=slug).first()
+
+
 def webhook_endpoint_slugs(*, workspace_id: int, limit: int) -> list[str]:
     """The slugs of the workspace's webhook endpoints, sorted, at most ``limit``."""
     return list(WebhookEndpoint.objects.filter(workspace_id=workspace_id).order_by("slug")

@@ -28,6 +28,7 @@ from agents.selectors import (
     agent_memories_for_user,
     agent_memories_recent,
     agent_version_get,
+    agent_version_numbers,
     agent_versions,
     agents_filter,
     memory_consent_given,
@@ -129,7 +130,7 @@ def agents_list(request):
         data = form.cleaned_data
         rows = agents_filter(user=request.user, workspace_id=workspace.pk, name_contains=data["q"],
                              status=data["status"], health=data["health"])
-        rows = agents_with_run_stats(rows, since=timezone.now() - SUCCESS_WINDOW).order_by("name", "id")
+        rows = agents_with_run_stats(rows, since=timezone.now() - SUCCESS_WINDOW)
         page = paginate(request, rows)
         for agent in page.object_list:
             agent.success_rate = (round(100 * agent.runs_completed / agent.runs_finished)
@@ -251,8 +252,8 @@ def _diff_for(request, versions_numbers: list[int], agent) -> tuple[DiffForm, ob
 def _detail_context(request, agent, form, granted) -> dict:
     triggers = list(triggers_filter(user=request.user, agent_id=agent.pk))
     recent = trigger_firings_recent(trigger_ids=[t.pk for t in triggers], limit=RECENT_FIRINGS)
-    versions = agent_versions(agent=agent).select_related("created_by")
-    numbers = list(versions.values_list("version", flat=True))
+    versions = agent_versions(agent=agent, with_creator=True)
+    numbers = agent_version_numbers(agent=agent)
     diff_form, diff = _diff_for(request, numbers, agent)
     return {
         "agent": agent,

@@ -57,7 +57,7 @@ def data_sources_list(request):
     page = search = None
     if workspace is not None:
         rows = data_sources_for_user(user=request.user, workspace_id=workspace.pk)
-        page = paginate(request, data_sources_with_table_count(rows).order_by("name", "id"))
+        page = paginate(request, data_sources_with_table_count(rows))
         if query:
             searched = data_sources_searchable(rows)
             search = catalog_search(data_sources=searched, query=query, top_k=SEARCH_RESULTS)

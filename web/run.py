@@ -25,7 +25,7 @@ from executions import services
 from executions.models import Execution
 from executions.progress import execution_status_block
 from executions.selectors import (
-    execution_children,
+    execution_children_named,
     execution_events_first,
     execution_get_for_user,
     execution_observations_latest,
@@ -76,8 +76,7 @@ def _cause(user, execution: Execution) -> dict:
     return {
         "trigger": trigger,
         **_people(execution),
-        "children": list(execution_children(execution=execution).select_related("agent").only(
-            "pk", "status", "parent_call_id", "agent__name")),
+        "children": execution_children_named(execution=execution),
     }
 
 

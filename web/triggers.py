@@ -32,6 +32,7 @@ from triggers.selectors import (
     trigger_get_for_user,
     triggers_filter,
     triggers_with_last_firing,
+    webhook_endpoint_in_workspace,
     webhook_endpoint_slugs,
 )
 from triggers.services import (
@@ -331,7 +332,8 @@ def _endpoint_of(trigger):
     the endpoint was deleted)."""
     if trigger.type != TriggerType.EVENT:
         return None
-    return trigger.workspace.webhook_endpoints.filter(slug=config_public(trigger.config).get("endpoint")).first()
+    slug = config_public(trigger.config).get("endpoint")
+    return webhook_endpoint_in_workspace(workspace_id=trigger.workspace_id, slug=slug)
 
 
 @page_login_required
@@ -339,7 +341,7 @@ def _endpoint_of(trigger):
 def trigger_page(request, trigger_id):
     trigger = or_404(trigger_get_for_user, user=request.user, trigger_id=trigger_id)
     granted = workspace_permissions(user=request.user, workspace=trigger.workspace)
-    firings = paginate(request, trigger_firings(trigger=trigger).select_related(None), FIRINGS_PER_PAGE)
+    firings = paginate(request, trigger_firings(trigger=trigger), FIRINGS_PER_PAGE)
     config = config_public(trigger.config)
     upstream = None
     if trigger.type == TriggerType.WORKFLOW:

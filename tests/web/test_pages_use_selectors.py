@@ -1,7 +1,9 @@
 """The pages (``web/``) read through the domain apps' selectors, never their managers.
 
 A check over the source of every module under ``web/``: no ``.objects``, no
-``get_user_model()``, and a model class imported from a domain app's ``models`` is used
+``get_user_model()``, no refining of a selector's queryset (``.filter()``,
+``.order_by()``, ``.select_related()`` …: the selector returns the rows the page shows),
+and a model class imported from a domain app's ``models`` is used
 only for what it declares (``Execution.Status.choices``, ``Agent.TERMINAL``) or as a type
 annotation: never called, never asked for rows. Queries belong in the owning app's
 ``selectors.py``, where the API uses the same ones.
@@ -15,6 +17,11 @@ from pathlib import Path
 import pytest
 
 WEB = Path(__file__).resolve().parents[2] / "web"
+# QuerySet methods that build a query: a page asks a selector for the rows it shows
+# instead of refining the selector's queryset (``dict.values()`` and ``.update`` are
+# everyday Python, so they are not listed).
+QUERY_METHODS = {"filter", "exclude", "order_by", "values_list", "select_related", "prefetch_related", "only",
+                 "defer", "annotate", "aggregate", "in_bulk", "distinct", "extra", "raw", "alias"}
 DOMAIN_APPS = {"agents", "artifacts", "datasources", "executions", "governance", "telemetry", "tenancy", "triggers"}
 
 
@@ -43,6 +50,8 @@ def violations(source: str, filename: str = "<web>") -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "objects":
             found.append(f"{filename}:{node.lineno}: .objects (query through a selector)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in QUERY_METHODS:
+            found.append(f"{filename}:{node.lineno}: .{node.func.attr}() (ask a selector for these rows)")
         elif isinstance(node, ast.Name | ast.Attribute) and getattr(node, "id", getattr(node, "attr", "")) in (
                 "get_user_model",):
             found.append(f"{filename}:{node.lineno}: get_user_model (users are read in tenancy.selectors)")
@@ -91,6 +100,9 @@ def test_no_page_module_queries_another_apps_models():
     "from triggers.models import Trigger\nfound = some_lookup(Trigger)\n",
     "from django.contrib.auth import get_user_model\nusers = get_user_model()\n",
     "rows = workspace.memberships.model.objects.all()\n",
+    "rows = agents_for_user(user=user).filter(status='active')\n",
+    "rows = trigger_firings(trigger=t).select_related(None)\n",
+    "endpoint = workspace.webhook_endpoints.order_by('slug')\n",
 ])
 def test_the_check_catches_a_query_written_in_a_page(source):
     assert violations(source) != []
