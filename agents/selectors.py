@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from datasources.models import DataSource
@@ -24,6 +24,59 @@ def agents_for_user(*, user, status: str | None = None, workspace_id: int | None
     if workspace_id is not None:
         agents = agents.filter(workspace_id=workspace_id)
     return agents
+
+
+# The most agents a page's choice list (a filter, a trigger's agent) offers.
+AGENT_CHOICES_MAX = 500
+
+
+def agent_choices(*, workspace, include_archived: bool = True, runnable_only: bool = False) -> list[tuple[str, str]]:
+    """``(id, name)`` of ``workspace``'s agents by name, at most AGENT_CHOICES_MAX: the
+    choices of every page's agent field. ``runnable_only`` keeps the active agents with
+    a deployed version (what a new conversation may talk to)."""
+    agents = Agent.objects.filter(workspace=workspace)
+    if not include_archived:
+        agents = agents.exclude(status=Agent.Status.ARCHIVED)
+    if runnable_only:
+        agents = agents.filter(status=Agent.Status.ACTIVE, current_version__isnull=False)
+    rows = agents.order_by("name", "pk").values_list("pk", "name")[:AGENT_CHOICES_MAX]
+    return [(str(pk), name) for pk, name in rows]
+
+
+def agent_names(*, organization_id: int, agent_ids: Iterable) -> dict:
+    """``{agent id: name}`` for those of ``agent_ids`` in the organization (one query;
+    none when no ids)."""
+    ids = {agent_id for agent_id in agent_ids if agent_id}
+    if not ids:
+        return {}
+    return dict(Agent.objects.filter(pk__in=ids, workspace__organization_id=organization_id).values_list("pk", "name"))
+
+
+def agent_in_workspace(*, workspace_id: int, agent_id) -> Agent | None:
+    """The agent ``agent_id`` (a UUID or its text) if it is one of the workspace's, else
+    None: for an id a page already holds (a validated choice, a trigger's config)."""
+    try:
+        pk = agent_id if isinstance(agent_id, uuid.UUID) else uuid.UUID(str(agent_id))
+    except ValueError:
+        return None
+    return (Agent.objects.select_related("workspace", "current_version", "owner")
+            .filter(pk=pk, workspace_id=workspace_id).first())
+
+
+def agent_status_health_counts(*, workspace) -> list[dict]:
+    """``{"status", "health", "n"}`` rows counting ``workspace``'s agents (the overview)."""
+    return list(Agent.objects.filter(workspace=workspace).values("status", "health").annotate(n=Count("id")).order_by())
+
+
+def agents_filter(*, user, workspace_id: int, name_contains: str | None = None, status: str | None = None,
+                  health: str | None = None) -> QuerySet[Agent]:
+    """The workspace's agents the user may see, narrowed by the agents page's filters, by name."""
+    rows = agents_for_user(user=user, workspace_id=workspace_id, status=status or None)
+    if name_contains:
+        rows = rows.filter(name__icontains=name_contains)
+    if health:
+        rows = rows.filter(health=health)
+    return rows.order_by("name", "id")
 
 
 def agent_get_for_user(*, user, agent_id) -> Agent:
@@ -72,8 +125,15 @@ def agent_get_with_permissions(*, user, agent_id) -> tuple[Agent, frozenset[str]
     return agent, roles_permissions(roles_annotated(agent))
 
 
-def agent_versions(*, agent: Agent) -> QuerySet[AgentVersion]:
-    return AgentVersion.objects.filter(agent=agent).prefetch_related("data_sources").order_by("-version")
+def agent_versions(*, agent: Agent, with_creator: bool = False) -> QuerySet[AgentVersion]:
+    """The agent's versions, newest first (``with_creator``: who made each, joined)."""
+    versions = AgentVersion.objects.filter(agent=agent).prefetch_related("data_sources").order_by("-version")
+    return versions.select_related("created_by") if with_creator else versions
+
+
+def agent_version_numbers(*, agent: Agent) -> list[int]:
+    """The agent's version numbers, newest first."""
+    return list(AgentVersion.objects.filter(agent=agent).order_by("-version").values_list("version", flat=True))
 
 
 def agent_version_get(*, agent: Agent, version) -> AgentVersion:

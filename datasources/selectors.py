@@ -14,9 +14,27 @@ from rivercore.text import has_unstorable
 from tenancy.selectors import workspaces_for_user
 
 
-def data_sources_for_user(*, user) -> QuerySet[DataSource]:
-    """Every data source in the workspaces the user belongs to (or administers)."""
-    return DataSource.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related("workspace")
+def data_sources_for_user(*, user, workspace_id: int | None = None) -> QuerySet[DataSource]:
+    """Every data source in the workspaces the user belongs to (or administers); only
+    ``workspace_id``'s when given."""
+    rows = DataSource.objects.filter(workspace__in=workspaces_for_user(user=user)).select_related("workspace")
+    return rows.filter(workspace_id=workspace_id) if workspace_id is not None else rows
+
+
+def data_sources_searchable(rows: QuerySet[DataSource]) -> QuerySet[DataSource]:
+    """Only what a catalog search reads of ``rows`` (id, name and the schema cache)."""
+    return rows.select_related(None).only("pk", "name", "schema_cache")
+
+
+def data_sources_first(*, workspace_id: int, limit: int) -> list[DataSource]:
+    """The workspace's first ``limit`` data sources by name."""
+    return list(DataSource.objects.filter(workspace_id=workspace_id).order_by("name", "pk")[:limit])
+
+
+def data_source_choices(*, workspace_id: int, limit: int) -> list[tuple[int, str]]:
+    """``(id, name)`` of the workspace's data sources by name, at most ``limit``."""
+    return list(DataSource.objects.filter(workspace_id=workspace_id).order_by("name", "pk")
+                .values_list("pk", "name")[:limit])
 
 
 def data_source_get_for_user(*, user, data_source_id) -> DataSource:
@@ -139,5 +157,6 @@ class _JsonArrayLength(Func):
 
 
 def data_sources_with_table_count(rows: QuerySet[DataSource]) -> QuerySet[DataSource]:
-    """The rows without their cached schema, each with ``table_count`` (its cached tables)."""
-    return rows.defer("schema_cache").annotate(table_count=_JsonArrayLength("schema_cache"))
+    """The rows without their cached schema, each with ``table_count`` (its cached tables),
+    by name."""
+    return rows.defer("schema_cache").annotate(table_count=_JsonArrayLength("schema_cache")).order_by("name", "id")

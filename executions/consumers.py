@@ -1,19 +1,19 @@
 """WebSocket consumers: they authorize, join one group and forward events.
 
 Authentication happens before these run (riverapp.routing puts ``scope["user"]``
-and ``scope["auth_method"]`` in place). A consumer refuses the handshake, before
-accepting, when the user is anonymous or the run / workspace is not theirs; the
-client sees the same refusal whether the object is elsewhere or does not exist.
+and ``scope["auth_method"]`` in place); opening and closing is
+``tenancy.sockets.AuthorizedSocketConsumer``'s, the same as the page frame's socket. A
+consumer refuses the handshake, before accepting, when the user is anonymous or the run /
+workspace is not theirs; the client sees the same refusal whether the object is elsewhere
+or does not exist.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db.models import Q
 
 from common.ids import count_from_text
@@ -23,16 +23,13 @@ from rivercore.errors import NotFound
 from rivercore.events import event_message
 from telemetry.events import execution_group, session_group, workspace_group
 from tenancy.selectors import workspace_get_for_user, workspaces_for_user
+from tenancy.sockets import BEARER_SUBPROTOCOL, AuthorizedSocketConsumer, query_param
 
 logger = logging.getLogger(__name__)
 
-BEARER_SUBPROTOCOL = "bearer"
+__all__ = ["BEARER_SUBPROTOCOL", "ExecutionConsumer", "SessionConsumer", "WorkspaceConsumer"]
+
 REPLAY_BATCH = 500
-
-
-def _query_param(scope, name: str) -> str | None:
-    values = parse_qs(scope.get("query_string", b"").decode("latin1")).get(name)
-    return values[-1] if values else None
 
 
 @database_sync_to_async
@@ -61,39 +58,8 @@ def _workspace_id_for(user, requested) -> int | None:
     return workspaces_for_user(user=user).order_by("pk").values_list("pk", flat=True).first()
 
 
-class _EventConsumer(AsyncWebsocketConsumer):
-    groups_joined: list[str]
-
-    async def _authorized_group(self) -> str | None:
-        raise NotImplementedError
-
-    async def connect(self):
-        self.groups_joined = []
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close()
-            return
-        group = await self._authorized_group()
-        if group is None:
-            await self.close()
-            return
-        await self.channel_layer.group_add(group, self.channel_name)
-        self.groups_joined.append(group)
-        subprotocol = BEARER_SUBPROTOCOL if self.scope.get("auth_method") == "bearer" else None
-        await self.accept(subprotocol=subprotocol)
-        await self.after_accept()
-
-    async def after_accept(self) -> None:
-        return None
-
-    async def disconnect(self, code):
-        for group in self.groups_joined:
-            await self.channel_layer.group_discard(group, self.channel_name)
-        self.groups_joined = []
-
-    async def receive(self, text_data=None, bytes_data=None):
-        # Server-to-client feed: anything the client sends is ignored.
-        return None
+class _EventConsumer(AuthorizedSocketConsumer):
+    """One group's events, forwarded as JSON."""
 
     async def river_events(self, message):
         for event in message["events"]:
@@ -112,13 +78,13 @@ class ExecutionConsumer(_EventConsumer):
 
     last_seq: int = 0
 
-    async def _authorized_group(self) -> str | None:
+    async def authorized_groups(self) -> list[str] | None:
         self.execution_id = int(self.scope["url_route"]["kwargs"]["execution_id"])
         workspace_id = await _execution_workspace_id(self.scope["user"], self.execution_id)
         if workspace_id is None:
             return None
-        self.last_seq = count_from_text(_query_param(self.scope, "after")) or 0
-        return execution_group(self.execution_id)
+        self.last_seq = count_from_text(query_param(self.scope, "after")) or 0
+        return [execution_group(self.execution_id)]
 
     async def after_accept(self) -> None:
         while True:
@@ -143,12 +109,12 @@ class WorkspaceConsumer(_EventConsumer):
     Without ``workspace`` the user's first workspace is used.
     """
 
-    async def _authorized_group(self) -> str | None:
-        workspace_id = await _workspace_id_for(self.scope["user"], _query_param(self.scope, "workspace"))
+    async def authorized_groups(self) -> list[str] | None:
+        workspace_id = await _workspace_id_for(self.scope["user"], query_param(self.scope, "workspace"))
         if workspace_id is None:
             return None
         self.workspace_id = workspace_id
-        return workspace_group(workspace_id)
+        return [workspace_group(workspace_id)]
 
 
 @database_sync_to_async
@@ -190,13 +156,13 @@ class SessionConsumer(_EventConsumer):
 
     last_session_seq: int = 0
 
-    async def _authorized_group(self) -> str | None:
+    async def authorized_groups(self) -> list[str] | None:
         session_id = await _session_id_for(self.scope["user"], self.scope["url_route"]["kwargs"]["session_id"])
         if session_id is None:
             return None
         self.session_id = session_id
-        self.last_session_seq = count_from_text(_query_param(self.scope, "after")) or 0
-        return session_group(session_id)
+        self.last_session_seq = count_from_text(query_param(self.scope, "after")) or 0
+        return [session_group(session_id)]
 
     async def after_accept(self) -> None:
         while True:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Func, IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+import datetime as dt
+import uuid
+from dataclasses import dataclass
 
-from executions.models import Execution, ExecutionEvent, ExecutionStep, Session
+from django.db.models import Count, F, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce, TruncDate
+
+from executions.models import Execution, ExecutionEvent, ExecutionReplay, ExecutionStep, Session, SessionMessage
+from rivercore.contracts import StepStatus
 from rivercore.errors import NotFound
 from rivercore.events import event_message
 from tenancy.selectors import workspaces_for_user
@@ -15,6 +20,90 @@ def executions_for_user(*, user) -> QuerySet[Execution]:
     return Execution.objects.filter(workspace__in=workspaces_for_user(user=user))
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExecutionFilters:
+    """What a list of runs may be narrowed by; the runs page and ``GET /api/v1/executions/``
+    both parse their query into this, already validated. ``since`` is inclusive and
+    ``until`` exclusive (a day's filter passes the next day's midnight)."""
+
+    status: str | None = None
+    agent_id: uuid.UUID | None = None
+    trigger_type: str | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    session_id: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(value is not None for value in
+                   (self.status, self.agent_id, self.trigger_type, self.since, self.until, self.session_id))
+
+
+def executions_filter(*, user, workspace=None, filters: ExecutionFilters) -> QuerySet[Execution]:
+    """The user's runs (only ``workspace``'s when given) narrowed by ``filters``; the one
+    place a list of runs is filtered, so the page and the API can never disagree."""
+    runs = executions_for_user(user=user)
+    if workspace is not None:
+        runs = runs.filter(workspace=workspace)
+    if filters.status is not None:
+        runs = runs.filter(status=filters.status)
+    if filters.agent_id is not None:
+        runs = runs.filter(agent_id=filters.agent_id)
+    if filters.trigger_type is not None:
+        runs = runs.filter(trigger_type=filters.trigger_type)
+    if filters.since is not None:
+        runs = runs.filter(queued_at__gte=filters.since)
+    if filters.until is not None:
+        runs = runs.filter(queued_at__lt=filters.until)
+    if filters.session_id is not None:
+        runs = runs.filter(session_id=filters.session_id)
+    return runs
+
+
+# The columns a row of the runs page shows; nothing else is read from the table.
+EXECUTION_LIST_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trigger_id", "input_prompt", "queued_at",
+                         "started_at", "finished_at", "turn_count", "tokens_input", "tokens_output", "cost_usd",
+                         "cost_unknown", "parent_execution_id", "agent_id", "agent__name", "workspace_id")
+
+
+def execution_list_rows(runs: QuerySet[Execution]) -> QuerySet[Execution]:
+    """``runs`` as the runs page lists them: newest first, only the shown columns, the
+    agent's name joined (one query for a page of rows)."""
+    return runs.select_related("agent").only(*EXECUTION_LIST_FIELDS).order_by("-pk")
+
+
+def execution_replays_filter(*, workspace, filters: ExecutionFilters) -> QuerySet[ExecutionReplay]:
+    """``workspace``'s replays (docs/replay.md) by agent and creation time, newest first;
+    a replay has no status, trigger or session, so those filters do not apply."""
+    replays = ExecutionReplay.objects.filter(workspace=workspace)
+    if filters.agent_id is not None:
+        replays = replays.filter(agent_id=filters.agent_id)
+    if filters.since is not None:
+        replays = replays.filter(created_at__gte=filters.since)
+    if filters.until is not None:
+        replays = replays.filter(created_at__lt=filters.until)
+    return replays.select_related("agent").only(
+        "pk", "kind", "replay_of_id", "agent_version", "summary", "created_at", "agent_id", "agent__name"
+    ).order_by("-pk")
+
+
+def execution_daily_totals(*, workspace, since: dt.datetime) -> QuerySet:
+    """``workspace``'s runs queued since ``since``, grouped by local day and status:
+    ``{"day", "status", "runs", "tokens", "cost", "cost_unknown"}`` rows (the overview)."""
+    return (
+        Execution.objects.filter(workspace=workspace, queued_at__gte=since)
+        .annotate(day=TruncDate("queued_at"))
+        .values("day", "status")
+        .annotate(
+            runs=Count("id"),
+            tokens=Sum(F("tokens_input") + F("tokens_output")),
+            cost=Sum("cost_usd"),
+            cost_unknown=Count("id", filter=Q(cost_unknown=True)),
+        )
+        .order_by()
+    )
+
+
 def execution_get_for_user(*, user, execution_id) -> Execution:
     """The run if it belongs to one of the user's workspaces; otherwise 404."""
     try:
@@ -22,6 +111,12 @@ def execution_get_for_user(*, user, execution_id) -> Execution:
             pk=int(execution_id))
     except (Execution.DoesNotExist, TypeError, ValueError):
         raise NotFound("Execution not found.") from None
+
+
+def execution_children_named(*, execution: Execution) -> list[Execution]:
+    """``execution_children`` with each child's agent name (the run page's cause part)."""
+    return list(execution_children(execution=execution).select_related("agent").only(
+        "pk", "status", "parent_call_id", "agent__name"))
 
 
 def execution_children(*, execution: Execution) -> QuerySet[Execution]:
@@ -137,3 +232,60 @@ def questions_for_user(*, user, workspace, limit: int = 50) -> list[dict]:
             "message": str(interaction.get("message") or ""), "options": interaction.get("options") or [],
         })
     return questions
+
+
+def execution_events_first(*, execution_id: int, limit: int) -> QuerySet[ExecutionEvent]:
+    """The run's first ``limit`` stored events, in order (the run page embeds them)."""
+    return ExecutionEvent.objects.filter(execution_id=execution_id).order_by("seq")[:limit]
+
+
+def execution_question_open(*, execution_id: int) -> dict | None:
+    """The pending interaction step's ``{"input", "step_number"}`` (the question an
+    ``ask_user`` call left open), or None."""
+    return (ExecutionStep.objects.filter(execution_id=execution_id, step_type=ExecutionStep.StepType.INTERACTION,
+                                         status=StepStatus.PENDING.value)
+            .order_by("-step_number").values("input", "step_number").first())
+
+
+def execution_observations_latest(*, execution_id: int, tool_names: list[str], limit: int) -> list[dict]:
+    """``{"tool_name", "output"}`` of the run's latest completed observations of these
+    tools, newest first, at most ``limit``."""
+    return list(ExecutionStep.objects.filter(execution_id=execution_id, step_type=ExecutionStep.StepType.OBSERVATION,
+                                             tool_name__in=tool_names, status=StepStatus.COMPLETED.value)
+                .order_by("-step_number").values("tool_name", "output")[:limit])
+
+
+def sessions_filter(*, user, workspace, archived: bool, agent_id=None) -> QuerySet[Session]:
+    """``workspace``'s open (or archived) conversations the user may see, newest activity
+    first, with their agent's name: the conversations page's rows."""
+    rows = sessions_for_user(user=user).filter(workspace=workspace, archived_at__isnull=not archived)
+    if agent_id:
+        rows = rows.filter(agent_id=agent_id)
+    return rows.select_related("agent").only(
+        "pk", "title", "updated_at", "archived_at", "active_execution_id", "agent__name", "agent_id",
+    ).order_by("-updated_at", "-pk")
+
+
+def session_messages_latest(*, session_id: int, limit: int) -> list[SessionMessage]:
+    """The conversation's last ``limit`` entries, oldest first, with their agent's name."""
+    rows = list(SessionMessage.objects.filter(session_id=session_id).select_related("agent")
+                .only("pk", "sequence", "role", "state", "content", "references", "execution_id", "agent__name",
+                      "agent_id", "created_at", "reply_to_id")
+                .order_by("-sequence")[:limit])
+    rows.reverse()
+    return rows
+
+
+def session_active_execution(*, session: Session) -> Execution | None:
+    """The run answering in the conversation now (in the session's workspace), or None."""
+    if not session.active_execution_id:
+        return None
+    return (Execution.objects.select_related("agent", "workspace")
+            .filter(pk=session.active_execution_id, workspace_id=session.workspace_id).first())
+
+
+def session_last_event_id(*, session_id: int) -> int:
+    """The id of the newest event of the conversation's runs (0 for none): where its
+    socket resumes."""
+    return (ExecutionEvent.objects.filter(execution__session_id=session_id).order_by("-pk")
+            .values_list("pk", flat=True).first() or 0)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db.models import QuerySet
@@ -345,3 +347,72 @@ def approval_action_failed(*, execution_id: int, call_id: str, error: dict) -> A
     except Exception:  # noqa: BLE001 - a notification never changes the run's outcome
         logger.exception("could not notify the approver of approval %s", approval.pk)
     return approval
+
+
+def approvals_of_execution(*, user, execution_id: int) -> QuerySet:
+    """The run's approval requests the user may see, oldest first, with who decided them
+    (the run page's and the conversation page's cards)."""
+    return (approvals_for_user(user=user).filter(execution_id=execution_id).select_related("resolved_by")
+            .order_by("created_at"))
+
+
+def approval_tools_in_workspace(*, user, workspace) -> list[str]:
+    """The tool names of the workspace's requests the user may see, sorted (the inbox's
+    tool filter)."""
+    mine = approvals_for_user(user=user).filter(workspace=workspace)
+    return sorted(mine.order_by().values_list("tool_name", flat=True).distinct())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalInboxQuery:
+    """The inbox's filters, validated by its form. ``status`` is ``""`` for the requests
+    waiting for a decision, ``"decided"`` for any decision, or one decided status."""
+
+    agent_id: str | None = None
+    tool: str | None = None
+    risk: str | None = None
+    status: str = ""
+
+    @property
+    def waiting(self) -> bool:
+        return self.status == ""
+
+
+@dataclass
+class ApprovalInbox:
+    rows: QuerySet  # to paginate, newest first, with who decided
+    others_waiting: int = 0  # waiting, but for someone else's decision
+    recent: list = field(default_factory=list)  # the last decisions, under the waiting ones
+    allowed: Callable[[ApprovalRequest], bool] | None = None  # who may decide: per card
+
+
+def approvals_for_inbox(*, user, workspace, query: ApprovalInboxQuery, recent_limit: int) -> ApprovalInbox:
+    """The inbox of ``workspace`` for ``user``. Waiting requests are those the user's role
+    may decide (one light query over the waiting ones' roles); the others are counted."""
+    mine = approvals_for_user(user=user).filter(workspace=workspace)
+    rows = mine
+    if query.agent_id:
+        rows = rows.filter(agent_id=query.agent_id)
+    if query.tool:
+        rows = rows.filter(tool_name=query.tool)
+    if query.risk:
+        rows = rows.filter(risk_context__icontains=query.risk)
+    Status = ApprovalRequest.Status
+    inbox = ApprovalInbox(rows=rows)
+    if query.waiting:
+        rows = rows.filter(status=Status.PENDING)
+        allowed = approval_resolver(user=user, workspace=workspace)
+        candidates = rows.values_list("pk", "approver_roles", "run_started_by_id")
+        mine_ids = [pk for pk, roles, starter in candidates if allowed(ApprovalRequest(
+            pk=pk, approver_roles=roles, run_started_by_id=starter, workspace=workspace))]
+        inbox.others_waiting = len(candidates) - len(mine_ids)
+        inbox.allowed = allowed
+        rows = rows.filter(pk__in=mine_ids)
+        inbox.recent = list(mine.exclude(status=Status.PENDING).select_related("resolved_by")
+                            .order_by("-resolved_at", "-pk")[:recent_limit])
+    elif query.status == "decided":
+        rows = rows.exclude(status=Status.PENDING)
+    else:
+        rows = rows.filter(status=query.status)
+    inbox.rows = rows.select_related("resolved_by").order_by("-created_at", "-pk")
+    return inbox

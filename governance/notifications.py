@@ -430,15 +430,21 @@ def workspace_admins_notify(*, workspace: Workspace, kind: str, title: str, body
 # --- a person's inbox ----------------------------------------------------------------
 
 
-def notifications_for_user(*, user):
+# What a person may choose in their notification preferences (the page and the API).
+PREFERENCE_CHANNELS: tuple[str, ...] = tuple(NotificationPreference.CHANNELS)
+PREFERENCE_EVENTS: tuple[str, ...] = tuple(NotificationPreference.EVENTS)
+
+
+def notifications_for_user(*, user, unread_only: bool = False):
     """The user's notifications, newest first (every workspace's: they are theirs)."""
-    return Notification.objects.filter(user=user).select_related("workspace").order_by("-created_at", "-pk")
+    mine = Notification.objects.filter(user=user).select_related("workspace").order_by("-created_at", "-pk")
+    return mine.filter(read_at__isnull=True, resolved_at__isnull=True) if unread_only else mine
 
 
 def notifications_unread(*, user):
     """The user's unread notifications: not read, and not resolved (a decided approval,
     an answered question no longer waits on anyone, whoever settled it)."""
-    return notifications_for_user(user=user).filter(read_at__isnull=True, resolved_at__isnull=True)
+    return notifications_for_user(user=user, unread_only=True)
 
 
 def notifications_unread_count(*, user) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from dataclasses import dataclass
 from uuid import UUID
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet
 
-from governance.models import AuditLogEntry, Policy, WorkspaceSettings
+from governance.models import ApprovalRequest, AuditLogEntry, Policy, WorkspaceSettings
 from rivercore.errors import NotFound
 from rivercore.types.governance import ApprovalNotificationConfig, GovernancePolicySpec, PolicyScope
 from tenancy.selectors import organizations_administered, workspaces_for_user
@@ -87,3 +89,55 @@ def audit_entries_for_user(*, user) -> QuerySet[AuditLogEntry]:
         Q(organization__in=organizations_administered(user=user))
         | Q(workspace__in=workspaces_for_user(user=user))
     )
+
+
+def approval_median_wait(*, workspace, since: dt.datetime) -> tuple[dt.timedelta | None, int]:
+    """The median wait between a request and a person's decision (approved, edited or
+    rejected; expiries and cancellations had no decision) over ``workspace``'s requests
+    decided since ``since``, and how many there were: a count, then the middle one or two
+    rows ordered by the wait."""
+    decided = ApprovalRequest.objects.filter(
+        workspace=workspace, resolved_by__isnull=False, resolved_at__gte=since,
+    ).annotate(wait=ExpressionWrapper(F("resolved_at") - F("created_at"), output_field=DurationField()))
+    total = decided.count()
+    if not total:
+        return None, 0
+    middle = list(decided.order_by("wait").values_list("wait", flat=True)[(total - 1) // 2: total // 2 + 1])
+    return sum(middle, dt.timedelta()) / len(middle), total
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditFilters:
+    """The audit page's filters, validated by its form; ``since`` inclusive, ``until``
+    exclusive (``common.days.day_window``)."""
+
+    organization_id: int | None = None  # the organization's whole trail, else one workspace's
+    workspace_id: int | None = None
+    actor: str | None = None
+    action: str | None = None
+    agent_id: str | None = None
+    execution_id: int | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+
+
+def audit_entries_filter(*, user, filters: AuditFilters) -> QuerySet[AuditLogEntry]:
+    """The entries the user may read, narrowed by ``filters``, newest first."""
+    rows = audit_entries_for_user(user=user)
+    if filters.organization_id is not None:
+        rows = rows.filter(organization_id=filters.organization_id)
+    if filters.workspace_id is not None:
+        rows = rows.filter(workspace_id=filters.workspace_id)
+    if filters.actor:
+        rows = rows.filter(actor_label__icontains=filters.actor)
+    if filters.action:
+        rows = rows.filter(event_type=filters.action)
+    if filters.agent_id:
+        rows = rows.filter(agent_id=filters.agent_id)
+    if filters.execution_id is not None:
+        rows = rows.filter(execution_id=filters.execution_id)
+    if filters.since is not None:
+        rows = rows.filter(created_at__gte=filters.since)
+    if filters.until is not None:
+        rows = rows.filter(created_at__lt=filters.until)
+    return rows.order_by("-created_at", "-id")

@@ -20,9 +20,10 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.contrib.auth.models import AnonymousUser
 from django.urls import path
 
-from executions.consumers import BEARER_SUBPROTOCOL, ExecutionConsumer, SessionConsumer, WorkspaceConsumer
-from riverapp.consumers import FrameConsumer
+from executions.consumers import ExecutionConsumer, SessionConsumer, WorkspaceConsumer
 from tenancy.services import token_authenticate
+from tenancy.sockets import BEARER_SUBPROTOCOL
+from web.consumers import FrameConsumer
 
 
 @database_sync_to_async

@@ -112,6 +112,7 @@ INSTALLED_APPS = [
     "agents",
     "executions",
     "triggers",
+    "web",
     "riverapp",
 ]
 
@@ -143,7 +144,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "riverapp.context.river_nav",
+                "web.context.river_nav",
             ],
         },
     },

@@ -42,7 +42,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     # Anything else under /api/ is a JSON 404, whatever the method (and whatever DEBUG).
     re_path(r"^api(?:/.*)?$", edge.api_not_found),
-    path("", include("riverapp.pages")),
+    path("", include("web.urls")),
 ]
 
 handler400 = edge.handler400

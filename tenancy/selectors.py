@@ -204,3 +204,16 @@ def role_highest(*, user, workspace: Workspace) -> str | None:
     """The highest role the user holds in the workspace (``org_admin`` above all), or None."""
     roles = workspace_roles(user=user, workspace=workspace)
     return max(roles, key=role_rank) if roles else None
+
+
+def users_by_id(*, user_ids) -> dict:
+    """``{id: user}`` for the given ids (one query; none for no ids): the people a page
+    already holds the ids of, such as a run's requester."""
+    ids = [pk for pk in user_ids if pk]
+    return get_user_model().objects.in_bulk(ids) if ids else {}
+
+
+def workspaces_listed(*, user) -> list[Workspace]:
+    """The user's workspaces with their organization, by organization then name (the
+    frame's workspace switch)."""
+    return list(workspaces_for_user(user=user).select_related("organization").order_by("organization__name", "name"))

@@ -30,6 +30,32 @@ def triggers_for_user(*, user, workspace_id: int | None = None, agent_id=None) -
     return rows
 
 
+def triggers_filter(*, user, workspace_id: int | None = None, agent_id=None, name_contains: str | None = None,
+                    trigger_type: str | None = None, enabled: bool | None = None) -> QuerySet[Trigger]:
+    """The user's triggers narrowed by the pages' filters, by name."""
+    rows = triggers_for_user(user=user, workspace_id=workspace_id, agent_id=agent_id)
+    if name_contains:
+        rows = rows.filter(name__icontains=name_contains)
+    if trigger_type is not None:
+        rows = rows.filter(type=trigger_type)
+    if enabled is not None:
+        rows = rows.filter(enabled=enabled)
+    return rows.order_by("name", "id")
+
+
+def webhook_endpoint_in_workspace(*, workspace_id: int, slug) -> WebhookEndpoint | None:
+    """The workspace's webhook endpoint with this slug, or None."""
+    if not slug:
+        return None
+    return WebhookEndpoint.objects.filter(workspace_id=workspace_id, slug=slug).first()
+
+
+def webhook_endpoint_slugs(*, workspace_id: int, limit: int) -> list[str]:
+    """The slugs of the workspace's webhook endpoints, sorted, at most ``limit``."""
+    return list(WebhookEndpoint.objects.filter(workspace_id=workspace_id).order_by("slug")
+                .values_list("slug", flat=True)[:limit])
+
+
 def trigger_get_for_user(*, user, trigger_id) -> Trigger:
     """The trigger if it lives in one of the user's workspaces; otherwise 404."""
     try:
@@ -116,3 +142,9 @@ def webhook_endpoint_get(*, endpoint_id) -> WebhookEndpoint:
         return WebhookEndpoint.objects.get(pk=uuid.UUID(str(endpoint_id)))
     except (WebhookEndpoint.DoesNotExist, ValueError):
         raise NotFound("Webhook endpoint not found.") from None
+
+
+def trigger_summary_in_workspace(*, workspace_id: int, trigger_id) -> Trigger | None:
+    """The trigger's id, name and type if it is one of the workspace's, else None (a
+    run page names the trigger that started the run; the trigger may be gone)."""
+    return Trigger.objects.filter(pk=trigger_id, workspace_id=workspace_id).only("pk", "name", "type").first()

@@ -6,6 +6,8 @@ and renders.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
@@ -16,22 +18,31 @@ from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user, agent_get_with_permissions
 from common.api import StrictInput
-from common.ids import count_query_param, id_query_param, uuid_query_param
+from common.days import day_from_text, day_window
+from common.ids import count_query_param, id_query_param, text_query_param, uuid_query_param
 from common.people import PersonRefSerializer
 from executions import services, stateless
 from executions.models import Execution, ExecutionEvent, ExecutionStep
-from executions.selectors import execution_children, execution_get_for_user, executions_for_user
+from executions.selectors import (
+    ExecutionFilters,
+    execution_children,
+    execution_get_for_user,
+    executions_filter,
+)
 from executions.types import PersonOrigin, RunRequest
 from rivercore import limits
 from rivercore.contracts import (
     ContinuationRequest,
     ExecutionRequest,
     GenerateAgentRequest,
+    TriggerType,
 )
 from rivercore.errors import InvalidInput
 from rivercore.events import event_message
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
 from tenancy.selectors import require_granted, require_permission, workspace_get_for_user
+
+TRIGGER_TYPES = [t.value for t in TriggerType]
 
 
 class StepSerializer(serializers.ModelSerializer):
@@ -158,30 +169,71 @@ class AgentRunView(APIView):
         return Response({"execution_id": execution.pk, "status": execution.status}, status=status.HTTP_202_ACCEPTED)
 
 
+def _day_param(*, params, name: str) -> dt.date | None:
+    """A day filter (``YYYY-MM-DD``, the runs page's format): None when absent, a 400
+    naming it when empty or not a day."""
+    raw = text_query_param(params=params, name=name)
+    if raw is None:
+        return None
+    day = day_from_text(raw)
+    if day is None:
+        raise InvalidInput(f"{name} must be a day.", details={name: ["A day: YYYY-MM-DD."]})
+    return day
+
+
+def execution_filters_from_query(*, user, params) -> ExecutionFilters:
+    """The run list's query as ``executions_filter``'s filters, the same ones the runs
+    page takes: ``status``, ``agent``, ``trigger_type``, ``since``, ``until`` (days,
+    both inclusive) and ``session``. An agent of another workspace is a 404 (as before);
+    a session id only narrows runs already scoped to the user's workspaces (their
+    ``session`` field is in every run's JSON), so it needs no lookup of its own."""
+    status = params.get("status")
+    if status and status not in Execution.Status.values:
+        raise InvalidInput("Unknown run status.", details={
+            "status": [f"must be one of {', '.join(Execution.Status.values)}"]})
+    trigger_type = text_query_param(params=params, name="trigger_type")
+    if trigger_type is not None and trigger_type not in TRIGGER_TYPES:
+        raise InvalidInput("Unknown trigger type.", details={
+            "trigger_type": [f"must be one of {', '.join(TRIGGER_TYPES)}"]})
+    since_day, until_day = _day_param(params=params, name="since"), _day_param(params=params, name="until")
+    if since_day and until_day and since_day > until_day:
+        raise InvalidInput("until is before since.", details={"until": ["The end day is before the start day."]})
+    since, until = day_window(since=since_day, until=until_day)
+    agent = uuid_query_param(params=params, name="agent")
+    session = id_query_param(params=params, name="session")
+    return ExecutionFilters(
+        status=status or None,
+        agent_id=agent_get_for_user(user=user, agent_id=agent).pk if agent is not None else None,
+        trigger_type=trigger_type,
+        since=since,
+        until=until,
+        session_id=session,
+    )
+
+
 class ExecutionList(ListAPIView):
     serializer_class = ExecutionSerializer
 
-    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("agent", OpenApiTypes.UUID),
-                               OpenApiParameter("workspace", int)])
+    @extend_schema(parameters=[
+        OpenApiParameter("status", str), OpenApiParameter("agent", OpenApiTypes.UUID),
+        OpenApiParameter("workspace", int),
+        OpenApiParameter("trigger_type", str, enum=TRIGGER_TYPES),
+        OpenApiParameter("since", OpenApiTypes.DATE, description="Runs queued on or after this day."),
+        OpenApiParameter("until", OpenApiTypes.DATE, description="Runs queued on or before this day."),
+        OpenApiParameter("session", int, description="Runs of this conversation."),
+    ])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self):
-        qs = (executions_for_user(user=self.request.user).select_related("agent_version", "requester")
-              .order_by("-queued_at", "-id"))
         params = self.request.query_params
-        if params.get("status"):
-            if params["status"] not in Execution.Status.values:
-                raise InvalidInput("Unknown run status.", details={
-                    "status": [f"must be one of {', '.join(Execution.Status.values)}"]})
-            qs = qs.filter(status=params["status"])
-        agent = uuid_query_param(params=params, name="agent")
-        if agent is not None:
-            qs = qs.filter(agent_id=agent_get_for_user(user=self.request.user, agent_id=agent).pk)
+        filters = execution_filters_from_query(user=self.request.user, params=params)
         workspace_id = id_query_param(params=params, name="workspace")
+        workspace = None
         if workspace_id is not None:
-            qs = qs.filter(workspace=workspace_get_for_user(user=self.request.user, workspace_id=workspace_id))
-        return qs
+            workspace = workspace_get_for_user(user=self.request.user, workspace_id=workspace_id)
+        runs = executions_filter(user=self.request.user, workspace=workspace, filters=filters)
+        return runs.select_related("agent_version", "requester").order_by("-queued_at", "-id")
 
 
 class ExecutionDetail(APIView):

@@ -16,8 +16,8 @@ from django.utils import timezone
 from agents.models import Agent
 from executions.models import Execution, ExecutionReplay
 from governance.models import ApprovalRequest
-from riverapp.overview import overview_for_workspace
 from tests.factories import make_agent
+from web.overview import overview_for_workspace
 
 pytestmark = pytest.mark.django_db
 

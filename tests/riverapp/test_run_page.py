@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 
 from executions import services, tasks
 from executions.models import Execution, ExecutionEvent, ExecutionStep
-from riverapp.pages_run import FEED_EMBEDDED
 from tests.factories import ScriptedLLM, make_agent, tool_reply
+from web.run import FEED_EMBEDDED
 
 pytestmark = pytest.mark.django_db
 
@@ -82,7 +82,7 @@ def test_a_run_claimed_while_the_page_renders_shows_its_new_status(workspace, ow
     """A worker claims the run (status ``running`` and ``run_started``, one commit)
     between the page's read of the row and its read of the events: the page must not
     show the event with the older status, since no later event would correct it."""
-    from riverapp import pages_run
+    from web import run as pages_run
 
     agent = make_agent(workspace=workspace, owner=owner, name="Claimed")
     run = services.execution_start(agent=agent, request=services.person_run_request(

@@ -13,9 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from executions.models import Execution, ExecutionReplay
-from riverapp.context import SESSION_KEY
-from riverapp.pages_runs import RUNS_PER_PAGE
 from tests.factories import make_agent
+from web.context import SESSION_KEY
+from web.runs import RUNS_PER_PAGE
 
 pytestmark = pytest.mark.django_db
 

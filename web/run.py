@@ -15,28 +15,31 @@ a 404), and writes through one service: ``execution_cancel``, ``execution_respon
 from __future__ import annotations
 
 from django import forms
-from django.contrib.auth import get_user_model
-from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
-from django.urls import path, reverse, reverse_lazy
+from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from common.people import person_label
 from executions import services
-from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.models import Execution
 from executions.progress import execution_status_block
-from executions.selectors import execution_children, execution_get_for_user
-from governance.approvals import approval_resolver, approvals_for_user
-from governance.views import approval_card
-from rivercore.contracts import StepStatus
+from executions.selectors import (
+    execution_children_named,
+    execution_events_first,
+    execution_get_for_user,
+    execution_observations_latest,
+    execution_question_open,
+)
+from governance.approvals import approval_resolver, approvals_of_execution
 from rivercore.errors import NotFound, RiverError
 from rivercore.events import event_message
 from tenancy.permissions import AGENT_EXECUTE
-from tenancy.selectors import service_principal_of, workspace_permissions
-from triggers.models import Trigger
+from tenancy.selectors import service_principal_of, users_by_id, workspace_permissions
+from triggers.selectors import trigger_summary_in_workspace
+from web.approval_card import approval_card
+from web.page_tools import page_login_required
 
-LOGIN_URL = reverse_lazy("login")
 PARTS = ("head", "cause", "cards", "outcome")
 # Events embedded in the page; the WebSocket replays any after them.
 FEED_EMBEDDED = 1000
@@ -69,13 +72,11 @@ def _head(execution: Execution) -> dict:
 def _cause(user, execution: Execution) -> dict:
     trigger = None
     if execution.trigger_id:
-        trigger = Trigger.objects.filter(pk=execution.trigger_id, workspace_id=execution.workspace_id).only(
-            "pk", "name", "type").first()
+        trigger = trigger_summary_in_workspace(workspace_id=execution.workspace_id, trigger_id=execution.trigger_id)
     return {
         "trigger": trigger,
         **_people(execution),
-        "children": list(execution_children(execution=execution).select_related("agent").only(
-            "pk", "status", "parent_call_id", "agent__name")),
+        "children": execution_children_named(execution=execution),
     }
 
 
@@ -83,7 +84,7 @@ def _people(execution: Execution) -> dict:
     """Who the run is for: ``requester`` (the person answerable for it, who may not
     approve its actions) and, when the run acts as someone else, ``acting_as`` (a
     trigger's identity by its label, or another person by name)."""
-    users = get_user_model().objects.in_bulk([pk for pk in (execution.requester_id, execution.requested_by_id) if pk])
+    users = users_by_id(user_ids=[execution.requester_id, execution.requested_by_id])
     requester = users.get(execution.requester_id)
     acting_as = acting_as_username = None
     identity = users.get(execution.requested_by_id) if execution.requested_by_id != execution.requester_id else None
@@ -99,17 +100,14 @@ def _question(execution: Execution) -> dict | None:
     """The open ``ask_user`` question, from its pending interaction step."""
     if execution.status != Execution.Status.AWAITING_INTERACTION:
         return None
-    step = (ExecutionStep.objects.filter(execution_id=execution.pk, step_type=ExecutionStep.StepType.INTERACTION,
-                                         status=StepStatus.PENDING.value)
-            .order_by("-step_number").values("input", "step_number").first())
+    step = execution_question_open(execution_id=execution.pk)
     if step is None or not isinstance(step["input"], dict):
         return None
     return {**step["input"], "step_number": step["step_number"]}
 
 
 def _cards(user, execution: Execution, *, answer_error: dict | None = None, answer: str = "") -> dict:
-    approvals = (approvals_for_user(user=user).filter(execution_id=execution.pk).select_related("resolved_by")
-                 .order_by("created_at"))
+    approvals = approvals_of_execution(user=user, execution_id=execution.pk)
     allowed = approval_resolver(user=user, workspace=execution.workspace)
     return {
         "cards": [approval_card(user=user, approval=approval, can_resolve=allowed(approval)) for approval in approvals],
@@ -123,10 +121,7 @@ def _outcome(execution: Execution) -> dict:
     """The run's last query result as a table and the chart recommend_visualization asked
     for, from their observation steps (at most a few rows read: newest first)."""
     latest: dict[str, dict] = {}
-    observed = (ExecutionStep.objects.filter(execution_id=execution.pk, step_type=ExecutionStep.StepType.OBSERVATION,
-                                             tool_name__in=[QUERY_TOOL, CHART_TOOL],
-                                             status=StepStatus.COMPLETED.value)
-                .order_by("-step_number").values("tool_name", "output")[:20])
+    observed = execution_observations_latest(execution_id=execution.pk, tool_names=[QUERY_TOOL, CHART_TOOL], limit=20)
     for step in observed:
         result = (step["output"] or {}).get("result") if isinstance(step["output"], dict) else None
         if isinstance(result, dict):
@@ -172,12 +167,12 @@ def _parts_context(request, execution: Execution, parts, **card_state) -> dict:
 
 
 def _events(execution: Execution) -> list[dict]:
-    rows = ExecutionEvent.objects.filter(execution_id=execution.pk).order_by("seq")[:FEED_EMBEDDED]
+    rows = execution_events_first(execution_id=execution.pk, limit=FEED_EMBEDDED)
     return [event_message(event_type=row.event_type, seq=row.seq, execution_id=execution.pk,
                           created_at=row.created_at, payload=row.payload) for row in rows]
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_GET
 def run_page(request, execution_id):
     execution = _run_or_404(request.user, execution_id)
@@ -195,7 +190,7 @@ def run_page(request, execution_id):
     return render(request, "runs/run.html", context)
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_GET
 def run_parts(request, execution_id):
     """Some parts of the page (``?part=head&part=cards``), re-rendered for run.js."""
@@ -221,7 +216,7 @@ class AnswerForm(forms.Form):
         return answer
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_POST
 def run_answer(request, execution_id):
     """Answer the run's open question (``execution_respond``); the run continues. An htmx
@@ -260,7 +255,7 @@ def run_answer(request, execution_id):
     return response
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_POST
 def run_cancel(request, execution_id):
     """Cancel the run (``execution_cancel``); back to its page either way, with a message."""

@@ -1,6 +1,6 @@
 """Small helpers the catalog pages (agents, triggers, data sources, audit) share.
 
-Pages show the current workspace (``riverapp.context.current_workspace``); what the user
+Pages show the current workspace (``web.context.current_workspace``); what the user
 may do there is read once per request (``workspace_permissions``). A service's
 ``InvalidInput`` names fields by their API path (``connection_config.host``,
 ``config.cron``); ``errors_onto_form`` puts each message next to the page's field
@@ -15,16 +15,18 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404
-from django.urls import reverse_lazy
 
-from riverapp.context import current_workspace
 from rivercore.errors import NotFound, RiverError
 from tenancy.selectors import workspace_permissions
+from web.context import current_workspace
 
-LOGIN_URL = reverse_lazy("login")
 PER_PAGE = 25
 
-page_login_required = login_required(login_url=LOGIN_URL)
+
+def page_login_required(view):
+    """Every page's sign-in guard: a visitor goes to ``settings.LOGIN_URL`` (set once, as
+    the sign-in page's URL name) with ``?next=`` back to the page."""
+    return login_required(view)
 
 
 def workspace_and_permissions(request):
@@ -47,6 +49,17 @@ def or_404(lookup, **kwargs):
         return lookup(**kwargs)
     except NotFound as exc:
         raise Http404(exc.message) from None
+
+
+def mark_invalid_fields(form, *, prefix: str = "") -> None:
+    """Mark each field the form refused for assistive technology (``aria-invalid``, and
+    ``aria-describedby`` naming the ``<id>-error`` element the template renders). Errors
+    not tied to a field (``__all__``) and names the form does not have are skipped."""
+    for name in form.errors:
+        if name not in form.fields:
+            continue
+        form.fields[name].widget.attrs.update(
+            {"aria-invalid": "true", "aria-describedby": f"{prefix}{form[name].id_for_label}-error"})
 
 
 def paginate(request, rows, per_page: int = PER_PAGE):

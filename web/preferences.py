@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
-from django.urls import path, reverse, reverse_lazy
+from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods
 
-from governance.models import NotificationPreference
-from governance.notifications import notification_preferences_get, notification_preferences_update
-
-LOGIN_URL = reverse_lazy("login")
+from governance.notifications import (
+    PREFERENCE_CHANNELS,
+    PREFERENCE_EVENTS,
+    notification_preferences_get,
+    notification_preferences_update,
+)
+from web.page_tools import page_login_required
 
 LABELS = {
     "in_app": "In River (the bell)",
@@ -33,17 +35,17 @@ class PreferencesForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        for name in (*NotificationPreference.CHANNELS, *NotificationPreference.EVENTS):
+        for name in (*PREFERENCE_CHANNELS, *PREFERENCE_EVENTS):
             self.fields[name] = forms.BooleanField(required=False, label=LABELS[name])
 
     def channels(self):
-        return {name: self.cleaned_data[name] for name in NotificationPreference.CHANNELS}
+        return {name: self.cleaned_data[name] for name in PREFERENCE_CHANNELS}
 
     def events(self):
-        return {name: self.cleaned_data[name] for name in NotificationPreference.EVENTS}
+        return {name: self.cleaned_data[name] for name in PREFERENCE_EVENTS}
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_http_methods(["GET", "POST"])
 def notification_settings(request):
     if request.method == "POST":
@@ -56,12 +58,12 @@ def notification_settings(request):
     else:
         preference = notification_preferences_get(user=request.user)
         form = PreferencesForm(initial={name: getattr(preference, name) for name in
-                                        (*NotificationPreference.CHANNELS, *NotificationPreference.EVENTS)})
+                                        (*PREFERENCE_CHANNELS, *PREFERENCE_EVENTS)})
         status_code = 200
     return render(request, "settings/notifications.html", {
         "form": form,
-        "channels": [form[name] for name in NotificationPreference.CHANNELS],
-        "events": [form[name] for name in NotificationPreference.EVENTS],
+        "channels": [form[name] for name in PREFERENCE_CHANNELS],
+        "events": [form[name] for name in PREFERENCE_EVENTS],
     }, status=status_code)
 
 

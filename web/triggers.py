@@ -21,18 +21,7 @@ from django.urls import path, reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
-from agents.models import Agent
-from agents.selectors import agents_for_user
-from riverapp.page_tools import (
-    errors_onto_form,
-    or_404,
-    page_login_required,
-    paginate,
-    query_without_page,
-    require,
-    workspace_and_permissions,
-)
-from riverapp.templatetags.catalog import cron_words
+from agents.selectors import agent_choices, agent_in_workspace
 from rivercore.errors import RiverError
 from tenancy.permissions import AGENT_CREATE, ROLE_ORDER
 from tenancy.selectors import workspace_permissions
@@ -41,8 +30,10 @@ from triggers.models import TriggerFiring, WebhookScheme
 from triggers.selectors import (
     trigger_firings,
     trigger_get_for_user,
-    triggers_for_user,
+    triggers_filter,
     triggers_with_last_firing,
+    webhook_endpoint_in_workspace,
+    webhook_endpoint_slugs,
 )
 from triggers.services import (
     DEFAULT_RUN_AS_ROLE,
@@ -53,9 +44,18 @@ from triggers.services import (
     webhook_endpoint_authority_check,
 )
 from triggers.types import API_TYPE_NAMES, TERMINAL_STATUSES, TriggerType, config_public, type_from_api
+from web.page_tools import (
+    errors_onto_form,
+    or_404,
+    page_login_required,
+    paginate,
+    query_without_page,
+    require,
+    workspace_and_permissions,
+)
+from web.templatetags.catalog import cron_words
 
 FIRINGS_PER_PAGE = 25
-AGENT_CHOICES_MAX = 500
 
 # Each type as the pages name and explain it, keyed by the API's type name.
 TYPE_LABELS = {
@@ -71,11 +71,6 @@ NEW_ENDPOINT = "__new__"
 
 def _type_label(api_type: str) -> str:
     return TYPE_LABELS.get(api_type, (api_type, ""))[0]
-
-
-def _workspace_agents(user, workspace) -> list[tuple[str, str]]:
-    rows = agents_for_user(user=user, workspace_id=workspace.pk).exclude(status=Agent.Status.ARCHIVED)
-    return [(str(pk), name) for pk, name in rows.order_by("name").values_list("pk", "name")[:AGENT_CHOICES_MAX]]
 
 
 # --- the list ---------------------------------------------------------------------------
@@ -97,15 +92,11 @@ def triggers_list(request):
     if not form.is_valid():
         return render(request, "triggers/list.html", {"form": form, "workspace": workspace}, status=400)
     if workspace is not None:
-        rows = triggers_for_user(user=request.user, workspace_id=workspace.pk)
         data = form.cleaned_data
-        if data["q"]:
-            rows = rows.filter(name__icontains=data["q"])
-        if data["type"]:
-            rows = rows.filter(type=type_from_api(data["type"]))
-        if data["enabled"]:
-            rows = rows.filter(enabled=data["enabled"] == "yes")
-        page = paginate(request, triggers_with_last_firing(rows).order_by("name", "id"))
+        rows = triggers_filter(user=request.user, workspace_id=workspace.pk, name_contains=data["q"],
+                               trigger_type=type_from_api(data["type"]) if data["type"] else None,
+                               enabled=(data["enabled"] == "yes") if data["enabled"] else None)
+        page = paginate(request, triggers_with_last_firing(rows))
     return render(request, "triggers/list.html", {
         "form": form, "page": page, "query": query_without_page(request), "workspace": workspace,
         "may_manage": AGENT_CREATE in granted, "types": TYPE_LABELS,
@@ -262,8 +253,8 @@ def trigger_new(request):
     api_type = request.GET.get("type") or "manual"
     if api_type not in API_TYPE_NAMES.values():
         raise Http404("No such trigger type.")
-    agents = _workspace_agents(request.user, workspace)
-    endpoints = list(workspace.webhook_endpoints.order_by("slug").values_list("slug", flat=True)[:200])
+    agents = agent_choices(workspace=workspace, include_archived=False)
+    endpoints = webhook_endpoint_slugs(workspace_id=workspace.pk, limit=200)
     initial = {"agent": request.GET.get("agent", "")}
     if api_type == "event":
         initial["endpoint"] = endpoints[0] if endpoints else NEW_ENDPOINT
@@ -274,7 +265,7 @@ def trigger_new(request):
         return render(request, "triggers/new.html", context)
     if not form.is_valid():
         return render(request, "triggers/new.html", context, status=400)
-    agent = agents_for_user(user=request.user, workspace_id=workspace.pk).filter(pk=form.cleaned_data["agent"]).first()
+    agent = agent_in_workspace(workspace_id=workspace.pk, agent_id=form.cleaned_data["agent"])
     if agent is None:
         form.add_error("agent", "Choose an agent of this workspace.")
         return render(request, "triggers/new.html", context, status=400)
@@ -341,7 +332,8 @@ def _endpoint_of(trigger):
     the endpoint was deleted)."""
     if trigger.type != TriggerType.EVENT:
         return None
-    return trigger.workspace.webhook_endpoints.filter(slug=config_public(trigger.config).get("endpoint")).first()
+    slug = config_public(trigger.config).get("endpoint")
+    return webhook_endpoint_in_workspace(workspace_id=trigger.workspace_id, slug=slug)
 
 
 @page_login_required
@@ -349,11 +341,11 @@ def _endpoint_of(trigger):
 def trigger_page(request, trigger_id):
     trigger = or_404(trigger_get_for_user, user=request.user, trigger_id=trigger_id)
     granted = workspace_permissions(user=request.user, workspace=trigger.workspace)
-    firings = paginate(request, trigger_firings(trigger=trigger).select_related(None), FIRINGS_PER_PAGE)
+    firings = paginate(request, trigger_firings(trigger=trigger), FIRINGS_PER_PAGE)
     config = config_public(trigger.config)
     upstream = None
     if trigger.type == TriggerType.WORKFLOW:
-        upstream = Agent.objects.filter(pk=config.get("upstream_agent"), workspace_id=trigger.workspace_id).first()
+        upstream = agent_in_workspace(workspace_id=trigger.workspace_id, agent_id=config.get("upstream_agent"))
     endpoint = _endpoint_of(trigger)
     return render(request, "triggers/detail.html", {
         "trigger": trigger, "config": config, "type_label": _type_label(trigger.api_type), "page": firings,

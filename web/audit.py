@@ -8,22 +8,17 @@ same on a trail of a thousand entries or of millions (docs/ui.md, "Audit").
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
-
 from django import forms
 from django.shortcuts import render
 from django.urls import path
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from agents.models import Agent
-from agents.selectors import agents_for_user
+from agents.selectors import agent_choices, agent_names
+from common.days import day_window
 from governance.audit import PROGRESS_BUDGET, audit_verify_progress
-from governance.selectors import audit_entries_for_user
-from riverapp.page_tools import page_login_required, paginate, query_without_page, workspace_and_permissions
+from governance.selectors import AuditFilters, audit_entries_filter
 from tenancy.selectors import is_org_admin
-
-AGENT_CHOICES_MAX = 500
+from web.page_tools import page_login_required, paginate, query_without_page, workspace_and_permissions
 
 # What each recorded action is called on the page.
 ACTIONS = {
@@ -65,10 +60,6 @@ class AuditFilterForm(forms.Form):
         return data
 
 
-def _day_start(day) -> datetime:
-    return timezone.make_aware(datetime.combine(day, time.min))
-
-
 @page_login_required
 @require_GET
 def audit_page(request):
@@ -76,8 +67,7 @@ def audit_page(request):
     if workspace is None:
         return render(request, "audit/list.html", {"workspace": None, "form": AuditFilterForm()})
     org_admin = is_org_admin(user=request.user, organization_id=workspace.organization_id)
-    agents = [(str(pk), name) for pk, name in agents_for_user(user=request.user, workspace_id=workspace.pk)
-              .order_by("name").values_list("pk", "name")[:AGENT_CHOICES_MAX]]
+    agents = agent_choices(workspace=workspace)
     form = AuditFilterForm(request.GET, agents=agents, org_admin=org_admin)
     context = {"workspace": workspace, "form": form, "org_admin": org_admin, "actions": ACTIONS,
                "query": query_without_page(request), "budget": PROGRESS_BUDGET}
@@ -86,27 +76,17 @@ def audit_page(request):
     if not form.is_valid():
         return render(request, "audit/list.html", context, status=400)
     data = form.cleaned_data
-    rows = audit_entries_for_user(user=request.user)
-    if data.get("scope") == "organization":
-        rows = rows.filter(organization_id=workspace.organization_id)
-    else:
-        rows = rows.filter(workspace_id=workspace.pk)
-    if data["actor"]:
-        rows = rows.filter(actor_label__icontains=data["actor"])
-    if data["action"]:
-        rows = rows.filter(event_type=data["action"])
-    if data["agent"]:
-        rows = rows.filter(agent_id=data["agent"])
-    if data["run"]:
-        rows = rows.filter(execution_id=data["run"])
-    if data["since"]:
-        rows = rows.filter(created_at__gte=_day_start(data["since"]))
-    if data["until"]:
-        rows = rows.filter(created_at__lt=_day_start(data["until"] + timedelta(days=1)))
-    page = paginate(request, rows.order_by("-created_at", "-id"))
+    whole_organization = data.get("scope") == "organization"
+    since, until = day_window(since=data["since"], until=data["until"])
+    rows = audit_entries_filter(user=request.user, filters=AuditFilters(
+        organization_id=workspace.organization_id if whole_organization else None,
+        workspace_id=None if whole_organization else workspace.pk,
+        actor=data["actor"] or None, action=data["action"] or None, agent_id=data["agent"] or None,
+        execution_id=data["run"] or None, since=since, until=until,
+    ))
+    page = paginate(request, rows)
     ids = {entry.agent_id for entry in page.object_list if entry.agent_id}
-    names = dict(Agent.objects.filter(pk__in=ids, workspace__organization_id=workspace.organization_id)
-                 .values_list("pk", "name")) if ids else {}
+    names = agent_names(organization_id=workspace.organization_id, agent_ids=ids)
     for entry in page.object_list:
         entry.action_label = ACTIONS.get(entry.event_type, entry.event_type.replace("_", " ").capitalize())
         entry.agent_name = names.get(entry.agent_id)

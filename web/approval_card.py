@@ -1,5 +1,5 @@
 """Pages of approvals: one request's page and the inline approval card (htmx); the
-inbox, which shows the current workspace, is riverapp.pages_approvals.
+inbox, which shows the current workspace, is web.approvals.
 
 Session auth, login required. Each view parses (a Django form), authorizes through a
 tenant-scoped selector, calls one service and renders. The card endpoint answers an
@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 
 from django import forms
-from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import render
-from django.urls import path, reverse_lazy
+from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from common.people import person_label
@@ -27,8 +26,7 @@ from governance.resolution import approval_resolve
 from rivercore.errors import NotFound, RiverError
 from rivercore.tools import get_tool
 from rivercore.types.governance import ResolutionStatus
-
-LOGIN_URL = reverse_lazy("login")
+from web.page_tools import page_login_required
 
 
 class ResolveForm(forms.Form):
@@ -132,14 +130,14 @@ def _approval_or_404(user, approval_id) -> ApprovalRequest:
         raise Http404(exc.message) from None
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_GET
 def approval_page(request, approval_id):
     approval = _approval_or_404(request.user, approval_id)
     return render(request, "approvals/detail.html", {"card": approval_card(user=request.user, approval=approval)})
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_POST
 def approval_resolve_card(request, approval_id):
     approval = _approval_or_404(request.user, approval_id)

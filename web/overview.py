@@ -15,13 +15,13 @@ import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
-from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from agents.models import Agent
+from agents.selectors import agent_status_health_counts
 from executions.models import Execution
-from governance.models import ApprovalRequest
+from executions.selectors import execution_daily_totals
+from governance.selectors import approval_median_wait
 
 CHART_DAYS = 14
 WEEK_DAYS = 7
@@ -109,18 +109,7 @@ def overview_for_workspace(*, workspace, now: dt.datetime | None = None) -> Over
     chart_start = today - dt.timedelta(days=CHART_DAYS - 1)
     week_start = today - dt.timedelta(days=WEEK_DAYS - 1)
 
-    rows = (
-        Execution.objects.filter(workspace=workspace, queued_at__gte=_local_midnight(chart_start))
-        .annotate(day=TruncDate("queued_at"))
-        .values("day", "status")
-        .annotate(
-            runs=Count("id"),
-            tokens=Sum(F("tokens_input") + F("tokens_output")),
-            cost=Sum("cost_usd"),
-            cost_unknown=Count("id", filter=Q(cost_unknown=True)),
-        )
-        .order_by()
-    )
+    rows = execution_daily_totals(workspace=workspace, since=_local_midnight(chart_start))
     window = [chart_start + dt.timedelta(days=n) for n in range(CHART_DAYS)]
     days = {day: DayRow(day=day) for day in window}
     present: set[str] = set()
@@ -148,13 +137,12 @@ def overview_for_workspace(*, workspace, now: dt.datetime | None = None) -> Over
 
     agents_by_status: dict[str, int] = {}
     agents_by_health: dict[str, int] = {}
-    for row in (Agent.objects.filter(workspace=workspace).values("status", "health")
-                .annotate(n=Count("id")).order_by()):
+    for row in agent_status_health_counts(workspace=workspace):
         agents_by_status[row["status"]] = agents_by_status.get(row["status"], 0) + row["n"]
         if row["status"] != Agent.Status.ARCHIVED:  # an archived agent's health no longer matters
             agents_by_health[row["health"]] = agents_by_health.get(row["health"], 0) + row["n"]
 
-    median, decided = _median_time_to_approval(workspace=workspace, since=_local_midnight(
+    median, decided = approval_median_wait(workspace=workspace, since=_local_midnight(
         today - dt.timedelta(days=APPROVAL_WINDOW_DAYS - 1)))
     return Overview(
         today=today, week_start=week_start, chart_start=chart_start,
@@ -164,17 +152,3 @@ def overview_for_workspace(*, workspace, now: dt.datetime | None = None) -> Over
         agents_by_status=agents_by_status, agents_by_health=agents_by_health,
         median_approval=median, approvals_decided=decided,
     )
-
-
-def _median_time_to_approval(*, workspace, since: dt.datetime) -> tuple[dt.timedelta | None, int]:
-    """The median wait between a request and a person's decision (approved, edited or
-    rejected; expiries and cancellations had no decision) over requests decided since
-    ``since``: a count, then the middle one or two rows ordered by the wait."""
-    decided = ApprovalRequest.objects.filter(
-        workspace=workspace, resolved_by__isnull=False, resolved_at__gte=since,
-    ).annotate(wait=ExpressionWrapper(F("resolved_at") - F("created_at"), output_field=DurationField()))
-    total = decided.count()
-    if not total:
-        return None, 0
-    middle = list(decided.order_by("wait").values_list("wait", flat=True)[(total - 1) // 2: total // 2 + 1])
-    return sum(middle, dt.timedelta()) / len(middle), total

@@ -28,8 +28,9 @@ from agents.selectors import (
     agent_memories_for_user,
     agent_memories_recent,
     agent_version_get,
+    agent_version_numbers,
     agent_versions,
-    agents_for_user,
+    agents_filter,
     memory_consent_given,
     memory_get_for_user,
 )
@@ -41,22 +42,13 @@ from agents.services import (
     memory_consent_set,
     workspace_memory_delete,
 )
-from datasources.selectors import data_sources_in_workspace
+from datasources.selectors import data_source_choices, data_sources_first
 from executions.selectors import agent_runs_recent, agents_with_run_stats
 from executions.services import execution_start, person_run_request
 from executions.services.replay import replay_batch_latest
 from governance.models import WorkspaceSettings
 from governance.selectors import workspace_memory_mode
 from governance.services import workspace_memory_mode_set
-from riverapp.page_tools import (
-    errors_onto_form,
-    or_404,
-    page_login_required,
-    paginate,
-    query_without_page,
-    require,
-    workspace_and_permissions,
-)
 from rivercore import limits
 from rivercore.contracts import AvailableDataSource, GenerateAgentRequest, UserContext
 from rivercore.errors import InvalidInput, RiverError
@@ -70,10 +62,19 @@ from rivercore.types.agents import (
 )
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE, POLICY_CREATE
 from tenancy.selectors import workspace_roles
-from triggers.selectors import trigger_firings_recent, triggers_for_user
+from triggers.selectors import trigger_firings_recent, triggers_filter
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
 from triggers.types import TriggerType
 from triggers.webhooks import json_strict_parse
+from web.page_tools import (
+    errors_onto_form,
+    or_404,
+    page_login_required,
+    paginate,
+    query_without_page,
+    require,
+    workspace_and_permissions,
+)
 
 RECENT_RUNS = 20
 RECENT_FIRINGS = 5
@@ -126,15 +127,10 @@ def agents_list(request):
         return render(request, "agents/list.html", {"form": form, "page": None, "workspace": workspace}, status=400)
     page = None
     if workspace is not None:
-        rows = agents_for_user(user=request.user, workspace_id=workspace.pk)
         data = form.cleaned_data
-        if data["q"]:
-            rows = rows.filter(name__icontains=data["q"])
-        if data["status"]:
-            rows = rows.filter(status=data["status"])
-        if data["health"]:
-            rows = rows.filter(health=data["health"])
-        rows = agents_with_run_stats(rows, since=timezone.now() - SUCCESS_WINDOW).order_by("name", "id")
+        rows = agents_filter(user=request.user, workspace_id=workspace.pk, name_contains=data["q"],
+                             status=data["status"], health=data["health"])
+        rows = agents_with_run_stats(rows, since=timezone.now() - SUCCESS_WINDOW)
         page = paginate(request, rows)
         for agent in page.object_list:
             agent.success_rate = (round(100 * agent.runs_completed / agent.runs_finished)
@@ -198,8 +194,7 @@ class DiffForm(forms.Form):
 
 
 def _manual_triggers(request, agent):
-    return triggers_for_user(user=request.user, agent_id=agent.pk).filter(
-        type=TriggerType.MANUAL, enabled=True).order_by("name")
+    return triggers_filter(user=request.user, agent_id=agent.pk, trigger_type=TriggerType.MANUAL, enabled=True)
 
 
 @page_login_required
@@ -255,10 +250,10 @@ def _diff_for(request, versions_numbers: list[int], agent) -> tuple[DiffForm, ob
 
 
 def _detail_context(request, agent, form, granted) -> dict:
-    triggers = list(triggers_for_user(user=request.user, agent_id=agent.pk).order_by("name"))
+    triggers = list(triggers_filter(user=request.user, agent_id=agent.pk))
     recent = trigger_firings_recent(trigger_ids=[t.pk for t in triggers], limit=RECENT_FIRINGS)
-    versions = agent_versions(agent=agent).select_related("created_by")
-    numbers = list(versions.values_list("version", flat=True))
+    versions = agent_versions(agent=agent, with_creator=True)
+    numbers = agent_version_numbers(agent=agent)
     diff_form, diff = _diff_for(request, numbers, agent)
     return {
         "agent": agent,
@@ -412,9 +407,7 @@ class VersionForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["tools"].choices = _tool_choices()
         self.fields["require_approval_for"].choices = _tool_choices()
-        self.fields["data_sources"].choices = [
-            (source.pk, source.name) for source in data_sources_in_workspace(workspace_id=workspace.pk).order_by(
-                "name")[:limits.LIST_ITEMS]]
+        self.fields["data_sources"].choices = data_source_choices(workspace_id=workspace.pk, limit=limits.LIST_ITEMS)
 
     def version_config(self, base: AgentVersion | None = None) -> dict:
         """The keyword arguments of ``agent_version_create``; settings the form does not
@@ -565,7 +558,7 @@ def _generate(request, workspace, granted, description: str):
     from executions.routing import router_for_organization
     from rivercore.generate import agent_generate
 
-    sources = data_sources_in_workspace(workspace_id=workspace.pk).order_by("name")[:limits.LIST_ITEMS]
+    sources = data_sources_first(workspace_id=workspace.pk, limit=limits.LIST_ITEMS)
     body = GenerateAgentRequest(
         prompt=description,
         user_context=UserContext(user_id=request.user.pk, org_id=workspace.organization_id,

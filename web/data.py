@@ -21,9 +21,18 @@ from django.views.decorators.http import require_GET, require_POST
 
 from datasources.catalog import catalog_search
 from datasources.models import DataSource
-from datasources.selectors import data_source_get_for_user, data_sources_for_user, data_sources_with_table_count
+from datasources.selectors import (
+    data_source_get_for_user,
+    data_sources_for_user,
+    data_sources_searchable,
+    data_sources_with_table_count,
+)
 from datasources.services import data_source_create, data_source_discover, data_source_test
-from riverapp.page_tools import (
+from rivercore.errors import RiverError
+from rivercore.types.datasources import TableInfo
+from tenancy.permissions import DATA_SOURCE_CREATE, DATA_SOURCE_VIEW
+from tenancy.selectors import workspace_permissions
+from web.page_tools import (
     errors_onto_form,
     or_404,
     page_login_required,
@@ -32,10 +41,6 @@ from riverapp.page_tools import (
     require,
     workspace_and_permissions,
 )
-from rivercore.errors import RiverError
-from rivercore.types.datasources import TableInfo
-from tenancy.permissions import DATA_SOURCE_CREATE, DATA_SOURCE_VIEW
-from tenancy.selectors import workspace_permissions
 
 SEARCH_RESULTS = 20
 TABLES_PER_PAGE = 20
@@ -51,10 +56,10 @@ def data_sources_list(request):
     query = (request.GET.get("q") or "").strip()[:200]
     page = search = None
     if workspace is not None:
-        rows = data_sources_for_user(user=request.user).filter(workspace=workspace)
-        page = paginate(request, data_sources_with_table_count(rows).order_by("name", "id"))
+        rows = data_sources_for_user(user=request.user, workspace_id=workspace.pk)
+        page = paginate(request, data_sources_with_table_count(rows))
         if query:
-            searched = rows.select_related(None).only("pk", "name", "schema_cache")
+            searched = data_sources_searchable(rows)
             search = catalog_search(data_sources=searched, query=query, top_k=SEARCH_RESULTS)
     return render(request, "datasources/list.html", {
         "workspace": workspace, "page": page, "q": query, "search": search,

@@ -12,7 +12,7 @@ from functools import cached_property
 
 from governance.approvals import approvals_pending_count
 from governance.notifications import notifications_unread_count
-from tenancy.selectors import workspaces_for_user
+from tenancy.selectors import workspaces_listed
 
 SESSION_KEY = "river_workspace_id"
 # The first path segment of a page names its section of the main navigation.
@@ -28,8 +28,7 @@ class Nav:
 
     @cached_property
     def workspaces(self) -> list:
-        mine = workspaces_for_user(user=self.request.user).select_related("organization")
-        return list(mine.order_by("organization__name", "name"))
+        return workspaces_listed(user=self.request.user)
 
     @cached_property
     def workspace(self):

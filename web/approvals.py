@@ -11,20 +11,19 @@ and a decided one leaves without a reload, by fetching ``?part=list`` again.
 from __future__ import annotations
 
 from django import forms
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import render
-from django.urls import path, reverse_lazy
+from django.urls import path
 from django.views.decorators.http import require_GET
 
-from agents.models import Agent
+from agents.selectors import agent_choices
 from executions.selectors import questions_for_user
-from governance.approvals import approval_resolver, approvals_for_user
+from governance.approvals import ApprovalInboxQuery, approval_tools_in_workspace, approvals_for_inbox
 from governance.models import ApprovalRequest
-from governance.views import approval_card
-from riverapp.context import current_workspace
+from web.approval_card import approval_card
+from web.context import current_workspace
+from web.page_tools import mark_invalid_fields, page_login_required
 
-LOGIN_URL = reverse_lazy("login")
 PER_PAGE = 20
 RECENTLY_DECIDED = 10
 Status = ApprovalRequest.Status
@@ -45,58 +44,32 @@ class InboxFilters(forms.Form):
         self.fields["tool"].choices = [("", "Any tool"), *[(t, t) for t in tools]]
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_GET
 def approvals_inbox(request):
     user = request.user
     workspace = current_workspace(request)
-    mine = approvals_for_user(user=user).filter(workspace=workspace) if workspace else ApprovalRequest.objects.none()
-    agents = [(str(pk), name) for pk, name in
-              Agent.objects.filter(workspace=workspace).order_by("name").values_list("pk", "name")] if workspace else []
-    tools = list(mine.order_by().values_list("tool_name", flat=True).distinct())
-    form = InboxFilters(request.GET or None, agents=agents, tools=sorted(tools))
+    agents = agent_choices(workspace=workspace) if workspace else []
+    tools = approval_tools_in_workspace(user=user, workspace=workspace) if workspace else []
+    form = InboxFilters(request.GET or None, agents=agents, tools=tools)
     data, status_code = {}, 200
     if form.is_bound:
         if form.is_valid():
             data = form.cleaned_data
         else:
             status_code = 400
-            for name in form.errors:
-                form.fields[name].widget.attrs.update(
-                    {"aria-invalid": "true", "aria-describedby": f"{form[name].id_for_label}-error"})
-    rows = mine
-    if data.get("agent"):
-        rows = rows.filter(agent_id=data["agent"])
-    if data.get("tool"):
-        rows = rows.filter(tool_name=data["tool"])
-    if data.get("risk"):
-        rows = rows.filter(risk_context__icontains=data["risk"])
-    chosen = data.get("status") or ""
-    waiting = chosen == ""
-    if waiting:
-        rows = rows.filter(status=Status.PENDING)
-    elif chosen == "decided":
-        rows = rows.exclude(status=Status.PENDING)
-    else:
-        rows = rows.filter(status=chosen)
+            mark_invalid_fields(form)
+    inbox_query = ApprovalInboxQuery(agent_id=data.get("agent") or None, tool=data.get("tool") or None,
+                                     risk=data.get("risk") or None, status=data.get("status") or "")
+    waiting = inbox_query.waiting
     page = None
     cards, recent, others_waiting = [], [], 0
     if status_code == 200 and workspace is not None:
-        if waiting:
-            # Waiting for *you*: the requests your role may decide (one light query over
-            # the waiting ones' roles); the others are only counted.
-            allowed = approval_resolver(user=user, workspace=workspace)
-            candidates = rows.values_list("pk", "approver_roles", "run_started_by_id")
-            mine_ids = [pk for pk, roles, starter in candidates if allowed(ApprovalRequest(
-                pk=pk, approver_roles=roles, run_started_by_id=starter, workspace=workspace))]
-            others_waiting = len(candidates) - len(mine_ids)
-            rows = rows.filter(pk__in=mine_ids)
-            recent = list(mine.exclude(status=Status.PENDING).select_related("resolved_by")
-                          .order_by("-resolved_at", "-pk")[:RECENTLY_DECIDED])
-        ordered = rows.select_related("resolved_by").order_by("-created_at", "-pk")
-        page = Paginator(ordered, PER_PAGE).get_page(request.GET.get("page"))
-        if waiting:
-            cards = [approval_card(user=user, approval=a, can_resolve=allowed(a)) for a in page.object_list]
+        inbox = approvals_for_inbox(user=user, workspace=workspace, query=inbox_query, recent_limit=RECENTLY_DECIDED)
+        recent, others_waiting = inbox.recent, inbox.others_waiting
+        page = Paginator(inbox.rows, PER_PAGE).get_page(request.GET.get("page"))
+        if inbox.allowed is not None:
+            cards = [approval_card(user=user, approval=a, can_resolve=inbox.allowed(a)) for a in page.object_list]
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("part", None)

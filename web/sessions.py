@@ -18,25 +18,30 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
-from django.urls import path, reverse, reverse_lazy
+from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from agents.models import Agent
-from executions.models import Execution, ExecutionEvent, Session, SessionMessage
-from executions.selectors import session_get_for_user, sessions_for_user
+from agents.selectors import agent_choices, agent_in_workspace
+from executions.models import Execution, Session
+from executions.selectors import (
+    session_active_execution,
+    session_get_for_user,
+    session_last_event_id,
+    session_messages_latest,
+    sessions_filter,
+)
 from executions.services import sessions as services
-from riverapp.context import current_workspace
-from riverapp.pages_run import _cards
 from rivercore import limits
 from rivercore.errors import NotFound, RiverError
 from tenancy.permissions import AGENT_EXECUTE
 from tenancy.selectors import workspace_permissions
+from web.context import current_workspace
+from web.page_tools import mark_invalid_fields, page_login_required
+from web.run import _cards
 
-LOGIN_URL = reverse_lazy("login")
 SESSIONS_PER_PAGE = 25
 # The latest entries a conversation page shows (older ones: the API's message list).
 ENTRIES_SHOWN = 100
@@ -48,13 +53,6 @@ def _session_or_404(user, session_id) -> Session:
         return session_get_for_user(user=user, session_id=session_id)
     except NotFound as exc:
         raise Http404(exc.message) from None
-
-
-def _agent_choices(workspace, *, runnable: bool) -> list[tuple[str, str]]:
-    agents = Agent.objects.filter(workspace=workspace)
-    if runnable:
-        agents = agents.filter(status=Agent.Status.ACTIVE, current_version__isnull=False)
-    return [(str(pk), name) for pk, name in agents.order_by("name").values_list("pk", "name")]
 
 
 class SessionFilters(forms.Form):
@@ -75,16 +73,9 @@ class NewSessionForm(forms.Form):
         self.fields["agent"].choices = [("", "Choose an agent"), *agents]
 
 
-def _mark_invalid(form: forms.Form, prefix: str = "") -> None:
-    for name in form.errors:
-        if name in form.fields:
-            form.fields[name].widget.attrs.update(
-                {"aria-invalid": "true", "aria-describedby": f"{prefix}{form[name].id_for_label}-error"})
-
-
 def _list_page(request, *, new_form: NewSessionForm | None = None, status: int = 200):
     workspace = current_workspace(request)
-    listed_agents = _agent_choices(workspace, runnable=False) if workspace else []
+    listed_agents = agent_choices(workspace=workspace) if workspace else []
     filters = SessionFilters(request.GET or None, agents=listed_agents)
     data: dict = {}
     filters_ok = True
@@ -93,21 +84,17 @@ def _list_page(request, *, new_form: NewSessionForm | None = None, status: int =
             data = filters.cleaned_data
         else:
             status, filters_ok = 400, False
-            _mark_invalid(filters)
+            mark_invalid_fields(filters)
     page = None
     may_start = workspace is not None and AGENT_EXECUTE in workspace_permissions(user=request.user,
                                                                                  workspace=workspace)
     if new_form is None and may_start:
-        new_form = NewSessionForm(agents=_agent_choices(workspace, runnable=True),
+        new_form = NewSessionForm(agents=agent_choices(workspace=workspace, runnable_only=True),
                                   initial={"agent": request.GET.get("agent", "")})
     if workspace is not None and filters_ok:
-        rows = sessions_for_user(user=request.user).filter(workspace=workspace,
-                                                            archived_at__isnull=data.get("archived") != "1")
-        if data.get("agent"):
-            rows = rows.filter(agent_id=data["agent"])
-        rows = rows.select_related("agent").only("pk", "title", "updated_at", "archived_at", "active_execution_id",
-                                                 "agent__name", "agent_id")
-        page = Paginator(rows.order_by("-updated_at", "-pk"), SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
+        rows = sessions_filter(user=request.user, workspace=workspace, archived=data.get("archived") == "1",
+                               agent_id=data.get("agent") or None)
+        page = Paginator(rows, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "sessions/list.html", {
@@ -117,32 +104,35 @@ def _list_page(request, *, new_form: NewSessionForm | None = None, status: int =
     }, status=status)
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_GET
 def sessions_list(request):
     return _list_page(request)
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_POST
 def session_new(request):
     """Open a conversation with the chosen agent (``session_create``) and go to it."""
     workspace = current_workspace(request)
     if workspace is None:
         raise Http404("No workspace.")
-    form = NewSessionForm(request.POST, agents=_agent_choices(workspace, runnable=True))
+    form = NewSessionForm(request.POST, agents=agent_choices(workspace=workspace, runnable_only=True))
     if AGENT_EXECUTE not in workspace_permissions(user=request.user, workspace=workspace):
         messages.error(request, "Your role in this workspace may not talk to agents.")
         return redirect(reverse("sessions-list"))
     if form.is_valid():
-        agent = Agent.objects.select_related("workspace").get(pk=form.cleaned_data["agent"], workspace=workspace)
-        try:
-            session = services.session_create(workspace=workspace, agent=agent, user=request.user)
-        except RiverError as exc:
-            form.add_error("agent", exc.message)
+        agent = agent_in_workspace(workspace_id=workspace.pk, agent_id=form.cleaned_data["agent"])
+        if agent is None:  # deleted since the form was shown
+            form.add_error("agent", "Choose an agent of this workspace.")
         else:
-            return redirect(reverse("session-page", args=[session.pk]))
-    _mark_invalid(form, prefix="new-")
+            try:
+                session = services.session_create(workspace=workspace, agent=agent, user=request.user)
+            except RiverError as exc:
+                form.add_error("agent", exc.message)
+            else:
+                return redirect(reverse("session-page", args=[session.pk]))
+    mark_invalid_fields(form, prefix="new-")
     return _list_page(request, new_form=form, status=400)
 
 
@@ -150,11 +140,7 @@ def _conversation(user, session: Session) -> dict:
     """The conversation part: the latest entries in order, the run answering now (its
     pieces stream into it) and its approval and question cards. A fixed number of
     queries whatever the session's length."""
-    rows = list(SessionMessage.objects.filter(session=session).select_related("agent")
-                .only("pk", "sequence", "role", "state", "content", "references", "execution_id", "agent__name",
-                      "agent_id", "created_at", "reply_to_id")
-                .order_by("-sequence")[:ENTRIES_SHOWN])
-    rows.reverse()
+    rows = session_messages_latest(session_id=session.pk, limit=ENTRIES_SHOWN)
     entries = []
     for row in rows:
         refs = row.references if isinstance(row.references, dict) else {}
@@ -163,24 +149,20 @@ def _conversation(user, session: Session) -> dict:
             "files": [str(ref.get("name") or "") for ref in refs.get("attachments") or []],
             "handoff": refs.get("handoff") if isinstance(refs.get("handoff"), dict) else None,
         })
-    active = None
     context: dict = {"cards": [], "question": None}
-    if session.active_execution_id:
-        active = (Execution.objects.select_related("agent", "workspace")
-                  .filter(pk=session.active_execution_id, workspace_id=session.workspace_id).first())
-        if active is not None and active.status in WAITING:
-            context.update(_cards(user, active))
+    active = session_active_execution(session=session)
+    if active is not None and active.status in WAITING:
+        context.update(_cards(user, active))
     may_steer = AGENT_EXECUTE in workspace_permissions(user=user, workspace=session.workspace)
     return {**context, "session": session, "entries": entries, "active": active, "execution": active,
             "may_steer": may_steer, "older": len(rows) == ENTRIES_SHOWN}
 
 
 def _last_session_seq(session: Session) -> int:
-    return (ExecutionEvent.objects.filter(execution__session_id=session.pk).order_by("-pk")
-            .values_list("pk", flat=True).first() or 0)
+    return session_last_event_id(session_id=session.pk)
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_GET
 def session_page(request, session_id):
     session = _session_or_404(request.user, session_id)
@@ -190,7 +172,7 @@ def session_page(request, session_id):
     return render(request, "sessions/session.html", context)
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_GET
 def session_part(request, session_id):
     """The conversation part again, for session.js."""
@@ -202,7 +184,7 @@ class MessageForm(forms.Form):
     content = forms.CharField(max_length=limits.PROMPT, strip=True, label="Your message")
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_POST
 def session_send(request, session_id):
     """The composer without JavaScript: text only (files are uploaded by session.js)."""
@@ -226,7 +208,7 @@ class RenameForm(forms.Form):
     title = forms.CharField(max_length=limits.NAME, strip=True, required=False, label="Name")
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_POST
 def session_rename(request, session_id):
     session = _session_or_404(request.user, session_id)
@@ -241,7 +223,7 @@ def session_rename(request, session_id):
     return render(request, "sessions/session.html", context, status=400)
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 @require_POST
 def session_archive(request, session_id):
     """Archive (``archived=1``) or open again (``archived=0``)."""

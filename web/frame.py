@@ -2,34 +2,34 @@
 (page, bell panel, mark read), the live counts and the workspace switch.
 
 Sign-in is Django's own LoginView; sign-out is POST only (Django's LogoutView).
-Pages that need a user send visitors to the sign-in page by URL name, so they do
-not depend on settings.LOGIN_URL.
+Pages that need a user send visitors to the sign-in page (settings.LOGIN_URL, a URL
+name) through ``web.page_tools.page_login_required``.
 """
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import include, path, reverse, reverse_lazy
+from django.urls import path, reverse, reverse_lazy
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import Agent
 from common.ids import id_from_text
-from governance.notifications import notifications_for_user, notifications_mark_read, notifications_unread
-from riverapp.context import SECTIONS, SESSION_KEY, Nav, current_workspace
-from riverapp.overview import overview_for_workspace
-from tenancy.selectors import workspaces_for_user
+from governance.notifications import notifications_for_user, notifications_mark_read
+from tenancy.selectors import workspace_get_for_user
+from web.context import SECTIONS, SESSION_KEY, Nav, current_workspace
+from web.overview import overview_for_workspace
+from web.page_tools import or_404, page_login_required
 
 NOTIFICATIONS_PER_PAGE = 25
 PANEL_SIZE = 6
 
-LOGIN_URL = reverse_lazy("login")
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 def home(request):
     """The overview of the current workspace."""
     workspace = current_workspace(request)
@@ -48,7 +48,7 @@ def home(request):
 
 
 @require_GET
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 def nav_counts(request):
     """The two live numbers of the frame, for the page that heard they changed."""
     nav = Nav(request)
@@ -74,26 +74,22 @@ def _section_root(target: str) -> str:
 
 
 @require_POST
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 def workspace_switch(request):
     """Remember the workspace the pages show; only one of the user's own."""
     workspace_id = id_from_text(request.POST.get("workspace", ""))
     if workspace_id is None:
         raise Http404("No such workspace.")
-    workspace = workspaces_for_user(user=request.user).select_related("organization").filter(pk=workspace_id).first()
-    if workspace is None:
-        raise Http404("No such workspace.")
+    workspace = or_404(workspace_get_for_user, user=request.user, workspace_id=workspace_id)
     request.session[SESSION_KEY] = workspace.pk
     messages.success(request, f"Now showing {workspace.name} ({workspace.organization.name}).")
     return redirect(_section_root(_safe_next(request, reverse("home"))))
 
 
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 def notifications(request):
     unread_only = request.GET.get("show") == "unread"
-    mine = notifications_for_user(user=request.user)
-    if unread_only:
-        mine = notifications_unread(user=request.user)
+    mine = notifications_for_user(user=request.user, unread_only=unread_only)
     page = Paginator(mine, NOTIFICATIONS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "notifications.html", {
         "page": page, "unread_only": unread_only, "query": "show=unread" if unread_only else "",
@@ -101,19 +97,19 @@ def notifications(request):
 
 
 def _panel(request):
-    unread = list(notifications_unread(user=request.user)[:PANEL_SIZE])
+    unread = list(notifications_for_user(user=request.user, unread_only=True)[:PANEL_SIZE])
     return render(request, "_bell_panel.html", {"unread": unread})
 
 
 @require_GET
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 def notifications_panel(request):
     """The bell's panel: the latest unread notifications (an htmx fragment)."""
     return _panel(request)
 
 
 @require_POST
-@login_required(login_url=LOGIN_URL)
+@page_login_required
 def notifications_mark_read_view(request):
     """Mark one notification (``id``) or all of the user's (no ``id``) as read. From the
     bell's panel (htmx) the answer is the panel again; from a page, a redirect back.
@@ -145,15 +141,5 @@ urlpatterns = [
         auth_views.LoginView.as_view(redirect_authenticated_user=True, next_page=reverse_lazy("home")),
         name="login",
     ),
-    path("accounts/logout/", auth_views.LogoutView.as_view(next_page=LOGIN_URL), name="logout"),
-    path("", include("riverapp.pages_approvals")),
-    path("", include("governance.views")),
-    path("", include("riverapp.pages_runs")),
-    path("", include("riverapp.pages_run")),
-    path("", include("riverapp.pages_sessions")),
-    path("", include("riverapp.pages_agents")),
-    path("", include("riverapp.pages_triggers")),
-    path("", include("riverapp.pages_data")),
-    path("", include("riverapp.pages_audit")),
-    path("", include("riverapp.pages_settings")),
+    path("accounts/logout/", auth_views.LogoutView.as_view(next_page=settings.LOGIN_URL), name="logout"),
 ]

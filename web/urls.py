@@ -1,0 +1,18 @@
+"""Every server-rendered page of River: the frame (sign-in, overview, notifications,
+workspace switch) first, then one module per section."""
+
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("web.frame")),
+    path("", include("web.approvals")),
+    path("", include("web.approval_card")),
+    path("", include("web.runs")),
+    path("", include("web.run")),
+    path("", include("web.sessions")),
+    path("", include("web.agents")),
+    path("", include("web.triggers")),
+    path("", include("web.data")),
+    path("", include("web.audit")),
+    path("", include("web.preferences")),
+]
