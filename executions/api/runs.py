@@ -30,6 +30,7 @@ from rivercore.contracts import (
 )
 from rivercore.errors import InvalidInput
 from rivercore.events import event_message
+from rivercore.outcome import Outcome
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
 from tenancy.selectors import require_granted, require_permission, workspace_get_for_user
 
@@ -65,7 +66,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
         model = Execution
         fields = ["id", "workspace", "agent", "agent_version", "trigger", "trigger_type",
                   "trigger_source", "trigger_payload", "requested_by", "requester", "input_prompt", "status",
-                  "turn_count",
+                  "outcome", "turn_count",
                   "tokens_input", "tokens_output", "total_tokens", "cost_usd", "cost_unknown", "queued_at",
                   "started_at", "finished_at", "attempts", "result", "usage", "error", "parent_execution",
                   "parent_execution_id", "session"]
@@ -158,11 +159,26 @@ class AgentRunView(APIView):
         return Response({"execution_id": execution.pk, "status": execution.status}, status=status.HTTP_202_ACCEPTED)
 
 
+def outcome_query_param(value: str) -> list[str]:
+    """``?outcome=`` as a list of known outcomes (comma-separated); 400 naming the field
+    for an empty or unknown one."""
+    known = [outcome.value for outcome in Outcome]
+    wanted = [part.strip() for part in value.split(",")]
+    unknown = [part for part in wanted if part not in known]
+    if unknown:
+        shown = ", ".join(repr(part[:40]) for part in unknown[:5])
+        raise InvalidInput("Unknown run outcome.", details={
+            "outcome": [f"{shown} is not one of {', '.join(known)}"]})
+    return wanted
+
+
 class ExecutionList(ListAPIView):
     serializer_class = ExecutionSerializer
 
     @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("agent", OpenApiTypes.UUID),
-                               OpenApiParameter("workspace", int)])
+                               OpenApiParameter("workspace", int),
+                               OpenApiParameter("outcome", str, description=(
+                                   "One outcome, or several separated by commas (docs/engine.md, Outcome)."))])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
@@ -175,6 +191,8 @@ class ExecutionList(ListAPIView):
                 raise InvalidInput("Unknown run status.", details={
                     "status": [f"must be one of {', '.join(Execution.Status.values)}"]})
             qs = qs.filter(status=params["status"])
+        if "outcome" in params:
+            qs = qs.filter(outcome__in=outcome_query_param(params["outcome"]))
         agent = uuid_query_param(params=params, name="agent")
         if agent is not None:
             qs = qs.filter(agent_id=agent_get_for_user(user=self.request.user, agent_id=agent).pk)

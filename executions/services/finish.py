@@ -9,6 +9,7 @@ a crash or give-up (``run_end_failed``), a cancel and an expired approval."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import orjson
 from django.db import connection, transaction
@@ -21,6 +22,7 @@ from executions.runend import RunEnded, run_end_handlers_call
 from executions.services.queue import post_process_queue_on_commit
 from rivercore.contracts import Decision, StepStatus, StepType
 from rivercore.events import approval_resolved_event, run_completed_event
+from rivercore.outcome import Outcome, StepLike, outcome_of
 from rivercore.text import json_storable
 from rivercore.types.runs import RunStatus
 from telemetry import traces
@@ -37,18 +39,29 @@ def run_error(code: str, message: str) -> dict:
     return {"code": code, "message": message, "recoverable": False, "details": {}}
 
 
+def run_outcome(status: str, steps: Sequence[StepLike] | None, *, execution_id: int) -> Outcome:
+    """The outcome of a run ending ``status``: from ``steps`` when the caller holds them
+    (the engine's state), else from the stored steps (only a completed run's are read)."""
+    if steps is None and status == Execution.Status.COMPLETED:
+        steps = list(ExecutionStep.objects.filter(execution_id=execution_id).order_by("step_number")
+                     .only("step_type", "status", "tool_name", "call_id", "governance_decision", "output"))
+    return outcome_of(status, steps or [])
+
+
 def run_end(row: Execution, *, status: str, summary: str, error: dict | None = None, result: dict | None = None,
             usage: dict | None = None, duration_ms: int | None = None, turns: int | None = None,
-            seq: int | None = None) -> None:
+            seq: int | None = None, steps: Sequence[StepLike] | None = None) -> None:
     """End a run. The caller holds the row lock inside its transaction and has checked
-    the run may end this way. ``seq`` is the next event number when the caller knows it."""
+    the run may end this way. ``seq`` is the next event number when the caller knows it;
+    ``steps`` are the run's steps when the caller holds them (the outcome is read from them)."""
     assert status in Execution.TERMINAL, status
     row.status = status
+    row.outcome = run_outcome(status, steps, execution_id=row.pk).value
     row.finished_at = timezone.now()
     row.lease_token = ""
     row.lease_expires_at = None
     row.error = error
-    fields = ["status", "finished_at", "lease_token", "lease_expires_at", "error"]
+    fields = ["status", "outcome", "finished_at", "lease_token", "lease_expires_at", "error"]
     if result is not None:
         row.result = result
         fields.append("result")
@@ -58,7 +71,7 @@ def run_end(row: Execution, *, status: str, summary: str, error: dict | None = N
     row.save(update_fields=fields)
     if duration_ms is None:
         duration_ms = int((row.finished_at - row.started_at).total_seconds() * 1000) if row.started_at else 0
-    kind, payload = run_completed_event(status=row.status, duration_ms=max(duration_ms, 0),
+    kind, payload = run_completed_event(status=row.status, outcome=row.outcome, duration_ms=max(duration_ms, 0),
                                         turns_used=row.turn_count if turns is None else turns,
                                         final_output_summary=summary)
     event = ExecutionEvent.objects.create(execution=row, seq=next_event_seq(row.pk) if seq is None else seq,
@@ -68,15 +81,17 @@ def run_end(row: Execution, *, status: str, summary: str, error: dict | None = N
 
 
 def run_end_leased(execution: Execution, *, token: str, status: str, summary: str, error: dict | None,
-                   result: dict, usage: dict, duration_ms: int, turns: int, seq: int) -> bool:
+                   result: dict, usage: dict, duration_ms: int, turns: int, seq: int,
+                   steps: Sequence[StepLike]) -> bool:
     """End a run whose lease the caller holds, as ``run_end`` does, without locking and
     reading the row first: the update checks the lease. On PostgreSQL the update and the
     ``run_completed`` event are one statement. Returns False (nothing written) when the
     lease was lost or the run cancelled meanwhile."""
     assert status in Execution.TERMINAL, status
     now = timezone.now()
-    kind, payload = run_completed_event(status=status, duration_ms=max(duration_ms, 0), turns_used=turns,
-                                        final_output_summary=summary)
+    outcome = outcome_of(status, steps).value
+    kind, payload = run_completed_event(status=status, outcome=outcome, duration_ms=max(duration_ms, 0),
+                                        turns_used=turns, final_output_summary=summary)
     values = {"error": json_storable(error), "result": json_storable(result), "usage": usage}
     event = ExecutionEvent(execution_id=execution.pk, seq=seq, event_type=kind, payload=json_storable(payload),
                            created_at=now)
@@ -84,6 +99,7 @@ def run_end_leased(execution: Execution, *, token: str, status: str, summary: st
         with connection.cursor() as cursor:
             cursor.execute(_END_SQL, {
                 "id": execution.pk, "token": token, "running": Execution.Status.RUNNING, "status": status,
+                "outcome": outcome,
                 "now": now, **{name: None if value is None else orjson.dumps(value).decode() for name, value in
                                values.items()},
                 "seq": seq, "kind": kind, "payload": orjson.dumps(event.payload).decode(),
@@ -92,11 +108,12 @@ def run_end_leased(execution: Execution, *, token: str, status: str, summary: st
     else:
         with transaction.atomic():
             leased = Execution.objects.filter(pk=execution.pk, lease_token=token, status=Execution.Status.RUNNING)
-            ended = leased.update(status=status, finished_at=now, lease_token="", lease_expires_at=None, **values) == 1
+            ended = leased.update(status=status, outcome=outcome, finished_at=now, lease_token="",
+                                  lease_expires_at=None, **values) == 1
             if ended:
                 event.save(force_insert=True)
     if ended:
-        execution.status, execution.finished_at = status, now
+        execution.status, execution.outcome, execution.finished_at = status, outcome, now
         event_rows_publish(execution, [event])
         post_process_queue_on_commit(execution.pk)
     return ended
@@ -105,7 +122,7 @@ def run_end_leased(execution: Execution, *, token: str, status: str, summary: st
 _END_SQL = f"""
 WITH ended AS (
     UPDATE {Execution._meta.db_table}
-    SET status = %(status)s, finished_at = %(now)s, lease_token = '', lease_expires_at = NULL,
+    SET status = %(status)s, outcome = %(outcome)s, finished_at = %(now)s, lease_token = '', lease_expires_at = NULL,
         error = %(error)s::jsonb, result = %(result)s::jsonb, usage = %(usage)s::jsonb
     WHERE id = %(id)s AND lease_token = %(token)s AND status = %(running)s
     RETURNING id
