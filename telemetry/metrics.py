@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 
 from rivercore.contracts import Step, StepType
+from rivercore.outcome import Outcome
 from rivercore.tools import ToolCategory
 from rivercore.types.agents import Tier
 from rivercore.types.governance import PolicyType
@@ -30,6 +31,7 @@ _STEP_STATUSES = {"completed", "failed", "blocked", "pending"}
 _DECISIONS = {"PROCEED", "APPROVAL_REQUIRED", "SUGGEST_ONLY", "BLOCKED"}
 _CATEGORIES = {category.value for category in ToolCategory}
 _POLICY_TYPES = {policy_type.value for policy_type in PolicyType}
+_OUTCOMES = {outcome.value for outcome in Outcome}
 
 executions_total = Counter("river_agent_executions", "Runs ended, by final status.",
                            ["status", "action_level", "agent_id"])
@@ -44,7 +46,8 @@ governance_decisions_total = Counter("river_agent_governance_decisions", "Govern
                                      ["decision", "agent_id", "policy_type"])
 cost_estimate_usd_total = Counter("river_agent_cost_estimate_usd", "Estimated model cost (USD).",
                                   ["agent_id", "provider"])
-runs_total = Counter("river_runs", "Runs ended, by final status and trigger type.", ["status", "trigger_type"])
+runs_total = Counter("river_runs", "Runs ended, by final status, outcome and trigger type.",
+                     ["status", "outcome", "trigger_type"])
 approval_decision_seconds = Histogram("river_approval_time_to_decision_seconds",
                                       "Approval request to resolution.", ["outcome"], buckets=_SECONDS_BUCKETS)
 queue_wait_seconds = Histogram("river_run_queue_wait_seconds", "Run queued to its first turn.",
@@ -111,10 +114,10 @@ class MetricsObserver:
         llm_latency_ms.labels(_bounded(call.tier, _TIERS), provider).observe(max(call.duration_ms, 0))
 
 
-def run_ended_record(*, status: str, action_level: str, agent_id: Any, trigger_type: str,
+def run_ended_record(*, status: str, action_level: str, agent_id: Any, trigger_type: str, outcome: str = "",
                      queue_wait_seconds_value: float | None = None) -> None:
     executions_total.labels(status, action_level or UNKNOWN, str(agent_id)).inc()
-    runs_total.labels(status, trigger_type or UNKNOWN).inc()
+    runs_total.labels(status, _bounded(outcome, _OUTCOMES), trigger_type or UNKNOWN).inc()
     if queue_wait_seconds_value is not None and queue_wait_seconds_value >= 0:
         queue_wait_seconds.observe(queue_wait_seconds_value)
 

@@ -238,7 +238,7 @@ def execution_post_process(*, execution_id: int) -> bool:
             status=RunStatus(execution.status), summary=((execution.result or {}).get("summary") or "")[:2000],
             trigger_type=execution.trigger_type, trigger_id=execution.trigger_id,
             parent_execution_id=execution.parent_execution_id, requested_by_id=execution.requested_by_id,
-            session_id=execution.session_id,
+            session_id=execution.session_id, outcome=execution.outcome,
         ))
     return True
 
