@@ -30,7 +30,7 @@ from rivercore.errors import NotFound
 LOGIN_URL = reverse_lazy("login")
 RUNS_PER_PAGE = 25
 # The columns a row shows; nothing else is read from the table.
-ROW_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trigger_id", "input_prompt", "queued_at",
+ROW_FIELDS = ("pk", "status", "outcome", "trigger_type", "trigger_source", "trigger_id", "input_prompt", "queued_at",
               "started_at", "finished_at", "turn_count", "tokens_input", "tokens_output", "cost_usd", "cost_unknown",
               "parent_execution_id", "agent_id", "agent__name", "workspace_id")
 
@@ -39,6 +39,8 @@ class RunFilters(forms.Form):
     """The list's GET filters; the overview links to them by these names."""
 
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Execution.Status.choices])
+    outcome = forms.ChoiceField(required=False, choices=[("", "Any outcome"), *Execution._meta.get_field("outcome")
+                                                          .choices])
     agent = forms.ChoiceField(required=False)
     trigger_type = forms.ChoiceField(required=False, label="Trigger",
                                      choices=[("", "Any trigger")] + [(t.value, t.value.title()) for t in TriggerType])
@@ -68,6 +70,8 @@ def _filtered_runs(workspace, data: dict):
     runs = Execution.objects.filter(workspace=workspace)
     if data.get("status"):
         runs = runs.filter(status=data["status"])
+    if data.get("outcome"):
+        runs = runs.filter(outcome=data["outcome"])
     if data.get("agent"):
         runs = runs.filter(agent_id=data["agent"])
     if data.get("trigger_type"):
@@ -121,7 +125,8 @@ def runs_list(request):
     return render(request, "runs/list.html", {
         "workspace": workspace, "form": form, "page": page, "query": query.urlencode(),
         "showing_replays": showing_replays, "filtered": any(data.get(name) for name in
-                                                            ("status", "agent", "trigger_type", "since", "until")),
+                                                            ("status", "outcome", "agent", "trigger_type", "since",
+                                                             "until")),
     }, status=status_code)
 
 
