@@ -8,6 +8,7 @@ from django.db.models.functions import Coalesce
 from executions.models import Execution, ExecutionEvent, ExecutionStep, Session
 from rivercore.errors import NotFound
 from rivercore.events import event_message
+from rivercore.outcome import Outcome
 from tenancy.selectors import workspaces_for_user
 
 
@@ -92,6 +93,14 @@ def session_event_message(row: ExecutionEvent) -> dict:
 SUCCESS_RATE_COUNTED = sorted(Execution.TERMINAL - {Execution.Status.CANCELLED})
 
 
+def success_rate(*, answered: int, finished: int) -> float | None:
+    """River's one success rate (docs/engine.md, "Outcome"): runs whose outcome is
+    ``answered`` over runs that finished by themselves (every terminal status but
+    ``cancelled``); None when none finished. The overview, the agents list and the
+    metrics' documented query all count this way."""
+    return answered / finished if finished else None
+
+
 def _count_of(runs: QuerySet[Execution]) -> Subquery:
     counted = runs.order_by().values("agent_id").annotate(n=Count("pk")).values("n")
     return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
@@ -99,17 +108,19 @@ def _count_of(runs: QuerySet[Execution]) -> Subquery:
 
 def agents_with_run_stats(agents, *, since) -> QuerySet:
     """Agents annotated, in the same query, with their latest run (``last_run_id``,
-    ``last_run_at``, ``last_run_status``) and, for runs queued since ``since``, how many
-    finished by themselves (``runs_finished``) and how many of those completed
-    (``runs_completed``). Each is a subquery on the index (agent, -queued_at)."""
+    ``last_run_at``, ``last_run_status``, ``last_run_outcome``) and, for runs queued since
+    ``since``, how many finished by themselves (``runs_finished``) and how many of those
+    answered (``runs_answered``; ``success_rate``). Each is a subquery on the index
+    (agent, -queued_at)."""
     latest = Execution.objects.filter(agent_id=OuterRef("pk")).order_by("-queued_at", "-id")
     recent = Execution.objects.filter(agent_id=OuterRef("pk"), queued_at__gte=since)
     return agents.annotate(
         last_run_id=Subquery(latest.values("pk")[:1]),
         last_run_at=Subquery(latest.values("queued_at")[:1]),
         last_run_status=Subquery(latest.values("status")[:1]),
+        last_run_outcome=Subquery(latest.values("outcome")[:1]),
         runs_finished=_count_of(recent.filter(status__in=SUCCESS_RATE_COUNTED)),
-        runs_completed=_count_of(recent.filter(status=Execution.Status.COMPLETED)),
+        runs_answered=_count_of(recent.filter(status__in=SUCCESS_RATE_COUNTED, outcome=Outcome.ANSWERED)),
     )
 
 
