@@ -125,6 +125,9 @@ class AgentMemory(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="memories")
     execution_id = models.BigIntegerField(unique=True)
     summary = models.TextField(blank=True)
+    # The summary normalised (agents.services.memory_summary_key): runs that say the same
+    # thing share one memory, refreshed by the latest of them.
+    summary_key = models.CharField(max_length=64, blank=True, default="")
     learnings = PydanticJSONField(schema=list[str], default=list)
     flagged_items = PydanticJSONField(schema=list[str], default=list)
     created_at = models.DateTimeField(default=timezone.now)
@@ -132,6 +135,7 @@ class AgentMemory(models.Model):
     class Meta:
         ordering = ["-created_at"]
         verbose_name_plural = "agent memories"
+        indexes = [models.Index(fields=["agent", "summary_key"], name="agent_memory_key_idx")]
 
     def __str__(self) -> str:
         return f"memory of {self.agent_id} from run {self.execution_id}"

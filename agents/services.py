@@ -6,6 +6,7 @@ these functions enforce the business rules that hold for every caller.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ import pydantic
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from agents.selectors import data_source_ids_outside_workspace, memory_consent_given, memory_keywords
@@ -466,14 +468,33 @@ def agent_health_record(*, agent_id: int, succeeded: bool, execution_id: int) ->
     return agent
 
 
+def memory_summary_key(summary: str) -> str:
+    """The key two memories are the same by: the summary case-folded with its whitespace
+    collapsed, hashed (a summary may be long)."""
+    normal = " ".join(summary.casefold().split())
+    return hashlib.sha256(normal.encode()).hexdigest()
+
+
 def agent_memory_record(*, agent_id: int, execution_id: int, summary: str, learnings: Sequence[str],
                         flagged_items: Sequence[str]) -> AgentMemory:
-    """The agent's long-term memory of one finished run (one entry per run: writing it
-    again replaces it, in one statement). Texts are cut to the stored limits."""
-    memory = AgentMemory(agent_id=agent_id, execution_id=execution_id, summary=summary[:1000],
-                         learnings=list(learnings)[:10], flagged_items=list(flagged_items)[:10])
+    """The agent's long-term memory of one answered run. Deduplicated: when the agent
+    already remembers the same summary (``memory_summary_key``), that memory is
+    refreshed (its run, time and learnings become this run's) instead of a second one
+    being written; writing the same run again replaces its entry. Texts are cut to the
+    stored limits. The caller holds a transaction (post-processing's)."""
+    summary = summary[:1000]
+    key = memory_summary_key(summary)
+    fields = {"summary": summary, "learnings": list(learnings)[:10], "flagged_items": list(flagged_items)[:10]}
+    same = (AgentMemory.objects.select_for_update().filter(agent_id=agent_id, summary_key=key)
+            .exclude(execution_id=execution_id).order_by("-created_at", "-pk").first())
+    if same is not None and not AgentMemory.objects.filter(execution_id=execution_id).exists():
+        for name, value in {**fields, "execution_id": execution_id, "created_at": timezone.now()}.items():
+            setattr(same, name, value)
+        same.save(update_fields=[*fields, "execution_id", "created_at"])
+        return same
+    memory = AgentMemory(agent_id=agent_id, execution_id=execution_id, summary_key=key, **fields)
     AgentMemory.objects.bulk_create([memory], update_conflicts=True, unique_fields=["execution_id"],
-                                    update_fields=["agent", "summary", "learnings", "flagged_items"])
+                                    update_fields=["agent", "summary", "summary_key", "learnings", "flagged_items"])
     return memory
 
 

@@ -230,7 +230,7 @@ def execution_post_process(*, execution_id: int) -> bool:
             return False
         execution = Execution.objects.select_related("agent", "workspace", "agent_version").get(pk=execution_id)
         agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk)
-        if execution.status == Execution.Status.COMPLETED:
+        if execution.outcome == Outcome.ANSWERED:  # a blocked, rejected or unanswered run teaches nothing
             _memory_write_best_effort(execution_id)
         _notify_outcome(execution)
         run_end_handlers_call(RunEnded(
