@@ -33,6 +33,8 @@ class Agent(models.Model):
         HEALTHY = "healthy", "Healthy"
         DEGRADED = "degraded", "Degraded"
         CRITICAL = "critical", "Critical"
+        # Not failing: its runs keep being refused by a policy (health_note names it).
+        NEEDS_ATTENTION = "needs_attention", "Needs attention"
 
     # Legal lifecycle moves; everything else is refused with a 400.
     TRANSITIONS: dict[str, set[str]] = {
@@ -52,6 +54,9 @@ class Agent(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.DRAFT)
     health = models.CharField(max_length=20, choices=Health.choices, default=Health.HEALTHY)
     consecutive_failures = models.PositiveIntegerField(default=0)
+    # Runs in a row whose outcome was ``blocked`` (a policy refused what the answer needed).
+    consecutive_blocked = models.PositiveIntegerField(default=0)
+    health_note = models.CharField(max_length=300, blank=True, default="")
     current_version = models.ForeignKey(
         "agents.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

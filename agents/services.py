@@ -438,32 +438,50 @@ HEALTH_DEGRADED_AFTER = 3
 HEALTH_CRITICAL_AFTER = 5
 
 
-def agent_health_record(*, agent_id: int, succeeded: bool, execution_id: int) -> Agent | None:
-    """Count a run's outcome into the agent's health: a success resets the streak;
-    3 failures in a row make it degraded, 5 critical. A change of health is audited.
+BLOCKED_ATTENTION_AFTER = 3
+
+
+def agent_health_record(*, agent_id: int, succeeded: bool, execution_id: int,
+                        blocked_by: str | None = None) -> Agent | None:
+    """Count a run's outcome into the agent's health: a success resets the streaks;
+    3 failures in a row make it degraded, 5 critical. A run blocked by a policy
+    (``blocked_by`` names it) is neither: 3 in a row make the agent ``needs_attention``
+    with a note naming the policy, unless failures already say worse. A change of health
+    is audited.
 
     A success of an agent already healthy with no streak changes nothing, and is only
     read: the agent's row is locked only when something changes, so the runs of a busy
     agent do not queue behind one another's post-processing on its row."""
-    if succeeded and Agent.objects.filter(pk=agent_id, consecutive_failures=0, health=Agent.Health.HEALTHY).exists():
+    if succeeded and blocked_by is None and Agent.objects.filter(
+            pk=agent_id, consecutive_failures=0, consecutive_blocked=0, health=Agent.Health.HEALTHY).exists():
         return None
     with transaction.atomic():
         agent = Agent.objects.select_for_update().select_related("workspace").get(pk=agent_id)
         before = agent.health
-        agent.consecutive_failures = 0 if succeeded else agent.consecutive_failures + 1
-        failures = agent.consecutive_failures
+        if blocked_by is not None:
+            agent.consecutive_blocked += 1
+        else:
+            agent.consecutive_blocked = 0
+            agent.consecutive_failures = 0 if succeeded else agent.consecutive_failures + 1
+        failures, blocked = agent.consecutive_failures, agent.consecutive_blocked
+        agent.health_note = ""
         if failures >= HEALTH_CRITICAL_AFTER:
             agent.health = Agent.Health.CRITICAL
         elif failures >= HEALTH_DEGRADED_AFTER:
             agent.health = Agent.Health.DEGRADED
+        elif blocked >= BLOCKED_ATTENTION_AFTER:
+            agent.health = Agent.Health.NEEDS_ATTENTION
+            agent.health_note = f"{blocked} runs in a row were blocked by the policy {blocked_by!r}"[:300]
         else:
             agent.health = Agent.Health.HEALTHY
-        agent.save(update_fields=["consecutive_failures", "health", "updated_at"])
+        agent.save(update_fields=["consecutive_failures", "consecutive_blocked", "health", "health_note",
+                                  "updated_at"])
         if agent.health != before:
             audit_record(
                 organization_id=agent.workspace.organization_id, workspace_id=agent.workspace_id,
                 event_type="agent_health_changed", agent_id=agent.pk, execution_id=execution_id,
-                details={"from": before, "to": agent.health, "consecutive_failures": failures},
+                details={"from": before, "to": agent.health, "consecutive_failures": failures,
+                         "consecutive_blocked": blocked, "note": agent.health_note},
             )
     return agent
 

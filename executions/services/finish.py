@@ -22,7 +22,7 @@ from executions.runend import RunEnded, run_end_handlers_call
 from executions.services.queue import post_process_queue_on_commit
 from rivercore.contracts import Decision, StepStatus, StepType
 from rivercore.events import approval_resolved_event, run_completed_event
-from rivercore.outcome import Outcome, StepLike, outcome_of
+from rivercore.outcome import Outcome, StepLike, outcome_of, outcome_read
 from rivercore.text import json_storable
 from rivercore.types.runs import RunStatus
 from telemetry import traces
@@ -229,7 +229,8 @@ def execution_post_process(*, execution_id: int) -> bool:
         if claimed != 1:
             return False
         execution = Execution.objects.select_related("agent", "workspace", "agent_version").get(pk=execution_id)
-        agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk)
+        agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk,
+                            outcome=execution.outcome)
         if execution.outcome == Outcome.ANSWERED:  # a blocked, rejected or unanswered run teaches nothing
             _memory_write_best_effort(execution_id)
         _notify_outcome(execution)
@@ -253,12 +254,27 @@ def _memory_write_best_effort(execution_id: int) -> None:
         logger.exception("memory write-back failed for execution %s (run status unchanged)", execution_id)
 
 
-def agent_health_update(*, agent_id, status: str, execution_id: int) -> None:
-    """A run's outcome counts into its agent's health; a cancel or an expired approval
-    says nothing about the agent and does not count."""
-    if status in _NEUTRAL:
+# What a run's outcome says about its agent's health: answered is a success; these are
+# failures (no_answer included); blocked is neither (a run of them needs attention);
+# the rest (rejected, partial, cancelled, expired: a person's decision, or some done) do not count.
+_HEALTH_FAILURES = {Outcome.FAILED, Outcome.NO_ANSWER, Outcome.TIMEOUT, Outcome.MAX_TURNS, Outcome.BUDGET}
+
+
+def agent_health_update(*, agent_id, status: str, execution_id: int, outcome: str | None = None) -> None:
+    """A run's outcome counts into its agent's health (``_HEALTH_FAILURES``; a blocked run
+    names its policy). A run without an outcome (ended before outcomes existed) counts
+    by its status."""
+    if outcome is None:
+        if status not in _NEUTRAL:
+            agent_health_record(agent_id=agent_id, succeeded=status in _SUCCESS, execution_id=execution_id)
         return
-    agent_health_record(agent_id=agent_id, succeeded=status in _SUCCESS, execution_id=execution_id)
+    if outcome == Outcome.BLOCKED:
+        steps = ExecutionStep.objects.filter(execution_id=execution_id).order_by("step_number").only(
+            "step_type", "status", "tool_name", "call_id", "governance_decision", "output")
+        policy = outcome_read(status, list(steps)).policy or "a governance policy"
+        agent_health_record(agent_id=agent_id, succeeded=False, execution_id=execution_id, blocked_by=policy)
+    elif outcome == Outcome.ANSWERED or outcome in _HEALTH_FAILURES:
+        agent_health_record(agent_id=agent_id, succeeded=outcome == Outcome.ANSWERED, execution_id=execution_id)
 
 
 def _notify_outcome(execution: Execution) -> None:

@@ -29,6 +29,21 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
+            model_name='agent',
+            name='consecutive_blocked',
+            field=models.PositiveIntegerField(default=0),
+        ),
+        migrations.AddField(
+            model_name='agent',
+            name='health_note',
+            field=models.CharField(blank=True, default='', max_length=300),
+        ),
+        migrations.AlterField(
+            model_name='agent',
+            name='health',
+            field=models.CharField(choices=[('healthy', 'Healthy'), ('degraded', 'Degraded'), ('critical', 'Critical'), ('needs_attention', 'Needs attention')], default='healthy', max_length=20),
+        ),
+            migrations.AddField(
             model_name='agentmemory',
             name='summary_key',
             field=models.CharField(blank=True, default='', max_length=64),
