@@ -33,6 +33,8 @@ class Agent(models.Model):
         HEALTHY = "healthy", "Healthy"
         DEGRADED = "degraded", "Degraded"
         CRITICAL = "critical", "Critical"
+        # Not failing: its runs keep being refused by a policy (health_note names it).
+        NEEDS_ATTENTION = "needs_attention", "Needs attention"
 
     # Legal lifecycle moves; everything else is refused with a 400.
     TRANSITIONS: dict[str, set[str]] = {
@@ -52,6 +54,9 @@ class Agent(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.DRAFT)
     health = models.CharField(max_length=20, choices=Health.choices, default=Health.HEALTHY)
     consecutive_failures = models.PositiveIntegerField(default=0)
+    # Runs in a row whose outcome was ``blocked`` (a policy refused what the answer needed).
+    consecutive_blocked = models.PositiveIntegerField(default=0)
+    health_note = models.CharField(max_length=300, blank=True, default="")
     current_version = models.ForeignKey(
         "agents.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -125,6 +130,9 @@ class AgentMemory(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="memories")
     execution_id = models.BigIntegerField(unique=True)
     summary = models.TextField(blank=True)
+    # The summary normalised (agents.services.memory_summary_key): runs that say the same
+    # thing share one memory, refreshed by the latest of them.
+    summary_key = models.CharField(max_length=64, blank=True, default="")
     learnings = PydanticJSONField(schema=list[str], default=list)
     flagged_items = PydanticJSONField(schema=list[str], default=list)
     created_at = models.DateTimeField(default=timezone.now)
@@ -132,6 +140,7 @@ class AgentMemory(models.Model):
     class Meta:
         ordering = ["-created_at"]
         verbose_name_plural = "agent memories"
+        indexes = [models.Index(fields=["agent", "summary_key"], name="agent_memory_key_idx")]
 
     def __str__(self) -> str:
         return f"memory of {self.agent_id} from run {self.execution_id}"

@@ -6,6 +6,7 @@ these functions enforce the business rules that hold for every caller.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ import pydantic
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from agents.selectors import data_source_ids_outside_workspace, memory_consent_given, memory_keywords
@@ -436,44 +438,81 @@ HEALTH_DEGRADED_AFTER = 3
 HEALTH_CRITICAL_AFTER = 5
 
 
-def agent_health_record(*, agent_id: int, succeeded: bool, execution_id: int) -> Agent | None:
-    """Count a run's outcome into the agent's health: a success resets the streak;
-    3 failures in a row make it degraded, 5 critical. A change of health is audited.
+BLOCKED_ATTENTION_AFTER = 3
+
+
+def agent_health_record(*, agent_id: int, succeeded: bool, execution_id: int,
+                        blocked_by: str | None = None) -> Agent | None:
+    """Count a run's outcome into the agent's health: a success resets the streaks;
+    3 failures in a row make it degraded, 5 critical. A run blocked by a policy
+    (``blocked_by`` names it) is neither: 3 in a row make the agent ``needs_attention``
+    with a note naming the policy, unless failures already say worse. A change of health
+    is audited.
 
     A success of an agent already healthy with no streak changes nothing, and is only
     read: the agent's row is locked only when something changes, so the runs of a busy
     agent do not queue behind one another's post-processing on its row."""
-    if succeeded and Agent.objects.filter(pk=agent_id, consecutive_failures=0, health=Agent.Health.HEALTHY).exists():
+    if succeeded and blocked_by is None and Agent.objects.filter(
+            pk=agent_id, consecutive_failures=0, consecutive_blocked=0, health=Agent.Health.HEALTHY).exists():
         return None
     with transaction.atomic():
         agent = Agent.objects.select_for_update().select_related("workspace").get(pk=agent_id)
         before = agent.health
-        agent.consecutive_failures = 0 if succeeded else agent.consecutive_failures + 1
-        failures = agent.consecutive_failures
+        if blocked_by is not None:
+            agent.consecutive_blocked += 1
+        else:
+            agent.consecutive_blocked = 0
+            agent.consecutive_failures = 0 if succeeded else agent.consecutive_failures + 1
+        failures, blocked = agent.consecutive_failures, agent.consecutive_blocked
+        agent.health_note = ""
         if failures >= HEALTH_CRITICAL_AFTER:
             agent.health = Agent.Health.CRITICAL
         elif failures >= HEALTH_DEGRADED_AFTER:
             agent.health = Agent.Health.DEGRADED
+        elif blocked >= BLOCKED_ATTENTION_AFTER:
+            agent.health = Agent.Health.NEEDS_ATTENTION
+            agent.health_note = f"{blocked} runs in a row were blocked by the policy {blocked_by!r}"[:300]
         else:
             agent.health = Agent.Health.HEALTHY
-        agent.save(update_fields=["consecutive_failures", "health", "updated_at"])
+        agent.save(update_fields=["consecutive_failures", "consecutive_blocked", "health", "health_note",
+                                  "updated_at"])
         if agent.health != before:
             audit_record(
                 organization_id=agent.workspace.organization_id, workspace_id=agent.workspace_id,
                 event_type="agent_health_changed", agent_id=agent.pk, execution_id=execution_id,
-                details={"from": before, "to": agent.health, "consecutive_failures": failures},
+                details={"from": before, "to": agent.health, "consecutive_failures": failures,
+                         "consecutive_blocked": blocked, "note": agent.health_note},
             )
     return agent
 
 
+def memory_summary_key(summary: str) -> str:
+    """The key two memories are the same by: the summary case-folded with its whitespace
+    collapsed, hashed (a summary may be long)."""
+    normal = " ".join(summary.casefold().split())
+    return hashlib.sha256(normal.encode()).hexdigest()
+
+
 def agent_memory_record(*, agent_id: int, execution_id: int, summary: str, learnings: Sequence[str],
                         flagged_items: Sequence[str]) -> AgentMemory:
-    """The agent's long-term memory of one finished run (one entry per run: writing it
-    again replaces it, in one statement). Texts are cut to the stored limits."""
-    memory = AgentMemory(agent_id=agent_id, execution_id=execution_id, summary=summary[:1000],
-                         learnings=list(learnings)[:10], flagged_items=list(flagged_items)[:10])
+    """The agent's long-term memory of one answered run. Deduplicated: when the agent
+    already remembers the same summary (``memory_summary_key``), that memory is
+    refreshed (its run, time and learnings become this run's) instead of a second one
+    being written; writing the same run again replaces its entry. Texts are cut to the
+    stored limits. The caller holds a transaction (post-processing's)."""
+    summary = summary[:1000]
+    key = memory_summary_key(summary)
+    fields = {"summary": summary, "learnings": list(learnings)[:10], "flagged_items": list(flagged_items)[:10]}
+    same = (AgentMemory.objects.select_for_update().filter(agent_id=agent_id, summary_key=key)
+            .exclude(execution_id=execution_id).order_by("-created_at", "-pk").first())
+    if same is not None and not AgentMemory.objects.filter(execution_id=execution_id).exists():
+        for name, value in {**fields, "execution_id": execution_id, "created_at": timezone.now()}.items():
+            setattr(same, name, value)
+        same.save(update_fields=[*fields, "execution_id", "created_at"])
+        return same
+    memory = AgentMemory(agent_id=agent_id, execution_id=execution_id, summary_key=key, **fields)
     AgentMemory.objects.bulk_create([memory], update_conflicts=True, unique_fields=["execution_id"],
-                                    update_fields=["agent", "summary", "learnings", "flagged_items"])
+                                    update_fields=["agent", "summary", "summary_key", "learnings", "flagged_items"])
     return memory
 
 

@@ -19,7 +19,8 @@ def run_ended_metrics(ended: RunEnded) -> None:
     wait = None
     if row["started_at"] is not None and row["queued_at"] is not None:
         wait = (row["started_at"] - row["queued_at"]).total_seconds()
-    values = {"status": str(ended.status), "action_level": row["agent_version__action_level"] or "",
+    values = {"status": str(ended.status), "outcome": ended.outcome or "",
+              "action_level": row["agent_version__action_level"] or "",
               "agent_id": ended.agent_id, "trigger_type": ended.trigger_type or "", "queue_wait_seconds_value": wait}
     # Counted once the post-processing that claims the run commits (never for a rolled-back claim).
     transaction.on_commit(lambda: run_ended_record(**values))

@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from common.fields import PydanticJSONField
 from rivercore.contracts import StepStatus, TriggerType
+from rivercore.outcome import Outcome
 from rivercore.types.runs import RunStatus
 
 
@@ -66,6 +67,10 @@ class Execution(models.Model):
     input_prompt = models.TextField(blank=True)
     # Indexed together with workspace and with lease_expires_at (Meta.indexes), not alone.
     status = models.CharField(max_length=30, choices=Status.choices, default=Status.QUEUED)
+    # Whether the run did the job (rivercore.outcome, docs/engine.md): null until the run
+    # ends, set in the same write as its terminal status.
+    outcome = models.CharField(max_length=20, choices=[(o.value, o.value.replace("_", " ").capitalize())
+                                                       for o in Outcome], null=True, blank=True)
     turn_count = models.PositiveIntegerField(default=0)
     tokens_input = models.PositiveBigIntegerField(default=0)
     tokens_output = models.PositiveBigIntegerField(default=0)
@@ -101,6 +106,7 @@ class Execution(models.Model):
         ordering = ["-queued_at"]
         indexes = [
             models.Index(fields=["workspace", "status"]),
+            models.Index(fields=["workspace", "outcome"], name="execution_ws_outcome_idx"),
             models.Index(fields=["status", "lease_expires_at"]),
             models.Index(fields=["agent", "-queued_at"]),
             models.Index(fields=["parent_execution_id"], name="execution_parent_idx"),

@@ -35,6 +35,7 @@ class RunEnded:
     parent_execution_id: int | None
     requested_by_id: int | None
     session_id: int | None = None  # the session the run answered in (docs/sessions.md)
+    outcome: str | None = None  # whether it did the job (rivercore.outcome.Outcome; docs/engine.md)
 
 
 RunEndHandler = Callable[[RunEnded], None]

@@ -13,6 +13,7 @@ from executions.models import Execution, ExecutionEvent, ExecutionReplay, Execut
 from rivercore.contracts import StepStatus
 from rivercore.errors import NotFound
 from rivercore.events import event_message
+from rivercore.outcome import Outcome
 from tenancy.selectors import workspaces_for_user
 
 
@@ -32,11 +33,13 @@ class ExecutionFilters:
     since: dt.datetime | None = None
     until: dt.datetime | None = None
     session_id: int | None = None
+    outcomes: tuple[str, ...] | None = None  # any of these (rivercore.outcome.Outcome values)
 
     @property
     def any(self) -> bool:
         return any(value is not None for value in
-                   (self.status, self.agent_id, self.trigger_type, self.since, self.until, self.session_id))
+                   (self.status, self.agent_id, self.trigger_type, self.since, self.until, self.session_id,
+                    self.outcomes))
 
 
 def executions_filter(*, user, workspace=None, filters: ExecutionFilters) -> QuerySet[Execution]:
@@ -57,13 +60,16 @@ def executions_filter(*, user, workspace=None, filters: ExecutionFilters) -> Que
         runs = runs.filter(queued_at__lt=filters.until)
     if filters.session_id is not None:
         runs = runs.filter(session_id=filters.session_id)
+    if filters.outcomes is not None:
+        runs = runs.filter(outcome__in=filters.outcomes)
     return runs
 
 
 # The columns a row of the runs page shows; nothing else is read from the table.
 EXECUTION_LIST_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trigger_id", "input_prompt", "queued_at",
                          "started_at", "finished_at", "turn_count", "tokens_input", "tokens_output", "cost_usd",
-                         "cost_unknown", "parent_execution_id", "agent_id", "agent__name", "workspace_id")
+                         "cost_unknown", "parent_execution_id", "agent_id", "agent__name", "workspace_id",
+                         "outcome")
 
 
 def execution_list_rows(runs: QuerySet[Execution]) -> QuerySet[Execution]:
@@ -88,12 +94,13 @@ def execution_replays_filter(*, workspace, filters: ExecutionFilters) -> QuerySe
 
 
 def execution_daily_totals(*, workspace, since: dt.datetime) -> QuerySet:
-    """``workspace``'s runs queued since ``since``, grouped by local day and status:
-    ``{"day", "status", "runs", "tokens", "cost", "cost_unknown"}`` rows (the overview)."""
+    """``workspace``'s runs queued since ``since``, grouped by local day, status and
+    outcome: ``{"day", "status", "outcome", "runs", "tokens", "cost", "cost_unknown"}``
+    rows (the overview)."""
     return (
         Execution.objects.filter(workspace=workspace, queued_at__gte=since)
         .annotate(day=TruncDate("queued_at"))
-        .values("day", "status")
+        .values("day", "status", "outcome")
         .annotate(
             runs=Count("id"),
             tokens=Sum(F("tokens_input") + F("tokens_output")),
@@ -187,6 +194,14 @@ def session_event_message(row: ExecutionEvent) -> dict:
 SUCCESS_RATE_COUNTED = sorted(Execution.TERMINAL - {Execution.Status.CANCELLED})
 
 
+def success_rate(*, answered: int, finished: int) -> float | None:
+    """River's one success rate (docs/engine.md, "Outcome"): runs whose outcome is
+    ``answered`` over runs that finished by themselves (every terminal status but
+    ``cancelled``); None when none finished. The overview, the agents list and the
+    metrics' documented query all count this way."""
+    return answered / finished if finished else None
+
+
 def _count_of(runs: QuerySet[Execution]) -> Subquery:
     counted = runs.order_by().values("agent_id").annotate(n=Count("pk")).values("n")
     return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
@@ -194,17 +209,19 @@ def _count_of(runs: QuerySet[Execution]) -> Subquery:
 
 def agents_with_run_stats(agents, *, since) -> QuerySet:
     """Agents annotated, in the same query, with their latest run (``last_run_id``,
-    ``last_run_at``, ``last_run_status``) and, for runs queued since ``since``, how many
-    finished by themselves (``runs_finished``) and how many of those completed
-    (``runs_completed``). Each is a subquery on the index (agent, -queued_at)."""
+    ``last_run_at``, ``last_run_status``, ``last_run_outcome``) and, for runs queued since
+    ``since``, how many finished by themselves (``runs_finished``) and how many of those
+    answered (``runs_answered``; ``success_rate``). Each is a subquery on the index
+    (agent, -queued_at)."""
     latest = Execution.objects.filter(agent_id=OuterRef("pk")).order_by("-queued_at", "-id")
     recent = Execution.objects.filter(agent_id=OuterRef("pk"), queued_at__gte=since)
     return agents.annotate(
         last_run_id=Subquery(latest.values("pk")[:1]),
         last_run_at=Subquery(latest.values("queued_at")[:1]),
         last_run_status=Subquery(latest.values("status")[:1]),
+        last_run_outcome=Subquery(latest.values("outcome")[:1]),
         runs_finished=_count_of(recent.filter(status__in=SUCCESS_RATE_COUNTED)),
-        runs_completed=_count_of(recent.filter(status=Execution.Status.COMPLETED)),
+        runs_answered=_count_of(recent.filter(status__in=SUCCESS_RATE_COUNTED, outcome=Outcome.ANSWERED)),
     )
 
 

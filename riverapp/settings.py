@@ -314,6 +314,10 @@ RIVER_SESSION_SUMMARY_CHARS = env_int("RIVER_SESSION_SUMMARY_CHARS", 4000, minim
 # Workspace memory (docs/memory.md): the newest this many memories of a workspace are kept;
 # writing one more forgets the oldest.
 RIVER_MEMORY_MAX_PER_WORKSPACE = env_int("RIVER_MEMORY_MAX_PER_WORKSPACE", 10000, minimum=1)
+# An agent's long-term memory in a run's prompt (docs/memory.md): at most this many
+# memories, the most relevant to the run's question first, within this many tokens.
+RIVER_MEMORY_PROMPT_ITEMS = env_int("RIVER_MEMORY_PROMPT_ITEMS", 5, minimum=0)
+RIVER_MEMORY_PROMPT_TOKENS = env_int("RIVER_MEMORY_PROMPT_TOKENS", 600, minimum=0)
 RIVER_SEGMENT_HARD_LIMIT_SECONDS = RIVER_SEGMENT_SOFT_LIMIT_SECONDS + 60
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -110,9 +110,13 @@ def approval_resolved_event(*, approval_id: Any, resolution: str, resolved_by: A
     })
 
 
-def run_completed_event(*, status: str, duration_ms: int, turns_used: int, final_output_summary: str) -> RunEvent:
+def run_completed_event(*, status: str, duration_ms: int, turns_used: int, final_output_summary: str,
+                        outcome: str | None = None) -> RunEvent:
+    """``outcome`` is whether the run did the job (rivercore.outcome); null only where no
+    outcome is known (the stateless API, which keeps no run)."""
     return RunEvent(RunEventType.RUN_COMPLETED, {
-        "status": str(status), "duration_ms": int(duration_ms), "turns_used": int(turns_used),
+        "status": str(status), "outcome": None if outcome is None else str(outcome), "duration_ms": int(duration_ms),
+        "turns_used": int(turns_used),
         "final_output_summary": final_output_summary,
     })
 

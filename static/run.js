@@ -133,8 +133,10 @@
       body.appendChild(el("span", "badge badge-danger", event.status));
     }
     if (event.type === "run_completed") {
-      body.appendChild(el("span", "badge " + (event.status === "completed" ? "badge-ok" :
-        event.status === "cancelled" ? "" : "badge-danger"), statusLabel(event.status)));
+      // Only an answered outcome is green: a completed run may still be blocked or rejected.
+      body.appendChild(el("span", "badge " + (event.outcome === "answered" ? "badge-ok" :
+        event.status === "cancelled" ? "" : event.status === "completed" ? "badge-warn" : "badge-danger"),
+        statusLabel(event.status) + (event.outcome ? " · " + event.outcome.replace(/_/g, " ") : "")));
     }
     var clamp = {tool_called: 1, observation_received: 1, run_completed: 1}[event.type] ? " run-event-clamp" : "";
     body.appendChild(el(event.type === "tool_called" ? "code" : "span", "run-event-text" + clamp, describe(event)));

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 
 from rivercore.contracts import Step, StepType, TriggerType
+from rivercore.outcome import Outcome, outcomes_possible
 from rivercore.tools import ToolCategory
 from rivercore.types.agents import Tier
 from rivercore.types.governance import PolicyType
@@ -53,6 +54,7 @@ RUN_END_STATUSES = tuple(status.value for status in RunStatus if status not in {
     RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_INTERACTION,
     RunStatus.AWAITING_CHILD})
 SERIES_ZERO_MAX = 5_000  # per call of metrics_series_zero: a label set is small or it is not "known"
+_OUTCOMES = {outcome.value for outcome in Outcome}
 
 executions_total = Counter("river_agent_executions", "Runs ended, by final status.",
                            ["status", "action_level", "agent_id"])
@@ -67,7 +69,8 @@ governance_decisions_total = Counter("river_agent_governance_decisions", "Govern
                                      ["decision", "agent_id", "policy_type"])
 cost_estimate_usd_total = Counter("river_agent_cost_estimate_usd", "Estimated model cost (USD).",
                                   ["agent_id", "provider"])
-runs_total = Counter("river_runs", "Runs ended, by final status and trigger type.", ["status", "trigger_type"])
+runs_total = Counter("river_runs", "Runs ended, by final status, outcome and trigger type.",
+                     ["status", "outcome", "trigger_type"])
 approval_decision_seconds = Histogram("river_approval_time_to_decision_seconds",
                                       "Approval request to resolution.", ["outcome"], buckets=_SECONDS_BUCKETS)
 queue_wait_seconds = Histogram("river_run_queue_wait_seconds", "Run queued to its first turn.",
@@ -134,10 +137,10 @@ class MetricsObserver:
         llm_latency_ms.labels(_bounded(call.tier, _TIERS), provider).observe(max(call.duration_ms, 0))
 
 
-def run_ended_record(*, status: str, action_level: str, agent_id: Any, trigger_type: str,
+def run_ended_record(*, status: str, action_level: str, agent_id: Any, trigger_type: str, outcome: str = "",
                      queue_wait_seconds_value: float | None = None) -> None:
     executions_total.labels(status, action_level or UNKNOWN, str(agent_id)).inc()
-    runs_total.labels(status, trigger_type or UNKNOWN).inc()
+    runs_total.labels(status, _bounded(outcome, _OUTCOMES), trigger_type or UNKNOWN).inc()
     if queue_wait_seconds_value is not None and queue_wait_seconds_value >= 0:
         queue_wait_seconds.observe(queue_wait_seconds_value)
 
@@ -186,7 +189,9 @@ def tool_series_zero(tools: Iterable[Any]) -> None:
         metrics_series_zero(tool_latency_ms, [tool.name], [category])
 
 
-metrics_series_zero(runs_total, RUN_END_STATUSES, [trigger.value for trigger in TriggerType])
+for _status in RUN_END_STATUSES:  # each end with the outcomes it can have, by trigger type
+    metrics_series_zero(runs_total, [_status], [o.value for o in outcomes_possible(RunStatus(_status))],
+                        [trigger.value for trigger in TriggerType])
 metrics_series_zero(watchdog_recoveries_total, WATCHDOG_ACTIONS)
 metrics_series_zero(webhook_verification_failures_total, WEBHOOK_REFUSAL_REASONS)
 

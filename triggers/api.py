@@ -116,11 +116,15 @@ class TriggerUpdateSerializer(StrictInput):
 
 class FiringSerializer(serializers.ModelSerializer):
     reason = serializers.SerializerMethodField(help_text="Why nothing started (null when a run started).")
+    run_status = serializers.CharField(read_only=True, allow_null=True,
+                                       help_text="The started run's status (null when none started).")
+    run_outcome = serializers.CharField(read_only=True, allow_null=True, help_text=(
+        "Whether the started run did the job (docs/engine.md, Outcome); null until it ends."))
 
     class Meta:
         model = TriggerFiring
-        fields = ["id", "fired_at", "source", "outcome", "reason", "detail", "execution", "dedupe_key",
-                  "payload_bytes"]
+        fields = ["id", "fired_at", "source", "outcome", "reason", "detail", "execution", "run_status",
+                  "run_outcome", "dedupe_key", "payload_bytes"]
         read_only_fields = fields
 
 

@@ -90,7 +90,7 @@ def pipeline_run_ended(ended: RunEnded) -> None:
         summary = summary[: SUMMARY_MAX - 1] + "…"
     payload = {
         "upstream": {"execution_id": ended.execution_id, "agent_id": str(ended.agent_id),
-                     "status": str(ended.status), "summary": summary,
+                     "status": str(ended.status), "outcome": ended.outcome, "summary": summary,
                      "artifacts": artifact_refs_of_execution(execution_id=ended.execution_id)},
         "pipeline": {"depth": depth},
     }
@@ -102,6 +102,12 @@ def pipeline_run_ended(ended: RunEnded) -> None:
                                 dedupe_key=dedupe_key,
                                 detail=f"upstream run {ended.execution_id} ended {ended.status}; this stage follows "
                                        f"{', '.join(config.on_statuses)}")
+            continue
+        if config.on_outcomes is not None and ended.outcome not in config.on_outcomes:
+            trigger_firing_skip(trigger=trigger, source=_source(trigger), reason=Reason.FILTERED, payload=payload,
+                                dedupe_key=dedupe_key,
+                                detail=f"upstream run {ended.execution_id} had outcome {ended.outcome}; this stage "
+                                       f"follows {', '.join(config.on_outcomes)}")
             continue
         if depth > settings.RIVER_MAX_PIPELINE_DEPTH:
             trigger_firing_skip(trigger=trigger, source=_source(trigger), reason=Reason.DEPTH, payload=payload,

@@ -65,8 +65,12 @@ def trigger_get_for_user(*, user, trigger_id) -> Trigger:
 
 
 def trigger_firings(*, trigger: Trigger) -> QuerySet[TriggerFiring]:
-    """The trigger's firings, newest first (index firing_trigger_latest)."""
-    return TriggerFiring.objects.filter(trigger=trigger).order_by("-fired_at", "-id")
+    """The trigger's firings, newest first (index firing_trigger_latest), each with the
+    status and outcome of the run it started (``run_status``, ``run_outcome``; null when
+    none started or the run has not ended)."""
+    return (TriggerFiring.objects.filter(trigger=trigger)
+            .annotate(run_status=F("execution__status"), run_outcome=F("execution__outcome"))
+            .order_by("-fired_at", "-id"))
 
 
 def trigger_firings_recent(*, trigger_ids, limit: int = 10) -> dict:

@@ -27,6 +27,7 @@ from common.jsonschema_safe import schema_check
 from rivercore import limits
 from rivercore.contracts import TriggerType
 from rivercore.errors import InvalidInput
+from rivercore.outcome import Outcome
 from rivercore.types.runs import RunStatus
 from triggers.threshold import ThresholdSyntaxError, threshold_parse
 
@@ -192,6 +193,15 @@ class WorkflowConfig(_Config):
     upstream_agent: UUID = Field(description="The agent whose runs' ends fire this trigger (same workspace).")
     on_statuses: list[RunStatus] = Field(default_factory=lambda: [RunStatus.COMPLETED], min_length=1,
                                          max_length=limits.LIST_ITEMS)
+    # Optional, beside the statuses: hand off only runs with one of these outcomes
+    # (rivercore.outcome; e.g. ["answered"] so a blocked or rejected run stops the
+    # pipeline). Null: any outcome, as before outcomes existed.
+    on_outcomes: list[Outcome] | None = Field(default=None, min_length=1, max_length=limits.LIST_ITEMS)
+
+    @field_validator("on_outcomes")
+    @classmethod
+    def _distinct_outcomes(cls, value: list[Outcome] | None) -> list[Outcome] | None:
+        return None if value is None else list(dict.fromkeys(value))
 
     @field_validator("on_statuses")
     @classmethod

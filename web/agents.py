@@ -43,7 +43,7 @@ from agents.services import (
     workspace_memory_delete,
 )
 from datasources.selectors import data_source_choices, data_sources_first
-from executions.selectors import agent_runs_recent, agents_with_run_stats
+from executions.selectors import agent_runs_recent, agents_with_run_stats, success_rate
 from executions.services import execution_start, person_run_request
 from executions.services.replay import replay_batch_latest
 from governance.models import WorkspaceSettings
@@ -133,8 +133,8 @@ def agents_list(request):
         rows = agents_with_run_stats(rows, since=timezone.now() - SUCCESS_WINDOW)
         page = paginate(request, rows)
         for agent in page.object_list:
-            agent.success_rate = (round(100 * agent.runs_completed / agent.runs_finished)
-                                  if agent.runs_finished else None)
+            rate = success_rate(answered=agent.runs_answered, finished=agent.runs_finished)
+            agent.success_rate = None if rate is None else round(100 * rate)
     return render(request, "agents/list.html", {
         "form": form, "page": page, "query": query_without_page(request), "workspace": workspace,
         "may_manage": AGENT_CREATE in granted, "window_days": SUCCESS_WINDOW.days,

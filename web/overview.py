@@ -20,8 +20,9 @@ from django.utils import timezone
 from agents.models import Agent
 from agents.selectors import agent_status_health_counts
 from executions.models import Execution
-from executions.selectors import execution_daily_totals
+from executions.selectors import SUCCESS_RATE_COUNTED, execution_daily_totals, success_rate
 from governance.selectors import approval_median_wait
+from rivercore.outcome import Outcome
 
 CHART_DAYS = 14
 WEEK_DAYS = 7
@@ -64,8 +65,8 @@ class Overview:
     chart_start: dt.date
     runs_today: int
     runs_week: int
-    finished_week: int
-    completed_week: int
+    finished_week: int  # every terminal status but cancelled (executions.selectors.success_rate)
+    answered_week: int
     failed_week: int
     tokens_week: int
     cost_week: Decimal
@@ -79,7 +80,11 @@ class Overview:
 
     @property
     def success_rate(self) -> float | None:
-        return self.completed_week / self.finished_week if self.finished_week else None
+        return success_rate(answered=self.answered_week, finished=self.finished_week)
+
+    @property
+    def unanswered_week(self) -> int:
+        return self.finished_week - self.answered_week
 
     @property
     def agents_total(self) -> int:
@@ -113,7 +118,7 @@ def overview_for_workspace(*, workspace, now: dt.datetime | None = None) -> Over
     window = [chart_start + dt.timedelta(days=n) for n in range(CHART_DAYS)]
     days = {day: DayRow(day=day) for day in window}
     present: set[str] = set()
-    runs_today = runs_week = finished = completed = failed = tokens = unknown = 0
+    runs_today = runs_week = finished = answered = failed = tokens = unknown = 0
     cost_week = Decimal(0)
     for row in rows:
         day = days.get(row["day"])
@@ -130,10 +135,10 @@ def overview_for_workspace(*, workspace, now: dt.datetime | None = None) -> Over
             tokens += row["tokens"] or 0
             cost_week += row["cost"] or 0
             unknown += row["cost_unknown"]
-            if status in Execution.TERMINAL:
+            if status in SUCCESS_RATE_COUNTED:
                 finished += count
-                completed += count if status == Execution.Status.COMPLETED else 0
-                failed += count if status == Execution.Status.FAILED else 0
+                answered += count if row["outcome"] == Outcome.ANSWERED else 0
+            failed += count if status == Execution.Status.FAILED else 0
 
     agents_by_status: dict[str, int] = {}
     agents_by_health: dict[str, int] = {}
@@ -146,7 +151,7 @@ def overview_for_workspace(*, workspace, now: dt.datetime | None = None) -> Over
         today - dt.timedelta(days=APPROVAL_WINDOW_DAYS - 1)))
     return Overview(
         today=today, week_start=week_start, chart_start=chart_start,
-        runs_today=runs_today, runs_week=runs_week, finished_week=finished, completed_week=completed,
+        runs_today=runs_today, runs_week=runs_week, finished_week=finished, answered_week=answered,
         failed_week=failed, tokens_week=tokens, cost_week=cost_week, cost_unknown_week=unknown,
         days=list(days.values()), statuses=[s for s in STATUS_ORDER if s in present],
         agents_by_status=agents_by_status, agents_by_health=agents_by_health,

@@ -32,6 +32,7 @@ from executions.selectors import (
 )
 from rivercore.contracts import TriggerType
 from rivercore.errors import NotFound
+from rivercore.outcome import Outcome
 from web.context import current_workspace
 from web.page_tools import mark_invalid_fields, page_login_required, query_without_page
 
@@ -61,6 +62,8 @@ class RunFilters(forms.Form):
     run list (``GET /api/v1/executions/``) takes the same ones (``executions_filter``)."""
 
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Execution.Status.choices])
+    outcome = forms.ChoiceField(required=False, choices=[("", "Any outcome"),
+                                                         *((o.value, o.value.replace("_", " ")) for o in Outcome)])
     agent = forms.ChoiceField(required=False)
     trigger_type = forms.ChoiceField(required=False, label="Trigger",
                                      choices=[("", "Any trigger")] + [(t.value, t.value.title()) for t in TriggerType])
@@ -101,6 +104,7 @@ class RunFilters(forms.Form):
             since=since,
             until=until,
             session_id=data.get("session"),
+            outcomes=(data["outcome"],) if data.get("outcome") else None,
         )
 
 

@@ -39,6 +39,7 @@ from rivercore.contracts import (
 )
 from rivercore.errors import InvalidInput
 from rivercore.events import event_message
+from rivercore.outcome import Outcome
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE
 from tenancy.selectors import require_granted, require_permission, workspace_get_for_user
 
@@ -76,7 +77,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
         model = Execution
         fields = ["id", "workspace", "agent", "agent_version", "trigger", "trigger_type",
                   "trigger_source", "trigger_payload", "requested_by", "requester", "input_prompt", "status",
-                  "turn_count",
+                  "outcome", "turn_count",
                   "tokens_input", "tokens_output", "total_tokens", "cost_usd", "cost_unknown", "queued_at",
                   "started_at", "finished_at", "attempts", "result", "usage", "error", "parent_execution",
                   "parent_execution_id", "session"]
@@ -184,7 +185,7 @@ def _day_param(*, params, name: str) -> dt.date | None:
 def execution_filters_from_query(*, user, params) -> ExecutionFilters:
     """The run list's query as ``executions_filter``'s filters, the same ones the runs
     page takes: ``status``, ``agent``, ``trigger_type``, ``since``, ``until`` (days,
-    both inclusive) and ``session``. An agent of another workspace is a 404 (as before);
+    both inclusive), ``session`` and ``outcome``. An agent of another workspace is a 404 (as before);
     a session id only narrows runs already scoped to the user's workspaces (their
     ``session`` field is in every run's JSON), so it needs no lookup of its own."""
     status = params.get("status")
@@ -208,7 +209,21 @@ def execution_filters_from_query(*, user, params) -> ExecutionFilters:
         since=since,
         until=until,
         session_id=session,
+        outcomes=tuple(outcome_query_param(params["outcome"])) if "outcome" in params else None,
     )
+
+
+def outcome_query_param(value: str) -> list[str]:
+    """``?outcome=`` as a list of known outcomes (comma-separated); 400 naming the field
+    for an empty or unknown one."""
+    known = [outcome.value for outcome in Outcome]
+    wanted = [part.strip() for part in value.split(",")]
+    unknown = [part for part in wanted if part not in known]
+    if unknown:
+        shown = ", ".join(repr(part[:40]) for part in unknown[:5])
+        raise InvalidInput("Unknown run outcome.", details={
+            "outcome": [f"{shown} is not one of {', '.join(known)}"]})
+    return wanted
 
 
 class ExecutionList(ListAPIView):
@@ -221,6 +236,8 @@ class ExecutionList(ListAPIView):
         OpenApiParameter("since", OpenApiTypes.DATE, description="Runs queued on or after this day."),
         OpenApiParameter("until", OpenApiTypes.DATE, description="Runs queued on or before this day."),
         OpenApiParameter("session", int, description="Runs of this conversation."),
+        OpenApiParameter("outcome", str, description=(
+            "One outcome, or several separated by commas (docs/engine.md, Outcome).")),
     ])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)

@@ -9,6 +9,7 @@ a crash or give-up (``run_end_failed``), a cancel and an expired approval."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import orjson
 from django.db import connection, transaction
@@ -22,6 +23,7 @@ from executions.services.notify import run_end_notify
 from executions.services.queue import post_process_queue_on_commit
 from rivercore.contracts import Decision, StepStatus, StepType
 from rivercore.events import approval_resolved_event, run_completed_event
+from rivercore.outcome import Outcome, StepLike, outcome_of, outcome_read
 from rivercore.text import json_storable
 from rivercore.types.runs import RunStatus
 from telemetry import traces
@@ -38,18 +40,29 @@ def run_error(code: str, message: str) -> dict:
     return {"code": code, "message": message, "recoverable": False, "details": {}}
 
 
+def run_outcome(status: str, steps: Sequence[StepLike] | None, *, execution_id: int) -> Outcome:
+    """The outcome of a run ending ``status``: from ``steps`` when the caller holds them
+    (the engine's state), else from the stored steps (only a completed run's are read)."""
+    if steps is None and status == Execution.Status.COMPLETED:
+        steps = list(ExecutionStep.objects.filter(execution_id=execution_id).order_by("step_number")
+                     .only("step_type", "status", "tool_name", "call_id", "governance_decision", "output"))
+    return outcome_of(status, steps or [])
+
+
 def run_end(row: Execution, *, status: str, summary: str, error: dict | None = None, result: dict | None = None,
             usage: dict | None = None, duration_ms: int | None = None, turns: int | None = None,
-            seq: int | None = None) -> None:
+            seq: int | None = None, steps: Sequence[StepLike] | None = None) -> None:
     """End a run. The caller holds the row lock inside its transaction and has checked
-    the run may end this way. ``seq`` is the next event number when the caller knows it."""
+    the run may end this way. ``seq`` is the next event number when the caller knows it;
+    ``steps`` are the run's steps when the caller holds them (the outcome is read from them)."""
     assert status in Execution.TERMINAL, status
     row.status = status
+    row.outcome = run_outcome(status, steps, execution_id=row.pk).value
     row.finished_at = timezone.now()
     row.lease_token = ""
     row.lease_expires_at = None
     row.error = error
-    fields = ["status", "finished_at", "lease_token", "lease_expires_at", "error"]
+    fields = ["status", "outcome", "finished_at", "lease_token", "lease_expires_at", "error"]
     if result is not None:
         row.result = result
         fields.append("result")
@@ -59,7 +72,7 @@ def run_end(row: Execution, *, status: str, summary: str, error: dict | None = N
     row.save(update_fields=fields)
     if duration_ms is None:
         duration_ms = int((row.finished_at - row.started_at).total_seconds() * 1000) if row.started_at else 0
-    kind, payload = run_completed_event(status=row.status, duration_ms=max(duration_ms, 0),
+    kind, payload = run_completed_event(status=row.status, outcome=row.outcome, duration_ms=max(duration_ms, 0),
                                         turns_used=row.turn_count if turns is None else turns,
                                         final_output_summary=summary)
     event = ExecutionEvent.objects.create(execution=row, seq=next_event_seq(row.pk) if seq is None else seq,
@@ -69,15 +82,17 @@ def run_end(row: Execution, *, status: str, summary: str, error: dict | None = N
 
 
 def run_end_leased(execution: Execution, *, token: str, status: str, summary: str, error: dict | None,
-                   result: dict, usage: dict, duration_ms: int, turns: int, seq: int) -> bool:
+                   result: dict, usage: dict, duration_ms: int, turns: int, seq: int,
+                   steps: Sequence[StepLike]) -> bool:
     """End a run whose lease the caller holds, as ``run_end`` does, without locking and
     reading the row first: the update checks the lease. On PostgreSQL the update and the
     ``run_completed`` event are one statement. Returns False (nothing written) when the
     lease was lost or the run cancelled meanwhile."""
     assert status in Execution.TERMINAL, status
     now = timezone.now()
-    kind, payload = run_completed_event(status=status, duration_ms=max(duration_ms, 0), turns_used=turns,
-                                        final_output_summary=summary)
+    outcome = outcome_of(status, steps).value
+    kind, payload = run_completed_event(status=status, outcome=outcome, duration_ms=max(duration_ms, 0),
+                                        turns_used=turns, final_output_summary=summary)
     values = {"error": json_storable(error), "result": json_storable(result), "usage": usage}
     event = ExecutionEvent(execution_id=execution.pk, seq=seq, event_type=kind, payload=json_storable(payload),
                            created_at=now)
@@ -85,6 +100,7 @@ def run_end_leased(execution: Execution, *, token: str, status: str, summary: st
         with connection.cursor() as cursor:
             cursor.execute(_END_SQL, {
                 "id": execution.pk, "token": token, "running": Execution.Status.RUNNING, "status": status,
+                "outcome": outcome,
                 "now": now, **{name: None if value is None else orjson.dumps(value).decode() for name, value in
                                values.items()},
                 "seq": seq, "kind": kind, "payload": orjson.dumps(event.payload).decode(),
@@ -93,11 +109,12 @@ def run_end_leased(execution: Execution, *, token: str, status: str, summary: st
     else:
         with transaction.atomic():
             leased = Execution.objects.filter(pk=execution.pk, lease_token=token, status=Execution.Status.RUNNING)
-            ended = leased.update(status=status, finished_at=now, lease_token="", lease_expires_at=None, **values) == 1
+            ended = leased.update(status=status, outcome=outcome, finished_at=now, lease_token="",
+                                  lease_expires_at=None, **values) == 1
             if ended:
                 event.save(force_insert=True)
     if ended:
-        execution.status, execution.finished_at = status, now
+        execution.status, execution.outcome, execution.finished_at = status, outcome, now
         event_rows_publish(execution, [event])
         post_process_queue_on_commit(execution.pk)
     return ended
@@ -106,7 +123,7 @@ def run_end_leased(execution: Execution, *, token: str, status: str, summary: st
 _END_SQL = f"""
 WITH ended AS (
     UPDATE {Execution._meta.db_table}
-    SET status = %(status)s, finished_at = %(now)s, lease_token = '', lease_expires_at = NULL,
+    SET status = %(status)s, outcome = %(outcome)s, finished_at = %(now)s, lease_token = '', lease_expires_at = NULL,
         error = %(error)s::jsonb, result = %(result)s::jsonb, usage = %(usage)s::jsonb
     WHERE id = %(id)s AND lease_token = %(token)s AND status = %(running)s
     RETURNING id
@@ -213,8 +230,9 @@ def execution_post_process(*, execution_id: int) -> bool:
         if claimed != 1:
             return False
         execution = Execution.objects.select_related("agent", "workspace", "agent_version").get(pk=execution_id)
-        agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk)
-        if execution.status == Execution.Status.COMPLETED:
+        agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk,
+                            outcome=execution.outcome)
+        if execution.outcome == Outcome.ANSWERED:  # a blocked, rejected or unanswered run teaches nothing
             _memory_write_best_effort(execution_id)
         _notify_outcome(execution)
         run_end_notify(execution)
@@ -223,7 +241,7 @@ def execution_post_process(*, execution_id: int) -> bool:
             status=RunStatus(execution.status), summary=((execution.result or {}).get("summary") or "")[:2000],
             trigger_type=execution.trigger_type, trigger_id=execution.trigger_id,
             parent_execution_id=execution.parent_execution_id, requested_by_id=execution.requested_by_id,
-            session_id=execution.session_id,
+            session_id=execution.session_id, outcome=execution.outcome,
         ))
     return True
 
@@ -238,12 +256,27 @@ def _memory_write_best_effort(execution_id: int) -> None:
         logger.exception("memory write-back failed for execution %s (run status unchanged)", execution_id)
 
 
-def agent_health_update(*, agent_id, status: str, execution_id: int) -> None:
-    """A run's outcome counts into its agent's health; a cancel or an expired approval
-    says nothing about the agent and does not count."""
-    if status in _NEUTRAL:
+# What a run's outcome says about its agent's health: answered is a success; these are
+# failures (no_answer included); blocked is neither (a run of them needs attention);
+# the rest (rejected, partial, cancelled, expired: a person's decision, or some done) do not count.
+_HEALTH_FAILURES = {Outcome.FAILED, Outcome.NO_ANSWER, Outcome.TIMEOUT, Outcome.MAX_TURNS, Outcome.BUDGET}
+
+
+def agent_health_update(*, agent_id, status: str, execution_id: int, outcome: str | None = None) -> None:
+    """A run's outcome counts into its agent's health (``_HEALTH_FAILURES``; a blocked run
+    names its policy). A run without an outcome (ended before outcomes existed) counts
+    by its status."""
+    if outcome is None:
+        if status not in _NEUTRAL:
+            agent_health_record(agent_id=agent_id, succeeded=status in _SUCCESS, execution_id=execution_id)
         return
-    agent_health_record(agent_id=agent_id, succeeded=status in _SUCCESS, execution_id=execution_id)
+    if outcome == Outcome.BLOCKED:
+        steps = ExecutionStep.objects.filter(execution_id=execution_id).order_by("step_number").only(
+            "step_type", "status", "tool_name", "call_id", "governance_decision", "output")
+        policy = outcome_read(status, list(steps)).policy or "a governance policy"
+        agent_health_record(agent_id=agent_id, succeeded=False, execution_id=execution_id, blocked_by=policy)
+    elif outcome == Outcome.ANSWERED or outcome in _HEALTH_FAILURES:
+        agent_health_record(agent_id=agent_id, succeeded=outcome == Outcome.ANSWERED, execution_id=execution_id)
 
 
 def _notify_outcome(execution: Execution) -> None:

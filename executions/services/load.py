@@ -11,8 +11,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.conf import settings
+
 from agents.models import Agent, AgentVersion
-from agents.selectors import agent_memories_exist, agent_memories_recent, version_data_sources_exist
+from agents.selectors import (
+    agent_memories_exist,
+    agent_memories_recent,
+    memory_keywords,
+    version_data_sources_exist,
+)
 from artifacts.selectors import artifact_data_source_ids
 from datasources.selectors import data_source_prompt_metadata, data_sources_in_workspace
 from executions.models import Execution
@@ -88,7 +95,7 @@ def attached_data_source_metadata_build(*, workspace_id: int, artifact_ids: list
             for source in sources.order_by("pk")]
 
 
-MEMORY_LIMIT = 10  # the latest memories a run's request reads
+MEMORY_LIMIT = 50  # the latest memories a run's request chooses from (memories_relevant)
 
 
 def memory_build(*, agent_id: int, before: datetime | None, limit: int = MEMORY_LIMIT) -> list[MemoryEntry]:
@@ -97,6 +104,40 @@ def memory_build(*, agent_id: int, before: datetime | None, limit: int = MEMORY_
                     learnings=m.learnings, flagged_items=m.flagged_items)
         for m in agent_memories_recent(agent_id=agent_id, limit=limit, before=before)
     ]
+
+
+def _memory_tokens(entry: MemoryEntry) -> int:
+    """About how many prompt tokens a memory takes (four characters a token)."""
+    text = entry.summary + "".join(entry.learnings) + "".join(entry.flagged_items)
+    return len(text) // 4 + 8
+
+
+def memories_relevant(*, question: str, memories: list[MemoryEntry], limit: int | None = None,
+                      token_cap: int | None = None) -> list[MemoryEntry]:
+    """The memories a run's prompt gets (oldest first, as the prompt reads them): one per
+    summary (the newest), ranked by how many of the question's words they share
+    (``memory_keywords``, the newer first among equals), the top ``limit`` that fit in
+    ``token_cap`` tokens together. Deterministic for a given question and memories, so
+    every segment of a run reads the same ones."""
+    limit = settings.RIVER_MEMORY_PROMPT_ITEMS if limit is None else limit
+    token_cap = settings.RIVER_MEMORY_PROMPT_TOKENS if token_cap is None else token_cap
+    wanted = set(memory_keywords(question))
+    newest: dict[str, tuple[int, MemoryEntry]] = {}
+    for age, entry in enumerate(reversed(memories)):  # newest first
+        newest.setdefault(" ".join(entry.summary.casefold().split()), (age, entry))
+    ranked = sorted(newest.values(), key=lambda item: (
+        -len(wanted & set(memory_keywords(" ".join([item[1].summary, *item[1].learnings])))), item[0]))
+    chosen: list[tuple[int, MemoryEntry]] = []
+    spent = 0
+    for age, entry in ranked:
+        if len(chosen) >= limit:
+            break
+        cost = _memory_tokens(entry)
+        if spent + cost > token_cap:
+            continue
+        chosen.append((age, entry))
+        spent += cost
+    return [entry for _, entry in sorted(chosen, key=lambda item: -item[0])]
 
 
 def execution_for_segment(execution_id: int, *, queryset=None) -> Execution:
@@ -160,11 +201,11 @@ def request_build(execution: Execution) -> ExecutionRequest:
 def memories_loaded(execution: Execution) -> list[MemoryEntry]:
     """Read by the claim on PostgreSQL (``memories``); elsewhere, when there are any."""
     loaded = getattr(execution, "memories", None)
-    if loaded is not None:
-        return list(loaded)
-    if not execution.has_memory:
-        return []
-    return memory_build(agent_id=execution.agent_id, before=execution.started_at or execution.queued_at)
+    if loaded is None:
+        if not execution.has_memory:
+            return []
+        loaded = memory_build(agent_id=execution.agent_id, before=execution.started_at or execution.queued_at)
+    return memories_relevant(question=execution.input_prompt or "", memories=list(loaded))
 
 
 def run_state_build(execution: Execution) -> RunState:

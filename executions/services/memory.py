@@ -8,7 +8,7 @@ from agents.services import workspace_memory_from_run
 from executions.models import Execution, ExecutionStep
 from executions.runend import RunEnded
 from rivercore.contracts import StepStatus, StepType
-from rivercore.types.runs import RunStatus
+from rivercore.outcome import Outcome
 
 MEMORY_FACTS_MAX = 5
 
@@ -30,10 +30,10 @@ def _query_facts(execution_id: int) -> list[str]:
 
 
 def workspace_memory_on_run_end(ended: RunEnded) -> None:
-    """A completed top-level run's question, answer and query facts, as the workspace's
+    """An answered top-level run's question, answer and query facts, as the workspace's
     memory mode and the requester's consent allow. Child runs (delegation) leave none:
     the run that asked them remembers the outcome."""
-    if ended.status != RunStatus.COMPLETED or ended.parent_execution_id is not None:
+    if ended.outcome != Outcome.ANSWERED or ended.parent_execution_id is not None:
         return
     question = Execution.objects.filter(pk=ended.execution_id).values_list("input_prompt", flat=True).first()
     workspace_memory_from_run(

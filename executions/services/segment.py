@@ -346,7 +346,8 @@ def execution_segment_end(
         run_end_leased(execution, token=token, status=status, summary=(state.final_answer or "")[:300],
                        error=response.error.model_dump(mode="json") if response.error else None,
                        result=response.result.model_dump(mode="json"), usage=response.usage.model_dump(mode="json"),
-                       duration_ms=response.usage.execution_duration_ms, turns=state.turn, seq=next_seq)
+                       duration_ms=response.usage.execution_duration_ms, turns=state.turn, seq=next_seq,
+                       steps=state.steps)
         return
     with transaction.atomic():
         # The built context (prompt, tool schemas) is large and not needed here.
@@ -358,7 +359,8 @@ def execution_segment_end(
             run_end(row, status=status, summary=(state.final_answer or "")[:300],
                     error=response.error.model_dump(mode="json") if response.error else None,
                     result=response.result.model_dump(mode="json"), usage=response.usage.model_dump(mode="json"),
-                    duration_ms=response.usage.execution_duration_ms, turns=state.turn, seq=seq)
+                    duration_ms=response.usage.execution_duration_ms, turns=state.turn, seq=seq,
+                    steps=state.steps)
             return
         row.status = status
         row.lease_token = ""

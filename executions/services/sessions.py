@@ -426,7 +426,8 @@ def _answer_record(session: Session, message: SessionMessage, execution: Executi
         content = str(error.get("message") or f"The run ended {execution.status}.")
     return _append(session, role=Role.AGENT, state=State.ANSWERED, reply_to=message, execution=execution,
                    agent_id=execution.agent_id, content=content[:limits.PROMPT],
-                   references={"status": execution.status, "queries": _queries_of(execution),
+                   references={"status": execution.status, "outcome": execution.outcome,
+                               "queries": _queries_of(execution),
                                **({"handoff": {"to_agent_name": str(transfer.get("agent_name") or "")[:limits.NAME],
                                                "reason": str(transfer.get("reason") or "")[:limits.DESCRIPTION]}}
                                   if transfer else {})})

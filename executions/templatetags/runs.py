@@ -10,12 +10,14 @@ from decimal import Decimal
 from django import template
 
 from executions.models import Execution
+from rivercore.outcome import Outcome
 
 register = template.Library()
 
 S = Execution.Status
+# A completed status is not green by itself: only an answered outcome is (OUTCOME_BADGES).
 BADGES = {
-    S.COMPLETED: "badge-ok",
+    S.COMPLETED: "",
     S.RUNNING: "badge-info",
     S.QUEUED: "badge-accent",
     S.AWAITING_APPROVAL: "badge-warn",
@@ -34,6 +36,45 @@ BADGES = {
 def status_badge(status: str) -> str:
     """The badge class for a run status."""
     return BADGES.get(status, "")
+
+
+OUTCOME_BADGES = {
+    Outcome.ANSWERED: "badge-ok",
+    Outcome.PARTIAL: "badge-warn",
+    Outcome.NO_ANSWER: "badge-warn",
+    Outcome.BLOCKED: "badge-warn",
+    Outcome.REJECTED: "badge-warn",
+    Outcome.FAILED: "badge-danger",
+    Outcome.TIMEOUT: "badge-danger",
+    Outcome.BUDGET: "badge-danger",
+    Outcome.MAX_TURNS: "badge-danger",
+    Outcome.EXPIRED: "badge-danger",
+    Outcome.CANCELLED: "",
+}
+OUTCOME_LABELS = {
+    Outcome.ANSWERED: "Answered",
+    Outcome.PARTIAL: "Partly done",
+    Outcome.NO_ANSWER: "No answer",
+    Outcome.BLOCKED: "Blocked by a policy",
+    Outcome.REJECTED: "Rejected",
+    Outcome.FAILED: "Failed",
+    Outcome.TIMEOUT: "Timed out",
+    Outcome.BUDGET: "Out of budget",
+    Outcome.MAX_TURNS: "Out of turns",
+    Outcome.EXPIRED: "Approval expired",
+    Outcome.CANCELLED: "Cancelled",
+}
+
+
+@register.filter
+def outcome_badge(outcome: str | None) -> str:
+    """The badge class for a run's outcome: green for ``answered`` only."""
+    return OUTCOME_BADGES.get(outcome or "", "")
+
+
+@register.filter
+def outcome_label(outcome: str | None) -> str:
+    return OUTCOME_LABELS.get(outcome or "", str(outcome or "").replace("_", " "))
 
 
 @register.filter

@@ -12,6 +12,7 @@ from typing import Any
 
 from rivercore.attachments import attachment_notes_removed
 from rivercore.context import GENERIC_PROMPT
+from rivercore.outcome import NO_ANSWER_NOTE, NO_MATCH_NOTE
 from rivercore.planner.followup import followup_resolve
 from rivercore.planner.rules import (
     DATA_INTENTS,
@@ -163,9 +164,7 @@ def plan_next(view: dict[str, Any], offered: list[str]) -> Plan:
                 arguments["options"] = [f"Count the rows of {name}" for name in names[:4]]
             return Plan(tool="ask_user", arguments=arguments,
                         thought="The request names no table, column or value I know, so I ask.")
-        return Plan(answer=_final(convo, tables, note=(
-            "I could not match the request to any table, column or value of the connected data sources, "
-            "so I did not run anything.")))
+        return Plan(answer=_final(convo, tables, note=NO_MATCH_NOTE))
 
     if intent in DATA_INTENTS and tables:
         return _data_plan(convo, reading, intent, working, fresh, tables)
@@ -330,7 +329,7 @@ def _final(convo: Conversation, tables: list[Table], note: str | None = None,
     elif not lines:
         lines.append(_capabilities(tables))
     elif generated is not None and generated.problem:
-        lines.insert(0, "I could not answer that.")
+        lines.insert(0, NO_ANSWER_NOTE)
         lines.append("I answer counts, sums, averages, minimums and maximums over the connected tables, grouped "
                      "by a column or a related table, top-N lists, joins along their keys and filters on values "
                      "that occur in the data; rephrase the question with the tables and columns it is about.")

@@ -256,10 +256,10 @@ def test_one_run_whose_post_processing_keeps_failing_does_not_hold_up_the_others
         finished_at=timezone.now() - timedelta(seconds=61))
     real_update = finish.agent_health_update
 
-    def health_update(*, agent_id, status, execution_id):
+    def health_update(*, agent_id, status, execution_id, **more):
         if execution_id == first.pk:
             raise RuntimeError("bug in one run's post-processing")
-        return real_update(agent_id=agent_id, status=status, execution_id=execution_id)
+        return real_update(agent_id=agent_id, status=status, execution_id=execution_id, **more)
 
     monkeypatch.setattr(finish, "agent_health_update", health_update)
     assert services.executions_post_process_missed() == [second.pk]

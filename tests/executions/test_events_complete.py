@@ -21,7 +21,7 @@ from rivercore.events import RunEventType
 from tests.executions import engine_support  # noqa: F401 - registers the test tools
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 
-RUN_COMPLETED = {"status", "duration_ms", "turns_used", "final_output_summary"}
+RUN_COMPLETED = {"status", "outcome", "duration_ms", "turns_used", "final_output_summary"}
 APPROVAL_RESOLVED = {"approval_id", "resolution", "resolved_by"}
 
 

@@ -39,6 +39,7 @@ RIVER_FIELDS = {
     "turn_reasoning": {"step_number"},
     "tool_called": {"call_id", "step_number"},
     "observation_received": {"call_id", "step_number", "status"},
+    "run_completed": {"outcome"},  # whether the run did the job (rivercore.outcome)
 }
 
 
@@ -154,7 +155,7 @@ def test_a_run_stores_every_spec_event_in_the_builders_shape(workspace, owner, s
     resolved = next(payload for kind, payload in stored if kind == "approval_resolved")
     assert resolved["approval_id"] == str(approval.pk) and resolved["resolution"] == "approved"
     completed = [payload for kind, payload in stored if kind == "run_completed"]
-    assert len(completed) == 1 and completed[0]["status"] == "completed"
+    assert len(completed) == 1 and completed[0]["status"] == "completed" and completed[0]["outcome"] == "answered"
     assert all(isinstance(p["duration_ms"], int) for k, p in stored if k == "turn_complete")
 
 
@@ -166,4 +167,5 @@ def test_a_cancelled_run_ends_with_the_same_run_completed_shape(workspace, owner
     services.execution_cancel(execution=execution, user=owner)
     stored = _stored(execution.pk)
     assert [kind for kind, _ in stored] == ["run_completed"]
-    assert set(stored[0][1]) == SPEC_EVENTS["run_completed"] and stored[0][1]["status"] == "cancelled"
+    assert set(stored[0][1]) == fields("run_completed") and stored[0][1]["status"] == "cancelled"
+    assert stored[0][1]["outcome"] == "cancelled"

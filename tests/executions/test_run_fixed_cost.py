@@ -195,14 +195,15 @@ def test_a_bad_trigger_field_is_refused_at_creation_and_nothing_is_written(agent
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the claim reads memories on PostgreSQL")
 def test_the_claim_reads_the_same_memories_as_the_orm(agent, owner, quiet_queue):
-    """The latest ten from before the run started, oldest first, times written as Python
-    writes them (whole seconds, and microseconds with trailing zeros, included)."""
+    """The latest MEMORY_LIMIT from before the run started (the candidates its prompt
+    chooses from), oldest first, times written as Python writes them (whole seconds, and
+    microseconds with trailing zeros, included)."""
     from datetime import UTC, datetime, timedelta
 
-    from executions.services.load import memory_build
+    from executions.services.load import MEMORY_LIMIT, memory_build
 
     base = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-    for i in range(12):
+    for i in range(MEMORY_LIMIT + 2):
         memory = AgentMemory.objects.create(agent=agent, execution_id=10**9 + i, summary=f"run {i}",
                                             learnings=[f"lesson {i}"], flagged_items=["x"] if i % 2 else [])
         stamp = base + timedelta(minutes=i, microseconds=(0, 120000, 7)[i % 3])
@@ -214,6 +215,6 @@ def test_the_claim_reads_the_same_memories_as_the_orm(agent, owner, quiet_queue)
     assert claimed is not None
     loaded = claimed[1]
     expected = memory_build(agent_id=agent.pk, before=loaded.started_at)
-    assert [m.summary for m in loaded.memories] == [f"run {i}" for i in range(2, 12)]
+    assert [m.summary for m in loaded.memories] == [f"run {i}" for i in range(2, MEMORY_LIMIT + 2)]
     assert loaded.memories == expected and loaded.has_memory
     assert {m.completed_at[19:] for m in loaded.memories} == {"+00:00", ".120000+00:00", ".000007+00:00"}

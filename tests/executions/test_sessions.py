@@ -163,6 +163,7 @@ def test_cancelling_the_active_run_starts_the_next_message(session, owner):
     assert message_run(second).status == Status.QUEUED
     reply = SessionMessage.objects.get(reply_to__execution=run)
     assert reply.references["status"] == "cancelled" and "Cancelled" in reply.content
+    assert reply.references["outcome"] == "cancelled"
 
 
 def test_a_queued_message_whose_agent_was_paused_fails_with_a_reason_and_the_queue_goes_on(session, agent, owner):

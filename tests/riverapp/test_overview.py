@@ -25,10 +25,16 @@ NOW = timezone.make_aware(dt.datetime(2026, 3, 18, 15, 0))
 OVERVIEW_MAX_QUERIES = 12  # 10 today: session, user, the frame (workspaces, two counts), figures
 
 
-def _runs(agent, *, when, status, count=1, cost="0", tokens=(0, 0), cost_unknown=False):
+_OUTCOME_OF = {Execution.Status.COMPLETED: "answered", Execution.Status.FAILED: "failed",
+               Execution.Status.CANCELLED: "cancelled"}
+
+
+def _runs(agent, *, when, status, count=1, cost="0", tokens=(0, 0), cost_unknown=False, outcome=None):
     version = agent.current_version
+    outcome = outcome or _OUTCOME_OF.get(status)
     Execution.objects.bulk_create([
-        Execution(workspace=agent.workspace, agent=agent, agent_version=version, status=status, queued_at=when,
+        Execution(workspace=agent.workspace, agent=agent, agent_version=version, status=status, outcome=outcome,
+                  queued_at=when,
                   cost_usd=Decimal(cost), tokens_input=tokens[0], tokens_output=tokens[1], cost_unknown=cost_unknown)
         for _ in range(count)
     ])
@@ -62,7 +68,7 @@ def test_figures_count_today_the_week_success_tokens_and_cost(agent, owner):
 
     assert ov.runs_today == 4
     assert ov.runs_week == 6
-    assert (ov.completed_week, ov.finished_week, ov.failed_week) == (4, 5, 1)
+    assert (ov.answered_week, ov.finished_week, ov.failed_week) == (4, 5, 1)
     assert ov.success_rate == pytest.approx(0.8)
     assert ov.tokens_week == 3 * 120 + 15
     assert ov.cost_week == Decimal("1.75")
@@ -179,3 +185,19 @@ def test_bounded_queries_at_ten_thousand_runs(client, agent, owner):
     assert response.status_code == 200
     assert len(queries) <= OVERVIEW_MAX_QUERIES, [q["sql"][:120] for q in queries]
     assert response.context["ov"].runs_week > 2000
+
+
+def test_blocked_rejected_and_unanswered_runs_are_not_successes_and_cancelled_ones_are_not_counted(agent):
+    """The issue's overview: completed runs that were blocked, rejected or unanswered
+    said "98%, Failed 0". Only answered runs count as successes; a cancel is left out."""
+    today = NOW.replace(hour=9)
+    _runs(agent, when=today, status=Execution.Status.COMPLETED, outcome="blocked", count=22)
+    _runs(agent, when=today, status=Execution.Status.COMPLETED, outcome="rejected")
+    _runs(agent, when=today, status=Execution.Status.COMPLETED, outcome="no_answer")
+    _runs(agent, when=today, status=Execution.Status.COMPLETED, count=1)
+    _runs(agent, when=today, status=Execution.Status.CANCELLED, count=3)
+
+    ov = overview_for_workspace(workspace=agent.workspace, now=NOW)
+
+    assert (ov.answered_week, ov.finished_week, ov.unanswered_week) == (1, 25, 24)
+    assert ov.success_rate == pytest.approx(1 / 25)

@@ -67,7 +67,7 @@ def test_a_real_run_records_001_families_and_river_run_metrics(client, open_metr
 
     assert delta("river_agent_executions_total", status="completed", action_level="automated",
                  agent_id=agent_id) == 1
-    assert delta("river_runs_total", status="completed", trigger_type="manual") == 1
+    assert delta("river_runs_total", status="completed", outcome="answered", trigger_type="manual") == 1
     def family_delta(name):
         return sum(v for (n, _), v in after.items() if n == name) - sum(v for (n, _), v in before.items() if n == name)
 

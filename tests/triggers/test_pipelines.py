@@ -18,6 +18,7 @@ from executions.models import Execution
 from executions.services.load import request_build
 from rivercore.errors import InvalidInput
 from rivercore.llm import LLMError, LLMErrorKind
+from rivercore.outcome import NO_ANSWER_NOTE
 from tests.factories import ScriptedLLM, make_agent, text_reply
 from triggers import tasks
 from triggers.models import PipelineHandoff, TriggerFiring
@@ -86,7 +87,7 @@ def test_a_three_stage_pipeline_runs_end_to_end(agents, owner, make_trigger, dja
         context = request_build(run).trigger_context
         assert context.trigger_payload == {
             "upstream": {"execution_id": upstream.pk, "agent_id": str(upstream.agent_id), "status": "completed",
-                         "summary": f"Stage {upstream.agent.name} done.", "artifacts": []},
+                         "outcome": "answered", "summary": f"Stage {upstream.agent.name} done.", "artifacts": []},
             "pipeline": {"depth": depth},
         }
         assert run.input_prompt == f"Continue from run {upstream.pk}: Stage {upstream.agent.name} done."
@@ -113,6 +114,36 @@ def test_a_failed_upstream_does_not_start_a_completed_only_stage(agents, owner, 
     assert (skipped.outcome, skipped.reason) == ("skipped", "filtered") and "ended failed" in skipped.detail
     [alert] = downstream_runs(report)
     assert alert.trigger_id == on_failure.pk and alert.trigger_payload["upstream"]["status"] == "failed"
+
+
+def test_a_stage_that_follows_answered_runs_is_not_handed_a_no_answer_run(agents, owner, make_trigger,
+                                                                          django_capture_on_commit_callbacks):
+    collect, analyse, report = agents
+    on_answered = follow(make_trigger, analyse, collect, on_outcomes=["answered"])
+    on_anything = follow(make_trigger, report, collect, name="any-completed")  # statuses only, as before
+
+    first = execution_services.execution_start(agent=collect, request=execution_services.person_run_request(
+        agent=collect, user=owner, prompt="Collect"))
+    drive(first, reply=text_reply(f"{NO_ANSWER_NOTE} Rephrase the question."),
+          capture=django_capture_on_commit_callbacks)
+    assert (first.status, first.outcome) == ("completed", "no_answer")
+
+    assert downstream_runs(analyse) == []
+    skipped = TriggerFiring.objects.get(trigger=on_answered)
+    assert (skipped.outcome, skipped.reason) == ("skipped", "filtered") and "outcome no_answer" in skipped.detail
+    [stage] = downstream_runs(report)
+    assert stage.trigger_id == on_anything.pk and stage.trigger_payload["upstream"]["outcome"] == "no_answer"
+
+
+@pytest.mark.parametrize("on_outcomes", [["success"], [], "answered", [None], ["answered"] * 300])
+def test_an_unknown_or_empty_outcome_list_is_a_400_naming_the_field(agents, api_client_for, owner, workspace,
+                                                                     on_outcomes):
+    collect, analyse, _ = agents
+    response = api_client_for(owner).post("/api/v1/triggers/", {
+        "workspace": workspace.pk, "agent": str(analyse.pk), "name": "picky", "type": "workflow",
+        "config": {"upstream_agent": str(collect.pk), "on_outcomes": on_outcomes}}, format="json")
+    assert response.status_code == 400
+    assert any(key.startswith("config.on_outcomes") for key in response.json()["error"]["details"])
 
 
 def test_a_disabled_stage_is_not_handed_off(agents, owner, make_trigger, django_capture_on_commit_callbacks):
@@ -278,6 +309,8 @@ def test_firings_of_a_workflow_trigger_are_listed(agents, owner, make_trigger, a
     body = api_client_for(owner).get(url).json()
     rows = body["results"] if isinstance(body, dict) else body
     assert [(r["outcome"], r["source"]) for r in rows] == [("started", f"workflow:{trigger.name}")]
+    started = Execution.objects.get(pk=rows[0]["execution"])
+    assert (rows[0]["run_status"], rows[0]["run_outcome"]) == (started.status, started.outcome)
     assert api_client_for(outsider).get(url).status_code == 404
 
 

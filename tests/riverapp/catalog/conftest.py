@@ -33,12 +33,17 @@ def agent(workspace, owner):
 
 @pytest.fixture
 def runs_of():
-    """``runs_of(agent, n, status)`` bulk-creates n runs of the agent's current version."""
+    """``runs_of(agent, n, status, outcome=None)`` bulk-creates n runs of the agent's current
+    version; a terminal run's outcome defaults to the one its status implies (a completed
+    run: answered)."""
     from executions.models import Execution
+    from rivercore.outcome import outcome_of
 
-    def make(agent, count: int, status: str = "completed"):
+    def make(agent, count: int, status: str = "completed", outcome: str | None = None):
+        if outcome is None and status in Execution.TERMINAL:
+            outcome = "answered" if status == "completed" else outcome_of(status, []).value
         Execution.objects.bulk_create([
             Execution(workspace_id=agent.workspace_id, agent=agent, agent_version_id=agent.current_version_id,
-                      status=status, input_prompt="x") for _ in range(count)], batch_size=2000)
+                      status=status, outcome=outcome, input_prompt="x") for _ in range(count)], batch_size=2000)
 
     return make

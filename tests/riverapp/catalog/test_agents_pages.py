@@ -27,6 +27,15 @@ def test_the_list_shows_status_health_last_run_and_success_rate(client_for, owne
     assert f"/agents/{agent.pk}/" in page
 
 
+def test_the_lists_success_rate_counts_only_answered_runs(client_for, owner, agent, runs_of):
+    runs_of(agent, 1, "completed")
+    runs_of(agent, 2, "completed", outcome="blocked")
+    runs_of(agent, 1, "completed", outcome="no_answer")
+    runs_of(agent, 5, "cancelled")  # stopped by a person: not counted, as on the overview
+    page = client_for(owner).get("/agents/").content.decode()
+    assert "25%" in page and "of 4 runs" in page
+
+
 def test_the_list_filters_by_status_health_and_name(client_for, owner, workspace, agent):
     make_agent(workspace=workspace, owner=owner, name="Paused one", status=Agent.Status.PAUSED)
     client = client_for(owner)
