@@ -14,18 +14,18 @@ from django.db import transaction
 
 from executions.models import Execution
 from governance import notifications as notices
+from rivercore.outcome import Outcome
 
 logger = logging.getLogger("river.executions")
 
-ANSWERED = "answered"
+ANSWERED = Outcome.ANSWERED.value
 
 
 def run_outcome(execution: Execution) -> str:
-    """Whether the run did the job: its ``outcome`` where the run records one, else
-    ``answered`` for a completed run and its status for any other end."""
-    outcome = getattr(execution, "outcome", None)
-    if outcome:
-        return str(outcome)
+    """Whether the run did the job: its stored ``outcome`` (set with its terminal status);
+    for a row without one (written before outcomes), its status."""
+    if execution.outcome:
+        return str(execution.outcome)
     return ANSWERED if execution.status == Execution.Status.COMPLETED else str(execution.status)
 
 
@@ -78,19 +78,19 @@ def run_question_answered(*, execution_id: int, user) -> None:
 
 
 _END_WORDS = {
-    ANSWERED: "finished with an answer",
-    "no_answer": "ended without an answer",
-    "blocked": "was blocked by policy",
-    "rejected": "ended after an approver rejected a call",
-    "partial": "finished with a partial answer",
-    "failed": "failed",
-    "cancelled": "was cancelled",
-    "expired": "ended: an approval expired",
+    Outcome.ANSWERED.value: "finished with an answer",
+    Outcome.NO_ANSWER.value: "ended without an answer",
+    Outcome.BLOCKED.value: "was blocked by policy",
+    Outcome.REJECTED.value: "ended after an approver rejected a call",
+    Outcome.PARTIAL.value: "finished with a partial answer",
+    Outcome.FAILED.value: "failed",
+    Outcome.CANCELLED.value: "was cancelled",
+    Outcome.EXPIRED.value: "ended: an approval expired",
     "approval_expired": "ended: an approval expired",
-    "timeout": "timed out",
-    "max_turns": "ran out of turns",
+    Outcome.TIMEOUT.value: "timed out",
+    Outcome.MAX_TURNS.value: "ran out of turns",
     "max_turns_exceeded": "ran out of turns",
-    "budget": "ran out of budget",
+    Outcome.BUDGET.value: "ran out of budget",
     "budget_exceeded": "ran out of budget",
 }
 
@@ -103,7 +103,7 @@ def run_end_notify(execution: Execution) -> None:
     events = [notices.EVENT_EVERY_END]
     if outcome != ANSWERED:
         events.append(notices.EVENT_NOT_ANSWERED)
-    if execution.status == Execution.Status.FAILED or outcome == "failed":
+    if execution.status == Execution.Status.FAILED or outcome == Outcome.FAILED:
         events.append(notices.EVENT_FAILED)
     words = _END_WORDS.get(outcome, f"ended ({outcome})")
     title = f"{_agent_name(execution)}: run {execution.pk} {words}"

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
 from executions import services
+from tests.executions import engine_support  # noqa: F401 - registers the test_echo tool
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
 
 ROOT = Path(__file__).resolve().parents[2]
