@@ -3,7 +3,8 @@
 A fixed number of queries whatever the number of runs: one grouped query over the last
 14 days of runs (per day and status: count, tokens, cost) feeds the headline numbers and
 both charts; one grouped query counts agents by status and health; the median time to
-approval is a count and a fetch of the middle row(s). Replays are never ``Execution``
+approval is a count and a fetch of the middle row(s); the average run time is one
+aggregate over the week's segments (``executions_average_active_ms``: waits excluded). Replays are never ``Execution``
 rows (executions.models.ExecutionReplay), so no figure here can include one.
 
 Days are the server's local days (settings.TIME_ZONE): "today" begins at local midnight.
@@ -21,6 +22,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from executions.models import Execution
+from executions.selectors import executions_average_active_ms
 from governance.models import ApprovalRequest
 
 CHART_DAYS = 14
@@ -76,6 +78,8 @@ class Overview:
     agents_by_health: dict[str, int]
     median_approval: dt.timedelta | None
     approvals_decided: int
+    # The average run time of the week's finished runs, in milliseconds, waits excluded.
+    average_run_ms_week: int | None = None
 
     @property
     def success_rate(self) -> float | None:
@@ -163,6 +167,8 @@ def overview_for_workspace(*, workspace, now: dt.datetime | None = None) -> Over
         days=list(days.values()), statuses=[s for s in STATUS_ORDER if s in present],
         agents_by_status=agents_by_status, agents_by_health=agents_by_health,
         median_approval=median, approvals_decided=decided,
+        average_run_ms_week=executions_average_active_ms(runs=Execution.objects.filter(
+            workspace=workspace, queued_at__gte=_local_midnight(week_start))),
     )
 
 

@@ -26,7 +26,7 @@ from common.people import person_label
 from executions import services
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.progress import execution_status_block
-from executions.selectors import execution_children, execution_get_for_user
+from executions.selectors import execution_children, execution_get_for_user, execution_run_time
 from governance.approvals import approval_resolver, approvals_for_user
 from governance.views import approval_card
 from rivercore.contracts import StepStatus
@@ -63,6 +63,8 @@ def _head(execution: Execution) -> dict:
         "progress": block,
         "turn_percent": min(100, round(100 * turn["current"] / turn["max"])) if turn["max"] else 0,
         "token_percent": min(100, round(100 * tokens["used"] / tokens["budget"])) if tokens["budget"] else 0,
+        # Its segments and the waits between them: the duration shown is the segments'.
+        "run_time": execution_run_time(execution=execution),
     }
 
 

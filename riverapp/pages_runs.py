@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET
 
 from agents.models import Agent
 from executions.models import Execution, ExecutionReplay
-from executions.selectors import execution_get_for_user
+from executions.selectors import execution_get_for_user, executions_with_active_time
 from riverapp.context import current_workspace
 from rivercore.contracts import TriggerType
 from rivercore.errors import NotFound
@@ -76,7 +76,8 @@ def _filtered_runs(workspace, data: dict):
         runs = runs.filter(queued_at__gte=_day_start(data["since"]))
     if data.get("until"):
         runs = runs.filter(queued_at__lt=_day_start(data["until"] + dt.timedelta(days=1)))
-    return runs.select_related("agent").only(*[f for f in ROW_FIELDS if f != "agent__name"], "agent__name")
+    return executions_with_active_time(
+        runs.select_related("agent").only(*[f for f in ROW_FIELDS if f != "agent__name"], "agent__name"))
 
 
 def _filtered_replays(workspace, data: dict):
