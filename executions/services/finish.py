@@ -38,14 +38,16 @@ def run_error(code: str, message: str) -> dict:
     return {"code": code, "message": message, "recoverable": False, "details": {}}
 
 
-def segment_close(*, execution_id: int, ended_at, ended_as: str) -> int | None:
+def segment_close(*, execution_id: int, ended_at, ended_as: str, measure: bool = True) -> int | None:
     """End the run's open segment (its end is written once; a run paused or queued has
     none open, and nothing is written). Returns the run's active milliseconds up to
     ``ended_at``: every segment's length, the one just ended included; None for a run
-    with no segment (queued before segments were recorded). Caller holds the run's row
-    lock or its lease."""
+    with no segment (queued before segments were recorded), and None without reading
+    anything when ``measure`` is false. Caller holds the run's row lock or its lease."""
     ExecutionSegment.objects.filter(execution_id=execution_id, ended_at__isnull=True).update(
         ended_at=ended_at, ended_as=ended_as)
+    if not measure:
+        return None
     spans = list(ExecutionSegment.objects.filter(execution_id=execution_id).values_list("started_at", "ended_at"))
     if not spans:
         return None
@@ -122,7 +124,8 @@ def run_end_leased(execution: Execution, *, token: str, status: str, summary: st
             ended = leased.update(status=status, finished_at=now, lease_token="", lease_expires_at=None, **values) == 1
             if ended:
                 event.save(force_insert=True)
-                segment_close(execution_id=execution.pk, ended_at=now, ended_as=ExecutionSegment.EndedAs.ENDED)
+                segment_close(execution_id=execution.pk, ended_at=now, ended_as=ExecutionSegment.EndedAs.ENDED,
+                              measure=False)
     if ended:
         execution.status, execution.finished_at = status, now
         event_rows_publish(execution, [event])

@@ -248,7 +248,7 @@ def _segment_release(execution_id: int, token: str, exc: BaseException) -> None:
             )
             if released:
                 segment_close(execution_id=execution_id, ended_at=timezone.now(),
-                              ended_as=ExecutionSegment.EndedAs.INTERRUPTED)
+                              ended_as=ExecutionSegment.EndedAs.INTERRUPTED, measure=False)
     except (DatabaseError, InterfaceError) as again:
         logger.warning("execution %s keeps its lease until it expires: the release failed too (%s)",
                        execution_id, again.__class__.__name__)
@@ -374,7 +374,7 @@ def execution_segment_end(
                     result=response.result.model_dump(mode="json"), usage=response.usage.model_dump(mode="json"),
                     duration_ms=active_ms, turns=state.turn, seq=seq)
             return
-        segment_close(execution_id=row.pk, ended_at=now, ended_as=status)
+        segment_close(execution_id=row.pk, ended_at=now, ended_as=status, measure=False)
         row.status = status
         row.lease_token = ""
         row.lease_expires_at = None
