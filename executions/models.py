@@ -172,6 +172,38 @@ class ExecutionStep(models.Model):
         return f"{self.execution_id}#{self.step_number} {self.step_type}"
 
 
+class ExecutionSegment(models.Model):
+    """One stretch of a run held by a worker: appended by the claim that starts it, its
+    end written once by the segment's end (a pause, the run's end, or a release after an
+    infrastructure error). The time between one segment's end and the next one's start is
+    a wait (for approval, a person's answer, a delegated run, a retry); run time figures
+    add up segments only (``executions.selectors.execution_run_time``)."""
+
+    class EndedAs(models.TextChoices):
+        # A pause: the run status it paused in.
+        AWAITING_APPROVAL = RunStatus.AWAITING_APPROVAL.value, "Paused for approval"
+        AWAITING_INTERACTION = RunStatus.AWAITING_INTERACTION.value, "Paused for a person's answer"
+        AWAITING_CHILD = RunStatus.AWAITING_CHILD.value, "Paused for a delegated run"
+        # The run ended in this segment (its terminal status is on the run).
+        ENDED = "ended", "Run ended"
+        # An infrastructure error handed the run back to the queue, or its lease ran out.
+        INTERRUPTED = "interrupted", "Interrupted"
+
+    # No index of its own: uniq_segment_number (execution, number) serves lookups by run.
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="segments", db_index=False)
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_as = models.CharField(max_length=30, choices=EndedAs.choices, blank=True)
+
+    class Meta:
+        ordering = ["execution", "number"]
+        constraints = [models.UniqueConstraint(fields=["execution", "number"], name="uniq_segment_number")]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} segment {self.number}"
+
+
 class ExecutionEvent(models.Model):
     """The live feed, sequence-numbered per run so a client can resume from a seq."""
 

@@ -6,13 +6,37 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import Count, F, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.contrib.auth import get_user_model
+from django.db.models import (
+    Count,
+    DurationField,
+    Exists,
+    F,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.functions import Coalesce, TruncDate
+from django.utils import timezone
 
-from executions.models import Execution, ExecutionEvent, ExecutionReplay, ExecutionStep, Session, SessionMessage
+from common.people import person_label
+from executions.models import (
+    Execution,
+    ExecutionEvent,
+    ExecutionReplay,
+    ExecutionSegment,
+    ExecutionStep,
+    Session,
+    SessionMessage,
+)
 from rivercore.contracts import StepStatus
 from rivercore.errors import NotFound
-from rivercore.events import event_message
+from rivercore.events import RunEventType, event_message
 from rivercore.outcome import Outcome
 from tenancy.selectors import workspaces_for_user
 
@@ -74,8 +98,9 @@ EXECUTION_LIST_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trig
 
 def execution_list_rows(runs: QuerySet[Execution]) -> QuerySet[Execution]:
     """``runs`` as the runs page lists them: newest first, only the shown columns, the
-    agent's name joined (one query for a page of rows)."""
-    return runs.select_related("agent").only(*EXECUTION_LIST_FIELDS).order_by("-pk")
+    agent's name joined and each run's active time (waits excluded): one query for a page
+    of rows."""
+    return executions_with_active_time(runs.select_related("agent").only(*EXECUTION_LIST_FIELDS).order_by("-pk"))
 
 
 def execution_replays_filter(*, workspace, filters: ExecutionFilters) -> QuerySet[ExecutionReplay]:
@@ -306,3 +331,196 @@ def session_last_event_id(*, session_id: int) -> int:
     socket resumes."""
     return (ExecutionEvent.objects.filter(execution__session_id=session_id).order_by("-pk")
             .values_list("pk", flat=True).first() or 0)
+
+
+# --- run time: segments and the waits between them -------------------------------------
+
+class WaitKind:
+    """What a run waited for between two of its segments (or before its first)."""
+
+    QUEUED = "queued"  # for a worker, before its first segment
+    APPROVAL = "approval"
+    PERSON = "person"  # an answer to ask_user
+    DELEGATED_RUN = "delegated_run"
+    RETRY = "retry"  # its segment was interrupted (infrastructure error, worker lost)
+
+
+_WAIT_AFTER = {
+    ExecutionSegment.EndedAs.AWAITING_APPROVAL: WaitKind.APPROVAL,
+    ExecutionSegment.EndedAs.AWAITING_INTERACTION: WaitKind.PERSON,
+    ExecutionSegment.EndedAs.AWAITING_CHILD: WaitKind.DELEGATED_RUN,
+    ExecutionSegment.EndedAs.INTERRUPTED: WaitKind.RETRY,
+}
+_WAIT_LABELS = {WaitKind.QUEUED: "a worker", WaitKind.APPROVAL: "approval", WaitKind.PERSON: "an answer",
+                WaitKind.DELEGATED_RUN: "a delegated run", WaitKind.RETRY: "a retry"}
+
+
+def _ms(start: dt.datetime, end: dt.datetime) -> int:
+    return max(int((end - start).total_seconds() * 1000), 0)
+
+
+@dataclass(frozen=True)
+class RunSegmentTime:
+    number: int
+    started_at: dt.datetime
+    ended_at: dt.datetime | None  # None while it runs
+    ended_as: str  # ExecutionSegment.EndedAs, "" while it runs
+    active_ms: int
+
+    kind = "segment"
+
+
+@dataclass(frozen=True)
+class RunWaitTime:
+    wait_kind: str  # WaitKind
+    started_at: dt.datetime
+    ended_at: dt.datetime | None  # None while the run still waits
+    duration_ms: int
+    decided_by: str | None = None  # who approved, rejected or answered, by name
+    resolution: str | None = None  # approved, rejected, edited, answered, expired, cancelled
+
+    kind = "wait"
+
+    @property
+    def waited_for(self) -> str:
+        return _WAIT_LABELS.get(self.wait_kind, self.wait_kind)
+
+
+@dataclass(frozen=True)
+class RunTime:
+    """A run's time: ``active_ms`` is what its segments took (the run's time in every
+    figure), ``waited_ms`` the rest since it was queued (the queue, approvals, answers,
+    delegated runs, retries). ``recorded`` is False for a run from before segments were
+    recorded: its one segment is then its first start to its end, waits included."""
+
+    active_ms: int
+    waited_ms: int
+    segments: list[RunSegmentTime]
+    waits: list[RunWaitTime]
+    recorded: bool
+
+    @property
+    def timeline(self) -> list[RunSegmentTime | RunWaitTime]:
+        """Segments and waits in the order they happened."""
+        return sorted([*self.segments, *self.waits], key=lambda entry: (entry.started_at, entry.kind != "wait"))
+
+
+def execution_run_time(*, execution: Execution, now: dt.datetime | None = None) -> RunTime:
+    """The run's segments (each start and end, as recorded) and the waits between them,
+    with who decided an approval or answered a question. At most three queries: the
+    segments, and when the run waited for a person, its resolving events and their names.
+    Callers have already scoped ``execution`` to the user."""
+    now = now or timezone.now()
+    end_of_run = execution.finished_at or now
+    rows = list(ExecutionSegment.objects.filter(execution_id=execution.pk).order_by("number")
+                .values_list("number", "started_at", "ended_at", "ended_as"))
+    recorded = bool(rows)
+    if not rows and execution.started_at is not None:  # a run from before segments were recorded
+        rows = [(1, execution.started_at, execution.finished_at,
+                 ExecutionSegment.EndedAs.ENDED if execution.finished_at else "")]
+    segments: list[RunSegmentTime] = []
+    waits: list[RunWaitTime] = []
+    if rows and execution.queued_at is not None and rows[0][1] > execution.queued_at:
+        waits.append(RunWaitTime(wait_kind=WaitKind.QUEUED, started_at=execution.queued_at, ended_at=rows[0][1],
+                                 duration_ms=_ms(execution.queued_at, rows[0][1])))
+    elif not rows and execution.queued_at is not None:  # never started yet (or ended before it did)
+        waits.append(RunWaitTime(wait_kind=WaitKind.QUEUED, started_at=execution.queued_at,
+                                 ended_at=execution.finished_at, duration_ms=_ms(execution.queued_at, end_of_run)))
+    for index, (number, started, ended, ended_as) in enumerate(rows):
+        following = rows[index + 1][1] if index + 1 < len(rows) else None
+        open_end = following or (end_of_run if execution.status == Execution.Status.RUNNING
+                                 or execution.is_terminal else started)
+        segments.append(RunSegmentTime(number=number, started_at=started, ended_at=ended, ended_as=ended_as,
+                                       active_ms=_ms(started, ended or open_end)))
+        kind = _WAIT_AFTER.get(ended_as)
+        if kind is None or ended is None:
+            continue
+        wait_end = following or execution.finished_at
+        waits.append(RunWaitTime(wait_kind=kind, started_at=ended, ended_at=wait_end,
+                                 duration_ms=_ms(ended, wait_end or now)))
+    waits = _waits_decided(execution, waits)
+    active = sum(segment.active_ms for segment in segments)
+    return RunTime(active_ms=active, waited_ms=sum(wait.duration_ms for wait in waits), segments=segments,
+                   waits=waits, recorded=recorded)
+
+
+_RESOLVED_BY = {RunEventType.APPROVAL_RESOLVED.value: "resolved_by",
+                RunEventType.INTERACTION_RESOLVED.value: "answered_by"}
+_WAIT_RESOLVED_BY = {WaitKind.APPROVAL: RunEventType.APPROVAL_RESOLVED.value,
+                     WaitKind.PERSON: RunEventType.INTERACTION_RESOLVED.value}
+
+
+def _waits_decided(execution: Execution, waits: list[RunWaitTime]) -> list[RunWaitTime]:
+    """Each approval or question wait with its resolution and who gave it: the
+    resolving event stored while the run waited (``approval_resolved``,
+    ``interaction_resolved``)."""
+    if not any(wait.wait_kind in _WAIT_RESOLVED_BY for wait in waits):
+        return waits
+    events = list(ExecutionEvent.objects.filter(execution_id=execution.pk, event_type__in=list(_RESOLVED_BY))
+                  .order_by("seq").values_list("event_type", "payload", "created_at"))
+    people: dict[str, str] = {}
+    ids = {str(payload.get(_RESOLVED_BY[kind])) for kind, payload, _ in events
+           if isinstance(payload, dict) and str(payload.get(_RESOLVED_BY[kind]) or "").isdigit()}
+    if ids:
+        people = {str(pk): person_label(user) for pk, user in
+                  get_user_model().objects.in_bulk([int(pk) for pk in ids]).items()}
+    decided = []
+    for wait in waits:
+        wanted = _WAIT_RESOLVED_BY.get(wait.wait_kind)
+        match = next((payload for kind, payload, at in events if kind == wanted and isinstance(payload, dict)
+                      and at >= wait.started_at and (wait.ended_at is None or at <= wait.ended_at)), None)
+        if match is None:
+            decided.append(wait)
+            continue
+        who = people.get(str(match.get(_RESOLVED_BY[wanted]) or ""))
+        decided.append(RunWaitTime(wait_kind=wait.wait_kind, started_at=wait.started_at, ended_at=wait.ended_at,
+                                   duration_ms=wait.duration_ms, decided_by=who,
+                                   resolution=str(match.get("resolution") or "") or None))
+    return decided
+
+
+def executions_average_active_ms(*, runs: QuerySet[Execution]) -> int | None:
+    """The average run time of the finished runs among ``runs``, in milliseconds, from
+    their segments (waits excluded); None when none of them has a recorded segment.
+    One query."""
+    totals = (ExecutionSegment.objects.filter(execution__in=runs.filter(status__in=Execution.TERMINAL).order_by()
+                                              .values("pk"), ended_at__isnull=False)
+              .aggregate(active=Sum(F("ended_at") - F("started_at")), runs=Count("execution_id", distinct=True)))
+    if not totals["runs"] or totals["active"] is None:
+        return None
+    return max(int(totals["active"].total_seconds() * 1000 / totals["runs"]), 0)
+
+
+def workspace_average_active_ms(*, workspace, since: dt.datetime) -> int | None:
+    """``executions_average_active_ms`` of ``workspace``'s runs queued since ``since``."""
+    return executions_average_active_ms(runs=Execution.objects.filter(workspace=workspace, queued_at__gte=since))
+
+
+def executions_with_active_time(runs: QuerySet[Execution]) -> QuerySet[Execution]:
+    """``runs`` annotated in the same query with what ``execution_active_ms`` needs: the
+    summed length of their ended segments (``segments_active``), the start of a segment
+    still open (``segment_open_since``) and whether any was recorded (``segments_recorded``)."""
+    segments = ExecutionSegment.objects.filter(execution_id=OuterRef("pk"))
+    ended = (segments.filter(ended_at__isnull=False).order_by().values("execution_id")
+             .annotate(total=Sum(F("ended_at") - F("started_at"))).values("total"))
+    return runs.annotate(
+        segments_active=Subquery(ended, output_field=DurationField()),
+        segment_open_since=Subquery(segments.filter(ended_at__isnull=True).order_by("-number").values("started_at")[:1]),
+        segments_recorded=Exists(segments),
+    )
+
+
+def execution_active_ms(run: Execution, *, now: dt.datetime | None = None) -> int | None:
+    """The run's time in milliseconds, waits excluded: its segments, the running one up to
+    now. A run annotated by ``executions_with_active_time`` costs no query; any other one
+    reads its segments (``execution_run_time``). None before it started."""
+    if not hasattr(run, "segments_recorded"):
+        return execution_run_time(execution=run, now=now).active_ms if run.started_at else None
+    if not run.segments_recorded:  # from before segments were recorded: first start to end
+        if run.started_at is None:
+            return None
+        return _ms(run.started_at, run.finished_at or now or timezone.now())
+    active = int(run.segments_active.total_seconds() * 1000) if run.segments_active else 0
+    if run.segment_open_since is not None and run.status == Execution.Status.RUNNING:
+        active += _ms(run.segment_open_since, now or timezone.now())
+    return max(active, 0)

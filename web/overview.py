@@ -3,7 +3,8 @@
 A fixed number of queries whatever the number of runs: one grouped query over the last
 14 days of runs (per day and status: count, tokens, cost) feeds the headline numbers and
 both charts; one grouped query counts agents by status and health; the median time to
-approval is a count and a fetch of the middle row(s). Replays are never ``Execution``
+approval is a count and a fetch of the middle row(s); the average run time is one
+aggregate over the week's segments (``executions_average_active_ms``: waits excluded). Replays are never ``Execution``
 rows (executions.models.ExecutionReplay), so no figure here can include one.
 
 Days are the server's local days (settings.TIME_ZONE): "today" begins at local midnight.
@@ -20,7 +21,12 @@ from django.utils import timezone
 from agents.models import Agent
 from agents.selectors import agent_status_health_counts
 from executions.models import Execution
-from executions.selectors import SUCCESS_RATE_COUNTED, execution_daily_totals, success_rate
+from executions.selectors import (
+    SUCCESS_RATE_COUNTED,
+    execution_daily_totals,
+    success_rate,
+    workspace_average_active_ms,
+)
 from governance.selectors import approval_median_wait
 from rivercore.outcome import Outcome
 
@@ -77,6 +83,8 @@ class Overview:
     agents_by_health: dict[str, int]
     median_approval: dt.timedelta | None
     approvals_decided: int
+    # The average run time of the week's finished runs, in milliseconds, waits excluded.
+    average_run_ms_week: int | None = None
 
     @property
     def success_rate(self) -> float | None:
@@ -156,4 +164,5 @@ def overview_for_workspace(*, workspace, now: dt.datetime | None = None) -> Over
         days=list(days.values()), statuses=[s for s in STATUS_ORDER if s in present],
         agents_by_status=agents_by_status, agents_by_health=agents_by_health,
         median_approval=median, approvals_decided=decided,
+        average_run_ms_week=workspace_average_active_ms(workspace=workspace, since=_local_midnight(week_start)),
     )

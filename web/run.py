@@ -30,6 +30,7 @@ from executions.selectors import (
     execution_get_for_user,
     execution_observations_latest,
     execution_question_open,
+    execution_run_time,
 )
 from governance.approvals import approval_resolver, approvals_of_execution
 from rivercore.errors import NotFound, RiverError
@@ -66,6 +67,8 @@ def _head(execution: Execution) -> dict:
         "progress": block,
         "turn_percent": min(100, round(100 * turn["current"] / turn["max"])) if turn["max"] else 0,
         "token_percent": min(100, round(100 * tokens["used"] / tokens["budget"])) if tokens["budget"] else 0,
+        # Its segments and the waits between them: the duration shown is the segments'.
+        "run_time": execution_run_time(execution=execution),
     }
 
 

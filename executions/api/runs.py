@@ -27,6 +27,7 @@ from executions.selectors import (
     ExecutionFilters,
     execution_children,
     execution_get_for_user,
+    execution_run_time,
     executions_filter,
 )
 from executions.types import PersonOrigin, RunRequest
@@ -95,8 +96,31 @@ class ChildExecutionSerializer(serializers.Serializer):
     call_id = serializers.CharField(source="parent_call_id")
 
 
+class SegmentTimeSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    started_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="Null while the segment runs.")
+    ended_as = serializers.CharField(help_text="awaiting_approval, awaiting_interaction, awaiting_child (a pause), "
+                                               "ended, interrupted; empty while it runs.")
+    active_ms = serializers.IntegerField()
+
+
+class WaitTimeSerializer(serializers.Serializer):
+    kind = serializers.CharField(source="wait_kind", help_text="queued, approval, person, delegated_run, retry.")
+    started_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="Null while the run still waits.")
+    duration_ms = serializers.IntegerField()
+    decided_by = serializers.CharField(allow_null=True, help_text="Who decided the approval or answered, by name.")
+    resolution = serializers.CharField(allow_null=True)
+
+
 class ExecutionDetailSerializer(ExecutionSerializer):
     steps = StepSerializer(many=True, read_only=True)
+    # The run's segments and waits (docs/engine.md, "Times"): ``active_ms`` is its run time.
+    active_ms = serializers.SerializerMethodField()
+    waited_ms = serializers.SerializerMethodField()
+    segments = serializers.SerializerMethodField()
+    waits = serializers.SerializerMethodField()
     pending = serializers.SerializerMethodField()
     child_executions = serializers.SerializerMethodField()
     # The progressive status block (docs/observability.md); ``status`` stays the run's
@@ -104,7 +128,30 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     status_detail = serializers.SerializerMethodField()
 
     class Meta(ExecutionSerializer.Meta):
-        fields = [*ExecutionSerializer.Meta.fields, "status_detail", "child_executions", "steps", "pending"]
+        fields = [*ExecutionSerializer.Meta.fields, "status_detail", "child_executions", "steps", "pending",
+                  "active_ms", "waited_ms", "segments", "waits"]
+
+    def _run_time(self, obj):
+        cached = getattr(obj, "_run_time_cache", None)
+        if cached is None:
+            cached = obj._run_time_cache = execution_run_time(execution=obj)
+        return cached
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_active_ms(self, obj) -> int:
+        return self._run_time(obj).active_ms
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_waited_ms(self, obj) -> int:
+        return self._run_time(obj).waited_ms
+
+    @extend_schema_field(SegmentTimeSerializer(many=True))
+    def get_segments(self, obj) -> list[dict]:
+        return SegmentTimeSerializer(self._run_time(obj).segments, many=True).data
+
+    @extend_schema_field(WaitTimeSerializer(many=True))
+    def get_waits(self, obj) -> list[dict]:
+        return WaitTimeSerializer(self._run_time(obj).waits, many=True).data
 
     def get_status_detail(self, obj) -> dict:
         from executions.progress import execution_status_block

@@ -16,13 +16,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.models import Agent, AgentMemory, AgentVersion
-from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider
+from executions.models import Execution, ExecutionEvent, ExecutionSegment, ExecutionStep, LLMProvider
 from executions.services.load import MEMORY_LIMIT, execution_for_segment
 from governance.models import Policy
 from rivercore.events import RunEventType
@@ -31,22 +31,42 @@ from rivercore.types.governance import PolicyScope
 from tenancy.models import Membership, OrganizationMember, ServicePrincipal, Workspace
 
 
-def execution_claim(*, execution_id: int) -> str | None:
+def execution_claim(*, execution_id: int, now=None) -> str | None:
     """Compare-and-set: take the lease on a queued run, or a running one whose lease
-    expired. Returns the lease token, or None when another worker holds the run."""
+    expired, and open the run's next segment (``ExecutionSegment``). Returns the lease
+    token, or None when another worker holds the run."""
     token = uuid.uuid4().hex
-    now = timezone.now()
-    claimed = (
-        Execution.objects.filter(pk=execution_id)
-        .filter(Q(status=Execution.Status.QUEUED) | Q(status=Execution.Status.RUNNING, lease_expires_at__lt=now))
-        .update(
-            status=Execution.Status.RUNNING, lease_token=token,
-            lease_expires_at=now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
-            attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now),
-            published_at=None,  # the message that brought us here is consumed
+    now = now or timezone.now()
+    with transaction.atomic():
+        # The lease the run held before (a worker that died holding it): its segment ends there.
+        lost_at = Execution.objects.filter(pk=execution_id).values_list("lease_expires_at", flat=True).first()
+        claimed = (
+            Execution.objects.filter(pk=execution_id)
+            .filter(Q(status=Execution.Status.QUEUED) | Q(status=Execution.Status.RUNNING, lease_expires_at__lt=now))
+            .update(
+                status=Execution.Status.RUNNING, lease_token=token,
+                lease_expires_at=now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
+                attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now),
+                published_at=None,  # the message that brought us here is consumed
+            )
         )
-    )
-    return token if claimed == 1 else None
+        if claimed != 1:
+            return None
+        _segment_open(execution_id, now=now, lost_at=lost_at)
+    return token
+
+
+def _segment_open(execution_id: int, *, now, lost_at) -> None:
+    """The ORM's form of what the PostgreSQL claim does in its statement: a segment
+    still open (its worker died, the lease ran out) ends ``interrupted`` where its lease
+    ran out (never later than now), and the next segment starts now."""
+    ExecutionSegment.objects.filter(execution_id=execution_id, ended_at__isnull=True).update(
+        # No lease to go by (a release whose segment end was lost): nothing is vouched for.
+        ended_at=F("started_at") if lost_at is None else min(lost_at, now),
+        ended_as=ExecutionSegment.EndedAs.INTERRUPTED)
+    last = (ExecutionSegment.objects.filter(execution_id=execution_id).order_by("-number")
+            .values_list("number", flat=True).first())
+    ExecutionSegment.objects.create(execution_id=execution_id, number=(last or 0) + 1, started_at=now)
 
 
 def execution_claim_load(*, execution_id: int) -> tuple[str, Execution] | None:
@@ -55,7 +75,8 @@ def execution_claim_load(*, execution_id: int) -> tuple[str, Execution] | None:
     ``run_started`` event's stored row when the claim wrote it (PostgreSQL, a run with no
     event yet), else None and the segment's first flush writes it. None when not claimed."""
     if connection.vendor != "postgresql":
-        token = execution_claim(execution_id=execution_id)
+        now = timezone.now()
+        token = execution_claim(execution_id=execution_id, now=now)
         if token is None:
             return None
         execution = execution_for_segment(execution_id, queryset=Execution.objects.annotate(
@@ -67,19 +88,25 @@ def execution_claim_load(*, execution_id: int) -> tuple[str, Execution] | None:
                 organization_id=OuterRef("workspace__organization_id"), enabled=True)),
         ))
         execution.started_event = None
+        execution.segment_started_at = now
+        execution.active_before_ms = sum(_ms(end - start) for start, end in ExecutionSegment.objects.filter(
+            execution_id=execution_id, ended_at__isnull=False).values_list("started_at", "ended_at"))
         return token, execution
     token = uuid.uuid4().hex
     now = timezone.now()
     params = {"id": execution_id, "token": token, "now": now, "running": Execution.Status.RUNNING,
               "queued": Execution.Status.QUEUED, "expires": now + timedelta(seconds=settings.RIVER_LEASE_SECONDS),
               "org_admin": OrganizationMember.OrgRole.ADMIN.value, "org_scope": PolicyScope.ORGANIZATION.value,
-              "workspace_scope": PolicyScope.WORKSPACE.value, "started_type": RunEventType.RUN_STARTED.value}
+              "workspace_scope": PolicyScope.WORKSPACE.value, "started_type": RunEventType.RUN_STARTED.value,
+              "interrupted": ExecutionSegment.EndedAs.INTERRUPTED.value}
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_LOAD_SQL, params)
         row = cursor.fetchone()
     if row is None:
         return None
     execution = _execution_from_row(row)
+    execution.segment_started_at = now
+    execution.active_before_ms = int(execution.active_before_ms or 0)
     if execution.started_event is not None:
         payload = execution.started_event
         execution.started_event = ExecutionEvent(execution_id=execution.pk, seq=1, event_type=RUN_STARTED,
@@ -91,8 +118,13 @@ def execution_claim_load(*, execution_id: int) -> tuple[str, Execution] | None:
 
 _MODELS = ((Execution, "c"), (Workspace, "w"), (Agent, "a"), (AgentVersion, "v"))
 _EXTRAS = ("member_role", "org_admin", "run_as_principal", "responsible_role", "responsible_org_admin",
-           "has_policies", "has_sources", "memories", "has_providers", "last_step", "last_seq", "started_event")
+           "has_policies", "has_sources", "memories", "has_providers", "last_step", "last_seq", "started_event",
+           "active_before_ms")
 RUN_STARTED = RunEventType.RUN_STARTED.value
+
+
+def _ms(duration) -> int:
+    return max(int(duration.total_seconds() * 1000), 0) if duration is not None else 0
 
 
 def _columns(model, alias: str) -> str:
@@ -111,6 +143,7 @@ def _claim_load_sql() -> str:
     table = Execution._meta.db_table
     binding = AgentVersion.data_sources.through._meta.db_table
     principal, user = ServicePrincipal._meta.db_table, get_user_model()._meta.db_table
+    segment = ExecutionSegment._meta.db_table
     return f"""
 WITH c AS (
     UPDATE {table}
@@ -118,6 +151,10 @@ WITH c AS (
         started_at = COALESCE(started_at, %(now)s), published_at = NULL
     WHERE id = %(id)s AND (status = %(queued)s OR (status = %(running)s AND lease_expires_at < %(now)s))
     RETURNING *
+), prior AS (
+    -- The run as it was before this statement (every part of it reads the snapshot taken
+    -- before c's update): the lease a worker that died still held.
+    SELECT lease_expires_at FROM {table} WHERE id = %(id)s
 ), started AS (
     -- A run with no event yet starts here: its run_started event (the same fields as
     -- rivercore.events.run_started_event, the time as Python's isoformat() writes it)
@@ -128,6 +165,16 @@ WITH c AS (
         'started_at', {_isoformat("c.started_at")}), %(now)s
     FROM c WHERE NOT EXISTS (SELECT 1 FROM {ExecutionEvent._meta.db_table} x WHERE x.execution_id = c.id)
     RETURNING payload
+), lost AS (
+    -- A segment still open (its worker died) ends interrupted where its lease ran out.
+    UPDATE {segment} SET ended_at = LEAST(COALESCE((SELECT lease_expires_at FROM prior), started_at), %(now)s),
+        ended_as = %(interrupted)s
+    WHERE execution_id = (SELECT id FROM c) AND ended_at IS NULL
+), opened AS (
+    -- The segment this claim starts.
+    INSERT INTO {segment} (execution_id, number, started_at, ended_as)
+    SELECT c.id, COALESCE((SELECT max(s.number) FROM {segment} s WHERE s.execution_id = c.id), 0) + 1, %(now)s, ''
+    FROM c
 )
 SELECT {", ".join(_columns(model, alias) for model, alias in _MODELS)},
     (SELECT m.role FROM {Membership._meta.db_table} m
@@ -158,7 +205,11 @@ SELECT {", ".join(_columns(model, alias) for model, alias in _MODELS)},
             WHERE lp.organization_id = w.organization_id AND lp.enabled),
     (SELECT max(s.step_number) FROM {ExecutionStep._meta.db_table} s WHERE s.execution_id = c.id),
     (SELECT max(e.seq) FROM {ExecutionEvent._meta.db_table} e WHERE e.execution_id = c.id),
-    (SELECT payload FROM started)
+    (SELECT payload FROM started),
+    -- Milliseconds the run's earlier segments ran (the open one as "lost" ends it).
+    (SELECT COALESCE(sum(extract(epoch FROM LEAST(COALESCE(s.ended_at, (SELECT lease_expires_at FROM prior),
+                                                          s.started_at), %(now)s) - s.started_at)), 0) * 1000
+     FROM {segment} s WHERE s.execution_id = c.id)::bigint
 FROM c
 JOIN {Workspace._meta.db_table} w ON w.id = c.workspace_id
 JOIN {Agent._meta.db_table} a ON a.id = c.agent_id

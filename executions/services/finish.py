@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from agents.services import agent_health_record, agent_memory_record
 from executions.journal import event_rows_publish, next_event_seq
-from executions.models import Execution, ExecutionEvent, ExecutionStep
+from executions.models import Execution, ExecutionEvent, ExecutionSegment, ExecutionStep
 from executions.runend import RunEnded, run_end_handlers_call
 from executions.services.notify import run_end_notify
 from executions.services.queue import post_process_queue_on_commit
@@ -49,6 +49,22 @@ def run_outcome(status: str, steps: Sequence[StepLike] | None, *, execution_id: 
     return outcome_of(status, steps or [])
 
 
+def segment_close(*, execution_id: int, ended_at, ended_as: str, measure: bool = True) -> int | None:
+    """End the run's open segment (its end is written once; a run paused or queued has
+    none open, and nothing is written). Returns the run's active milliseconds up to
+    ``ended_at``: every segment's length, the one just ended included; None for a run
+    with no segment (queued before segments were recorded), and None without reading
+    anything when ``measure`` is false. Caller holds the run's row lock or its lease."""
+    ExecutionSegment.objects.filter(execution_id=execution_id, ended_at__isnull=True).update(
+        ended_at=ended_at, ended_as=ended_as)
+    if not measure:
+        return None
+    spans = list(ExecutionSegment.objects.filter(execution_id=execution_id).values_list("started_at", "ended_at"))
+    if not spans:
+        return None
+    return sum(max(int((end - start).total_seconds() * 1000), 0) for start, end in spans if end is not None)
+
+
 def run_end(row: Execution, *, status: str, summary: str, error: dict | None = None, result: dict | None = None,
             usage: dict | None = None, duration_ms: int | None = None, turns: int | None = None,
             seq: int | None = None, steps: Sequence[StepLike] | None = None) -> None:
@@ -56,6 +72,9 @@ def run_end(row: Execution, *, status: str, summary: str, error: dict | None = N
     the run may end this way. ``seq`` is the next event number when the caller knows it;
     ``steps`` are the run's steps when the caller holds them (the outcome is read from them)."""
     assert status in Execution.TERMINAL, status
+    # A segment still open ends with the run, or where its lease ran out when its
+    # worker is gone (the watchdog ending a run out of attempts).
+    held_until = row.lease_expires_at
     row.status = status
     row.outcome = run_outcome(status, steps, execution_id=row.pk).value
     row.finished_at = timezone.now()
@@ -70,8 +89,15 @@ def run_end(row: Execution, *, status: str, summary: str, error: dict | None = N
         row.usage = usage
         fields.append("usage")
     row.save(update_fields=fields)
+    active_ms = segment_close(execution_id=row.pk, ended_at=min(row.finished_at, held_until or row.finished_at),
+                              ended_as=ExecutionSegment.EndedAs.ENDED)
     if duration_ms is None:
-        duration_ms = int((row.finished_at - row.started_at).total_seconds() * 1000) if row.started_at else 0
+        # The run's time is its segments' (waits excluded); a run from before segments
+        # were recorded has none and counts from its first start.
+        if active_ms is not None:
+            duration_ms = active_ms
+        else:
+            duration_ms = int((row.finished_at - row.started_at).total_seconds() * 1000) if row.started_at else 0
     kind, payload = run_completed_event(status=row.status, outcome=row.outcome, duration_ms=max(duration_ms, 0),
                                         turns_used=row.turn_count if turns is None else turns,
                                         final_output_summary=summary)
@@ -83,13 +109,14 @@ def run_end(row: Execution, *, status: str, summary: str, error: dict | None = N
 
 def run_end_leased(execution: Execution, *, token: str, status: str, summary: str, error: dict | None,
                    result: dict, usage: dict, duration_ms: int, turns: int, seq: int,
-                   steps: Sequence[StepLike]) -> bool:
+                   steps: Sequence[StepLike], now=None) -> bool:
     """End a run whose lease the caller holds, as ``run_end`` does, without locking and
     reading the row first: the update checks the lease. On PostgreSQL the update and the
     ``run_completed`` event are one statement. Returns False (nothing written) when the
-    lease was lost or the run cancelled meanwhile."""
+    lease was lost or the run cancelled meanwhile. ``now`` is when it ended (the time its
+    ``duration_ms`` was measured to), now by default."""
     assert status in Execution.TERMINAL, status
-    now = timezone.now()
+    now = now or timezone.now()
     outcome = outcome_of(status, steps).value
     kind, payload = run_completed_event(status=status, outcome=outcome, duration_ms=max(duration_ms, 0),
                                         turns_used=turns, final_output_summary=summary)
@@ -104,6 +131,7 @@ def run_end_leased(execution: Execution, *, token: str, status: str, summary: st
                 "now": now, **{name: None if value is None else orjson.dumps(value).decode() for name, value in
                                values.items()},
                 "seq": seq, "kind": kind, "payload": orjson.dumps(event.payload).decode(),
+                "ended_as": ExecutionSegment.EndedAs.ENDED.value,
             })
             ended = cursor.fetchone() is not None
     else:
@@ -113,6 +141,8 @@ def run_end_leased(execution: Execution, *, token: str, status: str, summary: st
                                   lease_expires_at=None, **values) == 1
             if ended:
                 event.save(force_insert=True)
+                segment_close(execution_id=execution.pk, ended_at=now, ended_as=ExecutionSegment.EndedAs.ENDED,
+                              measure=False)
     if ended:
         execution.status, execution.outcome, execution.finished_at = status, outcome, now
         event_rows_publish(execution, [event])
@@ -127,6 +157,10 @@ WITH ended AS (
         error = %(error)s::jsonb, result = %(result)s::jsonb, usage = %(usage)s::jsonb
     WHERE id = %(id)s AND lease_token = %(token)s AND status = %(running)s
     RETURNING id
+), segment AS (
+    -- The segment ends with the run.
+    UPDATE {ExecutionSegment._meta.db_table} SET ended_at = %(now)s, ended_as = %(ended_as)s
+    WHERE execution_id = (SELECT id FROM ended) AND ended_at IS NULL
 )
 INSERT INTO {ExecutionEvent._meta.db_table} (execution_id, seq, event_type, payload, created_at)
 SELECT id, %(seq)s, %(kind)s, %(payload)s::jsonb, %(now)s FROM ended

@@ -12,12 +12,13 @@ import time
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection, transaction
+from django.utils import timezone
 
 from executions.journal import DbJournal, event_rows_publish, next_event_seq, run_status_message, step_from_row
-from executions.models import Execution, ExecutionEvent
+from executions.models import Execution, ExecutionEvent, ExecutionSegment
 from executions.runhost import leases_renew
 from executions.services.claim import execution_claim_load
-from executions.services.finish import gave_up_message, run_end, run_end_failed, run_end_leased
+from executions.services.finish import gave_up_message, run_end, run_end_failed, run_end_leased, segment_close
 from executions.services.load import run_state_build
 from executions.services.notify import run_paused_for_approval_notify, run_question_notify
 from governance import checker
@@ -239,10 +240,15 @@ def _segment_release(execution_id: int, token: str, exc: BaseException) -> None:
     try:
         if not connection.in_atomic_block:  # a worker: drop the connection the error broke
             connection.close_if_unusable_or_obsolete()
-        Execution.objects.filter(pk=execution_id, lease_token=token, status=Execution.Status.RUNNING).update(
-            status=Execution.Status.QUEUED, lease_token="", lease_expires_at=None, published_at=None,
-            infra_error=kind[:200],
-        )
+        with transaction.atomic():
+            released = Execution.objects.filter(pk=execution_id, lease_token=token,
+                                                status=Execution.Status.RUNNING).update(
+                status=Execution.Status.QUEUED, lease_token="", lease_expires_at=None, published_at=None,
+                infra_error=kind[:200],
+            )
+            if released:
+                segment_close(execution_id=execution_id, ended_at=timezone.now(),
+                              ended_as=ExecutionSegment.EndedAs.INTERRUPTED, measure=False)
     except (DatabaseError, InterfaceError) as again:
         logger.warning("execution %s keeps its lease until it expires: the release failed too (%s)",
                        execution_id, again.__class__.__name__)
@@ -339,15 +345,23 @@ def execution_segment_end(
     *, execution: Execution, token: str, state: RunState, outcome: Outcome, next_seq: int | None = None
 ) -> None:
     """Record how the segment ended. ``next_seq`` is the next event sequence number
-    when the caller's journal knows it (it held the lease, so nobody else appended)."""
+    when the caller's journal knows it (it held the lease, so nobody else appended).
+
+    The run's duration (``usage.execution_duration_ms``, ``run_completed``'s
+    ``duration_ms``) is its active time: the segments before this one (the claim read
+    them) and this one up to now, never the waits between them."""
     status = _STATUS_FROM_RESPONSE[outcome.status]
     response = response_build(state, outcome)
+    now = timezone.now()
+    active_ms = _active_ms(execution, now)
+    if active_ms is not None:
+        response.usage.execution_duration_ms = active_ms
     if status in Execution.TERMINAL and next_seq is not None:
         run_end_leased(execution, token=token, status=status, summary=(state.final_answer or "")[:300],
                        error=response.error.model_dump(mode="json") if response.error else None,
                        result=response.result.model_dump(mode="json"), usage=response.usage.model_dump(mode="json"),
                        duration_ms=response.usage.execution_duration_ms, turns=state.turn, seq=next_seq,
-                       steps=state.steps)
+                       steps=state.steps, now=now)
         return
     with transaction.atomic():
         # The built context (prompt, tool schemas) is large and not needed here.
@@ -359,9 +373,10 @@ def execution_segment_end(
             run_end(row, status=status, summary=(state.final_answer or "")[:300],
                     error=response.error.model_dump(mode="json") if response.error else None,
                     result=response.result.model_dump(mode="json"), usage=response.usage.model_dump(mode="json"),
-                    duration_ms=response.usage.execution_duration_ms, turns=state.turn, seq=seq,
+                    duration_ms=active_ms, turns=state.turn, seq=seq,
                     steps=state.steps)
             return
+        segment_close(execution_id=row.pk, ended_at=now, ended_as=status, measure=False)
         row.status = status
         row.lease_token = ""
         row.lease_expires_at = None
@@ -393,6 +408,15 @@ def execution_segment_end(
             # handler then found this run not yet waiting and left it to us.
             delegation_resume_if_ended(parent=row, child_execution_id=state.pending.child_execution_id
                                        if state.pending else None)
+
+
+def _active_ms(execution: Execution, now) -> int | None:
+    """The run's active milliseconds at ``now``, from what its claim read (None for a
+    run not loaded by a claim: the end reads its segments instead)."""
+    started = getattr(execution, "segment_started_at", None)
+    if started is None:
+        return None
+    return int(getattr(execution, "active_before_ms", 0) or 0) + max(int((now - started).total_seconds() * 1000), 0)
 
 
 def _approval_open(execution: Execution, state: RunState):

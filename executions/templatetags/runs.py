@@ -4,12 +4,12 @@ Plain words for business users: "2 min 5 s", "12,340 tokens", "$0.0120"."""
 
 from __future__ import annotations
 
-import datetime as dt
 from decimal import Decimal
 
 from django import template
 
 from executions.models import Execution
+from executions.selectors import execution_active_ms
 from rivercore.outcome import Outcome
 
 register = template.Library()
@@ -105,12 +105,11 @@ def milliseconds(value) -> str:
 
 @register.filter
 def run_duration(run) -> str:
-    """From start to end (or to now for a run still going); "—" before it started."""
-    started = getattr(run, "started_at", None)
-    if started is None:
+    """The run's time, waits for approval, a person or a delegated run excluded (its
+    segments, the running one up to now); "—" before it started."""
+    if getattr(run, "started_at", None) is None:
         return "—"
-    end = getattr(run, "finished_at", None) or dt.datetime.now(dt.UTC)
-    return milliseconds(max(int((end - started).total_seconds() * 1000), 0))
+    return milliseconds(execution_active_ms(run))
 
 
 @register.filter
