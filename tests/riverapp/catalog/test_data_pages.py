@@ -47,7 +47,9 @@ def test_the_list_is_bounded(client_for, member, workspace):
     with CaptureQueriesContext(connection) as queries:
         response = client.get("/data-sources/?page=3")
     assert response.status_code == 200 and "S059" in response.content.decode()
-    assert len(queries) <= 10
+    # The frame's Approvals badge reads the user's roles (it counts only requests they
+    # may decide): a fixed cost per page, not per row.
+    assert len(queries) <= 11
 
 
 def test_sampled_values_are_escaped_and_capped(client_for, member, source):
