@@ -15,7 +15,6 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
-from web.overview import overview_for_workspace
 
 from executions import services, tasks
 from executions.models import Execution, ExecutionEvent, ExecutionSegment
@@ -26,6 +25,7 @@ from governance.resolution import approval_resolve
 from tenancy.models import Membership
 from tenancy.permissions import Role
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
+from web.overview import overview_for_workspace
 
 pytestmark = pytest.mark.django_db
 
