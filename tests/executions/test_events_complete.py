@@ -10,10 +10,11 @@ import datetime as dt
 
 import pytest
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from executions import services, tasks
-from executions.models import Execution, ExecutionEvent
+from executions.models import Execution, ExecutionEvent, ExecutionSegment
 from executions.services.finish import gave_up_message, run_end_failed
 from governance.models import ApprovalRequest
 from governance.resolution import approvals_expire_due
@@ -95,6 +96,9 @@ def test_a_crashed_or_given_up_run_completes_with_duration_and_turns(workspace, 
     llm = ScriptedLLM([tool_reply("test_echo", {"text": "x"}), tool_reply("ask_user", question, "q1")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_interaction"
     Execution.objects.filter(pk=execution.pk).update(started_at=timezone.now() - dt.timedelta(seconds=3))
+    # The run's time is its segments' (waits excluded): its one segment ran those 3 seconds.
+    ExecutionSegment.objects.filter(execution_id=execution.pk).update(
+        started_at=F("started_at") - dt.timedelta(seconds=3))
 
     with transaction.atomic():
         row = Execution.objects.select_for_update().get(pk=execution.pk)
@@ -159,6 +163,9 @@ def test_a_run_the_watchdog_gives_up_on_completes_with_duration_and_turns(worksp
     Execution.objects.filter(pk=execution.pk).update(
         lease_expires_at=timezone.now() - dt.timedelta(seconds=1), attempts=settings.RIVER_MAX_SEGMENT_ATTEMPTS,
         started_at=timezone.now() - dt.timedelta(seconds=2))
+    # Its open segment began 3 seconds ago; the watchdog ends it where the lease ran out.
+    ExecutionSegment.objects.filter(execution_id=execution.pk).update(
+        started_at=F("started_at") - dt.timedelta(seconds=3))
 
     assert executions_requeue_stale(grace_seconds=0) == []
 

@@ -132,7 +132,7 @@ def test_web_and_worker_series_survive_a_worker_restart(tmp_path):
         # Known series exist at 0 before their first event.
         assert value(samples, "river_webhook_verification_failures_total", reason="replayed") == 0
         assert value(samples, "river_watchdog_recoveries_total", action="requeued") == 0
-        assert value(samples, "river_runs_total", status="completed", trigger_type="manual") == 0
+        assert value(samples, "river_runs_total", status="completed", outcome="answered", trigger_type="manual") == 0
         assert value(samples, "river_trigger_firings_total", trigger_type="event", outcome="skipped",
                      reason="duplicate") == 0
     finally:

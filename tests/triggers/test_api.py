@@ -100,7 +100,8 @@ def test_workflow_upstream_must_be_another_agent_of_the_workspace(api_client_for
     ok = client.post("/api/v1/triggers/", body(workspace, active_agent, type="workflow",
                                                config={"upstream_agent": str(upstream.pk)}))
     assert ok.status_code == 201, ok.json()
-    assert ok.json()["config"] == {"upstream_agent": str(upstream.pk), "on_statuses": ["completed"]}
+    assert ok.json()["config"] == {"upstream_agent": str(upstream.pk), "on_statuses": ["completed"],
+                                   "on_outcomes": None}
 
 
 def test_all_six_types_are_accepted(api_client_for, owner, workspace, active_agent, zendesk):
