@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
@@ -96,6 +96,7 @@ class NotificationReadAll(APIView):
         return Response({"marked": notifications_mark_read(user=request.user)})
 
 
+@extend_schema_field(OpenApiTypes.BOOL)
 class StrictBoolean(serializers.Field):
     """A JSON boolean and nothing else: ``"yes"``, ``1`` or ``null`` is a 400, never a guess."""
 
@@ -140,6 +141,27 @@ class PreferencesInput(StrictInput):
     events = EventsInput(required=False)
 
 
+class ChannelsOutput(serializers.Serializer):
+    in_app = serializers.BooleanField()
+    email = serializers.BooleanField()
+    slack = serializers.BooleanField()
+
+
+class EventsOutput(serializers.Serializer):
+    approval_pause = serializers.BooleanField()
+    question = serializers.BooleanField()
+    failed = serializers.BooleanField()
+    not_answered = serializers.BooleanField()
+    every_end = serializers.BooleanField()
+
+
+class PreferencesOutput(serializers.Serializer):
+    """What GET and PATCH answer: every channel and every event, always all of them."""
+
+    channels = ChannelsOutput()
+    events = EventsOutput()
+
+
 def _preferences(preference: NotificationPreference) -> dict:
     return {
         "channels": {name: getattr(preference, name) for name in NotificationPreference.CHANNELS},
@@ -148,11 +170,11 @@ def _preferences(preference: NotificationPreference) -> dict:
 
 
 class NotificationPreferences(APIView):
-    @extend_schema(responses=PreferencesInput)
+    @extend_schema(responses=PreferencesOutput)
     def get(self, request):
         return Response(_preferences(notification_preferences_get(user=request.user)))
 
-    @extend_schema(request=PreferencesInput, responses=PreferencesInput)
+    @extend_schema(request=PreferencesInput, responses=PreferencesOutput)
     def patch(self, request):
         body = PreferencesInput(data=request.data)
         body.is_valid(raise_exception=True)
