@@ -100,12 +100,22 @@ def _people(execution: Execution) -> dict:
 
 
 def _question(execution: Execution) -> dict | None:
-    """The open ``ask_user`` question, from its pending interaction step."""
-    if execution.status != Execution.Status.AWAITING_INTERACTION:
+    """The open ``ask_user`` question, from its pending interaction step.
+
+    The worker commits the question (its step and the ``interaction_required`` event,
+    which makes run.js fetch this part) before it closes the segment and saves the
+    pause: a page asking in between reads the run still ``running``. The question is
+    open then too when its step is the run's latest tool step (an answer is a later
+    step), or the card would stay missing, as no event follows the pause."""
+    if execution.status not in (Execution.Status.AWAITING_INTERACTION, Execution.Status.RUNNING):
         return None
     step = execution_question_open(execution_id=execution.pk)
     if step is None or not isinstance(step["input"], dict):
         return None
+    if execution.status == Execution.Status.RUNNING:
+        latest = execution_status_block(execution=execution)["current_tool"]
+        if not latest or latest["step_number"] != step["step_number"]:
+            return None
     return {**step["input"], "step_number": step["step_number"]}
 
 

@@ -44,7 +44,7 @@ def test_rows_follow_their_runs_status_live(signed_in, demo, second_page):  # no
     approver.goto(f"/runs/{run_id}/")
     approver.get_by_role("button", name="Approve", exact=True).click()
 
-    expect(page.locator(f"#run-row-{run_id} .badge")).to_have_text("Completed")
+    expect(page.locator(f"#run-row-{run_id} .run-row-status")).to_have_text("Completed")
     expect(page.locator("#runs-live")).to_contain_text(f"Run #{run_id} is now")
     assert page.evaluate("window.riverMarker") == "same page"
 
