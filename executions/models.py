@@ -9,6 +9,9 @@ from rivercore.contracts import StepStatus, TriggerType
 from rivercore.outcome import Outcome
 from rivercore.types.runs import RunStatus
 
+# A run's outcome as choices (rivercore.outcome.Outcome with labels); the API names it RunOutcomeEnum.
+OUTCOME_CHOICES = [(o.value, o.value.replace("_", " ").capitalize()) for o in Outcome]
+
 
 class Execution(models.Model):
     class Status(models.TextChoices):
@@ -69,8 +72,7 @@ class Execution(models.Model):
     status = models.CharField(max_length=30, choices=Status.choices, default=Status.QUEUED)
     # Whether the run did the job (rivercore.outcome, docs/engine.md): null until the run
     # ends, set in the same write as its terminal status.
-    outcome = models.CharField(max_length=20, choices=[(o.value, o.value.replace("_", " ").capitalize())
-                                                       for o in Outcome], null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=OUTCOME_CHOICES, null=True, blank=True)
     turn_count = models.PositiveIntegerField(default=0)
     tokens_input = models.PositiveBigIntegerField(default=0)
     tokens_output = models.PositiveBigIntegerField(default=0)

@@ -295,6 +295,10 @@ SPECTACULAR_SETTINGS = {
         "TriggerTypeEnum": "triggers.types.API_TRIGGER_TYPES",
         "SessionMessageRoleEnum": "executions.models.SessionMessage.Role",
         "SessionMessageStateEnum": "executions.models.SessionMessage.State",
+        "RunOutcomeEnum": "executions.models.OUTCOME_CHOICES",
+        "FiringOutcomeEnum": "triggers.models.TriggerFiring.Outcome",
+        "WebhookSchemeEnum": "triggers.models.WebhookScheme",
+        "WebhookSchemeChoosableEnum": "triggers.webhooks.CHOOSABLE_SCHEMES",
     },
 }
 
