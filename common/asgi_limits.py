@@ -1,6 +1,6 @@
 """The body limit at the ASGI layer, before Django reads a byte of the body.
 
-Under Daphne, River's server edge (riverapp.server) already refuses a body over the
+Under Daphne, River's server edge (common.daphne_edge) already refuses a body over the
 limit while it arrives. This middleware holds the same limit for any ASGI server that
 streams the body to the application (uvicorn, hypercorn, a test's communicator), so
 Django never spools more than the limit:

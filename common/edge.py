@@ -122,7 +122,7 @@ def body_limit(request: HttpRequest) -> int | None:
 def body_limit_for(*, method: str, path: str) -> int:
     """The largest body a request may send: ``DATA_UPLOAD_MAX_MEMORY_SIZE``, or for a POST
     to a file upload path its own limit (``RIVER_UPLOAD_BODY_LIMITS``). One table for the
-    server's edge (riverapp.server, before the body is read), the ASGI layer
+    server's edge (common.daphne_edge, before the body is read), the ASGI layer
     (common.asgi_limits) and this middleware."""
     if method.upper() == "POST":
         upload_limit = getattr(settings, "RIVER_UPLOAD_BODY_LIMITS", {}).get(path)

@@ -11,6 +11,11 @@ class ExecutionsConfig(AppConfig):
         from governance.runs import run_control_install
 
         run_control_install(ExecutionRunControl())  # how approvals resume and end runs
+        import executions.tasks  # noqa: F401 - registers the tasks the services send by name
+        from executions.runhost import run_host_post_processor_set
+        from executions.services import execution_post_process
+
+        run_host_post_processor_set(lambda execution_id: execution_post_process(execution_id=execution_id))
         from executions.runend import run_end_handler_register
         from executions.services.delegation import delegation_child_ended
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -157,11 +157,9 @@ class RunHost:
         """Post-process a run that ended here on an I/O thread, with no broker message
         and no task; one that fails is logged and done by the watchdog's next pass over
         runs not post-processed (``executions_post_process_missed``)."""
-        from executions.services import execution_post_process
-
         def run() -> None:
             try:
-                execution_post_process(execution_id=execution_id)
+                _post_processor(execution_id)
             except Exception:  # noqa: BLE001 - the watchdog does it again
                 logger.exception("post-processing of execution %s failed on its run host", execution_id)
 
@@ -218,7 +216,20 @@ def _connection_close() -> None:
 
 _host: RunHost | None = None
 _enabled = False
+
+
 _host_lock = threading.Lock()
+
+
+def _post_processor(execution_id: int) -> object:  # replaced at start (executions.apps)
+    raise RuntimeError("no post-processor is set for the run host")
+
+
+def run_host_post_processor_set(post_process: Callable[[int], object]) -> None:
+    """What ``RunHost.post_process`` calls (``executions.apps`` sets the service at start),
+    so the host depends on no service and the services may use the host."""
+    global _post_processor
+    _post_processor = post_process
 
 
 def run_host_enable() -> None:

@@ -2,7 +2,7 @@
 
 HTTP passes the body limit first (common.asgi_limits). Served by Daphne
 (``daphne riverapp.asgi:application`` or ``manage.py runriver``), River's server edge
-(riverapp.server) also holds the limits Daphne applies before any application runs:
+(common.daphne_edge) also holds the limits Daphne applies before any application runs:
 the body's size while it arrives, the request line and the header block.
 """
 
@@ -27,9 +27,10 @@ from riverapp.routing import websocket_urlpatterns  # noqa: E402
 
 if "daphne.server" in sys.modules:
     # Daphne is serving (importing it elsewhere would install its Twisted reactor).
-    from riverapp.server import daphne_edge_install
+    from common.daphne_edge import daphne_edge_install
+    from telemetry.logs import AccessLog
 
-    daphne_edge_install()
+    daphne_edge_install(access_log=AccessLog)
 
 from telemetry.traces import traces_asgi_wrap  # noqa: E402
 

@@ -163,10 +163,11 @@ def serve(*, host: str, port: int, worker: bool, beat: bool, concurrency: int, o
     """Serve HTTP and WebSocket on host:port until SIGINT/SIGTERM; blocks."""
     from daphne.endpoints import build_endpoint_description_strings
 
+    from common.daphne_edge import daphne_edge_install
     from riverapp.asgi import application
-    from riverapp.server import daphne_edge_install
+    from telemetry.logs import AccessLog
 
-    daphne_edge_install()  # riverapp.asgi did already; said here too, since serve() depends on it
+    daphne_edge_install(access_log=AccessLog)  # riverapp.asgi did already; said here too, since serve() depends on it
     bind_channel_layer_to_loop(daphne.server.twisted_loop)
     services = BackgroundServices(concurrency=concurrency, with_worker=worker, with_beat=beat)
     # Static files are served by WhiteNoise's middleware, in DEBUG and production alike.

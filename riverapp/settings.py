@@ -113,6 +113,7 @@ INSTALLED_APPS = [
     "executions",
     "triggers",
     "web",
+    "demo",
     "riverapp",
 ]
 

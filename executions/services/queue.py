@@ -6,25 +6,40 @@ from __future__ import annotations
 
 import logging
 
+from celery import current_app
 from django.db import DatabaseError, InterfaceError, transaction
 from django.utils import timezone
 
 from executions.journal import step_row
 from executions.models import Execution, ExecutionStep
+from executions.runhost import run_host
 from rivercore.contracts import Step
 from rivercore.errors import Conflict
-from telemetry.aftercommit import task_send_on_commit
+from telemetry.aftercommit import task_send, task_send_on_commit
 from telemetry.faults import infra_fault_record
 
 logger = logging.getLogger("river.executions")
+
+# The tasks these services send (``executions.tasks``, registered when the app is ready).
+# They are found by name, so the services never import the module that calls them.
+RUN_SEGMENT_TASK = "executions.run_segment"
+POST_PROCESS_TASK = "executions.post_process"
+
+
+def _task(name: str):
+    return current_app.tasks[name]
+
+
+def segment_send(execution_id: int) -> bool:
+    """Send the run's segment now (the watchdog's re-send); False when the broker
+    refused it (counted and logged, never raised)."""
+    return task_send(_task(RUN_SEGMENT_TASK), execution_id, subject=f"execution {execution_id}")
 
 
 def segment_queue_on_commit(execution_id: int) -> None:
     """After commit, send the run's segment. The caller set ``published_at`` in the
     same transaction; if the send fails it is cleared, so the watchdog's next pass
     sends it again instead of waiting out the grace period."""
-    from executions.tasks import run_segment
-
     def unpublished() -> None:
         try:
             Execution.objects.filter(pk=execution_id, status=Execution.Status.QUEUED).update(published_at=None)
@@ -32,7 +47,8 @@ def segment_queue_on_commit(execution_id: int) -> None:
             infra_fault_record(component="database", operation="mark unpublished", exc=exc,
                                subject=f"execution {execution_id}")
 
-    task_send_on_commit(run_segment, execution_id, subject=f"execution {execution_id}", on_failure=unpublished)
+    task_send_on_commit(_task(RUN_SEGMENT_TASK), execution_id, subject=f"execution {execution_id}",
+                        on_failure=unpublished)
 
 
 def post_process_queue_on_commit(execution_id: int) -> None:
@@ -40,14 +56,11 @@ def post_process_queue_on_commit(execution_id: int) -> None:
     (a run that ended in a worker process, with no broker round trip), else by sending
     ``post_process``. If either is lost (the broker down, the process killed), the
     watchdog's ``executions_post_process_missed`` does it after the grace period."""
-    from executions.runhost import run_host
-    from executions.tasks import post_process
-
     host = run_host()
     if host is not None:
         transaction.on_commit(lambda: host.post_process(execution_id))
     else:
-        task_send_on_commit(post_process, execution_id, subject=f"execution {execution_id}")
+        task_send_on_commit(_task(POST_PROCESS_TASK), execution_id, subject=f"execution {execution_id}")
 
 
 def steps_append_and_requeue(*, execution: Execution, expected_status: str, new_steps: list[Step]) -> None:

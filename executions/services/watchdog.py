@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from executions.models import Execution
 from executions.services.finish import execution_post_process, gave_up_message, run_end_failed
-from telemetry.aftercommit import task_send
+from executions.services.queue import segment_send
 from telemetry.metrics import watchdog_recovery_record
 
 logger = logging.getLogger("river.executions")
@@ -46,10 +46,7 @@ def executions_requeue_stale(*, grace_seconds: int | None = None) -> list[int]:
         return []
     # Same conditions again: a run claimed since the select keeps published_at NULL.
     Execution.objects.filter(orphaned & unclaimed, pk__in=stale).update(published_at=now)
-    from executions.tasks import run_segment
-
-    sent = [execution_id for execution_id in stale
-            if task_send(run_segment, execution_id, subject=f"execution {execution_id}")]
+    sent = [execution_id for execution_id in stale if segment_send(execution_id)]
     watchdog_recovery_record(action="requeued", count=len(sent))
     logger.warning("watchdog re-sent %d of %d stale execution(s): %s", len(sent), len(stale), stale[:20])
     return stale

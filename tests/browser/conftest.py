@@ -299,7 +299,7 @@ def demo(transactional_db):
     from django.contrib.auth import get_user_model
 
     from agents.models import Agent
-    from riverapp.demo import ADMIN_USERNAME, APPROVER_USERNAME, ORG_SLUG, WORKSPACE_SLUG, demo_seed
+    from demo.seed import ADMIN_USERNAME, APPROVER_USERNAME, ORG_SLUG, WORKSPACE_SLUG, demo_seed
     from tenancy.models import Workspace
 
     demo_seed()

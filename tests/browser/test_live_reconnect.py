@@ -20,8 +20,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from demo.seed import SUPPORT_ANALYST
 from executions.models import Execution, ExecutionEvent
-from riverapp.demo import SUPPORT_ANALYST
 from rivercore.events import event_message
 from telemetry.events import EVENT_MESSAGE_TYPE, execution_group
 

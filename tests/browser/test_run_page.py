@@ -23,9 +23,10 @@ from django.conf import settings
 from django.test import Client
 from playwright.sync_api import expect
 
+from demo.seed import SUPPORT_ANALYST, SUPPORT_SPECIALIST, demo_database_path
+from demo.support_db import demo_database_build
 from executions.models import Execution, ExecutionEvent
 from governance.models import ApprovalRequest
-from riverapp.demo import SUPPORT_ANALYST, SUPPORT_SPECIALIST, demo_database_build, demo_database_path
 from tests.browser.conftest import WAIT_MS, axe_violations, screenshot
 
 CLOSE_TICKETS = "Close the open high-priority tickets created in the last 24 hours"

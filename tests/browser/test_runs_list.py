@@ -7,7 +7,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from riverapp.demo import SUPPORT_SPECIALIST, demo_database_build, demo_database_path
+from demo.seed import SUPPORT_SPECIALIST, demo_database_path
+from demo.support_db import demo_database_build
 from tests.browser.conftest import axe_violations, screenshot
 from tests.browser.test_run_page import CLOSE_TICKETS, PHONE, second_page  # noqa: F401 - a fixture
 

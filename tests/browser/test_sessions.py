@@ -18,8 +18,8 @@ import pytest
 from playwright.sync_api import expect
 
 from artifacts.models import Artifact
+from demo.seed import SUPPORT_ANALYST, SUPPORT_SPECIALIST, demo_database_path
 from executions.models import Execution, Session, SessionMessage
-from riverapp.demo import SUPPORT_ANALYST, SUPPORT_SPECIALIST, demo_database_path
 from tests.browser.conftest import WAIT_MS, axe_violations, screenshot
 
 FIRST = "How many open high-priority tickets were created in the last 24 hours?"

@@ -11,8 +11,8 @@ from django.contrib.auth import get_user_model
 
 from agents.models import Agent
 from datasources.services import data_source_create, data_source_discover
+from demo.seed import demo_seed
 from executions.services import execution_run_segment, execution_start, person_run_request
-from riverapp.demo import demo_seed
 from tests.executions.test_planner_questions import CHINOOK, needs_chinook
 
 pytestmark = [pytest.mark.django_db(transaction=True), needs_chinook]  # tools run in worker threads

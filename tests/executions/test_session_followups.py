@@ -11,11 +11,11 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from agents.models import Agent
+from demo.seed import demo_database_path, demo_seed
 from executions import services
 from executions.models import Execution
 from executions.services import sessions
 from executions.services.load import request_build
-from riverapp.demo import demo_database_path, demo_seed
 
 pytestmark = pytest.mark.django_db(transaction=True)  # tools run in worker threads
 

@@ -20,8 +20,9 @@ body can still read the answer, instead of meeting a reset) for ``LINGER_SECONDS
 most, then closes.
 
 Daphne's access log (``daphne riverapp.asgi:application`` writes one by default, NCSA
-text to stdout) goes through River's logging instead (``telemetry.logs.AccessLog``, logger
-``river.access``), so it follows ``RIVER_LOG_FORMAT`` and redaction.
+text to stdout) goes through River's logging instead: the caller passes the access-log
+class (``telemetry.logs.AccessLog``, logger ``river.access``), so it follows
+``RIVER_LOG_FORMAT`` and redaction.
 
 ``riverapp.asgi`` installs it when Daphne is the server (``daphne riverapp.asgi:application``,
 ``manage.py runriver``): Daphne builds its protocol factory by name when it starts
@@ -40,7 +41,6 @@ from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.web import http
 
 from common.edge import body_limit_for, is_api_path, too_large_message
-from telemetry.logs import AccessLog
 
 REQUEST_LINE_MAX_BYTES = 8 * 1024
 HEADER_BLOCK_MAX_BYTES = 16 * 1024
@@ -212,9 +212,10 @@ class RiverHTTPFactory(HTTPFactory):
         return protocol
 
 
-def daphne_edge_install() -> None:
+def daphne_edge_install(*, access_log: type) -> None:
     """Make Daphne's ``Server`` serve HTTP through ``RiverHTTPFactory``, and its command
-    line write the access log through logging. (The command line imports the application,
-    and so this, before it builds its access logger.)"""
+    line write the access log with ``access_log`` (a class Daphne calls with its access-log
+    stream and then with each request's details). The command line imports the application,
+    and so this, before it builds its access logger."""
     daphne.server.HTTPFactory = RiverHTTPFactory
-    daphne.cli.AccessLogGenerator = AccessLog
+    daphne.cli.AccessLogGenerator = access_log

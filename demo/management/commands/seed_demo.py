@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from riverapp.demo import ADMIN_USERNAME, APPROVER_USERNAME, SeedReport, demo_seed
+from demo.seed import ADMIN_USERNAME, APPROVER_USERNAME, SeedReport, demo_seed
 
 
 def seed_report_write(command: BaseCommand, report: SeedReport) -> None:

@@ -10,18 +10,16 @@ from django.utils import timezone
 
 from agents.models import Agent
 from datasources.models import DataSource
-from governance.models import WorkspaceSettings
-from riverapp.demo import (
-    ANALYST_TOOLS,
+from demo.seed import ANALYST_TOOLS, SPECIALIST_TOOLS, demo_database_path
+from demo.support_db import (
     FRESH_TICKETS_MINIMUM,
     FRESH_TICKETS_TARGET,
     FRESH_WINDOW,
-    SPECIALIST_TOOLS,
     TICKET_TOPICS,
     demo_database_build,
-    demo_database_path,
     demo_tickets_top_up,
 )
+from governance.models import WorkspaceSettings
 from tenancy.models import Membership, Organization, OrganizationMember, Workspace
 
 pytestmark = pytest.mark.django_db

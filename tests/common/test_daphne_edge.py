@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from riverapp.server import HEADER_BLOCK_MAX_BYTES, MAX_HEADERS, REQUEST_LINE_MAX_BYTES
+from common.daphne_edge import HEADER_BLOCK_MAX_BYTES, MAX_HEADERS, REQUEST_LINE_MAX_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 START_DEADLINE_SECONDS = 90

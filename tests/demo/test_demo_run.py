@@ -9,11 +9,11 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from agents.models import Agent
+from demo.seed import demo_database_path, demo_seed
 from executions.models import Execution
 from executions.services import execution_run_segment, execution_start, person_run_request
 from governance.models import ApprovalRequest, AuditLogEntry
 from governance.resolution import approval_resolve
-from riverapp.demo import demo_database_path, demo_seed
 from rivercore.errors import PermissionDenied
 
 QUESTION = "How many open high-priority tickets were created in the last 24 hours?"

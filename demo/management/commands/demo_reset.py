@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from riverapp.demo import demo_seed
-from riverapp.management.commands.seed_demo import seed_report_write
+from demo.management.commands.seed_demo import seed_report_write
+from demo.seed import demo_seed
 
 
 class Command(BaseCommand):
