@@ -119,7 +119,7 @@ def _question(execution: Execution) -> dict | None:
     return {**step["input"], "step_number": step["step_number"]}
 
 
-def _cards(user, execution: Execution, *, answer_error: dict | None = None, answer: str = "") -> dict:
+def run_cards(user, execution: Execution, *, answer_error: dict | None = None, answer: str = "") -> dict:
     approvals = approvals_of_execution(user=user, execution_id=execution.pk)
     allowed = approval_resolver(user=user, workspace=execution.workspace)
     return {
@@ -173,7 +173,7 @@ def _parts_context(request, execution: Execution, parts, **card_state) -> dict:
     if "cause" in parts:
         context.update(_cause(request.user, execution))
     if "cards" in parts:
-        context.update(_cards(request.user, execution, **card_state))
+        context.update(run_cards(request.user, execution, **card_state))
     if "outcome" in parts:
         context.update(_outcome(execution))
     return context

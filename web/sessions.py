@@ -40,7 +40,7 @@ from tenancy.permissions import AGENT_EXECUTE
 from tenancy.selectors import workspace_permissions
 from web.context import current_workspace
 from web.page_tools import mark_invalid_fields, page_login_required
-from web.run import _cards
+from web.run import run_cards
 
 SESSIONS_PER_PAGE = 25
 # The latest entries a conversation page shows (older ones: the API's message list).
@@ -152,7 +152,7 @@ def _conversation(user, session: Session) -> dict:
     context: dict = {"cards": [], "question": None}
     active = session_active_execution(session=session)
     if active is not None and active.status in WAITING:
-        context.update(_cards(user, active))
+        context.update(run_cards(user, active))
     may_steer = AGENT_EXECUTE in workspace_permissions(user=user, workspace=session.workspace)
     return {**context, "session": session, "entries": entries, "active": active, "execution": active,
             "may_steer": may_steer, "older": len(rows) == ENTRIES_SHOWN}
