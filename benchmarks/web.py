@@ -370,7 +370,6 @@ def _creation(port: int, daphne_pid: int, fx: _Fixtures, size: WebSize) -> Itera
     web process's CPU per creation (Daphne's user + system time over the concurrent phase,
     from /proc), beside throughput; Daphne's own share is that minus the same request's
     CPU in Django and DRF alone, timed in this process without a server."""
-    from executions.models import Execution
 
     path, body = f"/api/v1/agents/{fx.runner.pk}/run", {"input_prompt": "Web bench run."}
     alone = _Client(port, fx.tokens["requester"])
@@ -420,7 +419,23 @@ def _creation(port: int, daphne_pid: int, fx: _Fixtures, size: WebSize) -> Itera
                  f"(target <= {TARGET_CREATE_CPU_MS:g} ms)")
     yield _check(rate >= TARGET_RUNS_PER_SECOND, f"{rate:.0f} runs/s with {clients} clients "
                  f"(target >= {TARGET_RUNS_PER_SECOND})")
-    Execution.objects.filter(agent=fx.runner).delete()  # their queued messages will find no run
+    _runs_delete_settled(fx.runner)
+
+
+def _runs_delete_settled(agent, timeout: float = 300.0) -> None:
+    """Delete the agent's runs once the worker has finished and post-processed them (a
+    delete racing the worker's writes can deadlock with them)."""
+    from django.db.models import Q
+
+    from executions.models import Execution
+
+    runs = Execution.objects.filter(agent=agent)
+    deadline = time.monotonic() + timeout
+    while runs.filter(~Q(status__in=Execution.TERMINAL) | Q(post_processed_at__isnull=True)).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the worker did not finish the runs of {agent.name} within {timeout:g} s")
+        time.sleep(0.2)
+    runs.delete()
 
 
 def _creation_in_process(path: str, body: dict, fx: _Fixtures, count: int) -> float:
@@ -598,7 +613,7 @@ def _fanout(port: int, fx: _Fixtures, size: WebSize) -> Iterator[str]:
                  f"(target <= {TARGET_FANOUT_P50_MS} ms)")
     yield _check(p99 <= TARGET_FANOUT_P99_MS, f"p99 {p99:.1f} ms with {count} runs active "
                  f"(target <= {TARGET_FANOUT_P99_MS} ms)")
-    Execution.objects.filter(pk__in=ids).delete()
+    _runs_delete_settled(fx.runner)
 
 
 def _fan_once(port: int, token: str, run_ids: list[int], *, start_runs: Callable[[], None],
