@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
+from common.compiled import CompiledQuery
 from datasources.models import DataSource
 from rivercore.errors import InvalidInput, NotFound
 from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, workspaces_for_user
@@ -104,6 +105,17 @@ def agent_get_in_workspace(*, workspace_id: int, reference: str) -> Agent:
     return named[0]
 
 
+# Every run started over the API reads its agent this way: compiled once, not per request
+# (common.compiled). The stand-ins appear nowhere else in the query.
+_AGENT_WITH_ROLES = CompiledQuery(
+    lambda user_id, agent_id: Agent.objects.select_related("workspace")
+    .annotate(**role_annotations(user_id=user_id, workspace_ref="workspace_id",
+                                 organization_ref="workspace__organization_id"))
+    .filter(Q(member_role__isnull=False) | Q(org_admin=True), pk=agent_id).order_by()[:1],
+    user_id=-(2**62) + 27, agent_id=uuid.UUID("00000000-0000-4000-8000-00000000c0de"),
+)
+
+
 def agent_get_with_permissions(*, user, agent_id) -> tuple[Agent, frozenset[str]]:
     """The agent if the user can see its workspace (a member, or an admin of its
     organization), with the permissions the user holds there, read in one query; else 404."""
@@ -113,13 +125,7 @@ def agent_get_with_permissions(*, user, agent_id) -> tuple[Agent, frozenset[str]
         raise NotFound("Agent not found.") from None
     if not user.is_authenticated:
         raise NotFound("Agent not found.")
-    agent = (
-        Agent.objects.select_related("workspace")
-        .annotate(**role_annotations(user_id=user.pk, workspace_ref="workspace_id",
-                                     organization_ref="workspace__organization_id"))
-        .filter(Q(member_role__isnull=False) | Q(org_admin=True), pk=pk)
-        .first()
-    )
+    agent = _AGENT_WITH_ROLES.first(user_id=user.pk, agent_id=pk)
     if agent is None:
         raise NotFound("Agent not found.")
     return agent, roles_permissions(roles_annotated(agent))

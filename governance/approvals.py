@@ -15,6 +15,7 @@ from datetime import timedelta
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from common.compiled import CompiledQuery
 from governance.audit import audit_record
 from governance.models import ApprovalRequest
 from governance.notifications import approval_notifications_resolve, approval_notify
@@ -22,7 +23,7 @@ from rivercore.errors import Conflict, NotFound, PermissionDenied
 from rivercore.types.governance import ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
-from tenancy.selectors import roles_permissions, user_is_service_principal, workspace_roles, workspaces_for_user
+from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, workspaces_for_user
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +74,31 @@ def approval_request_open(
     return approval
 
 
+# The caller's standing in a workspace, read in one statement compiled once per process
+# (common.compiled): their roles as ``workspace_roles`` gives them (a trigger's service
+# identity capped by its responsible person) and whether they are such an identity.
+_STANDING = CompiledQuery(
+    lambda user_id, workspace_id: Workspace.objects.annotate(**role_annotations(
+        user_id=user_id, workspace_ref="pk", organization_ref="organization_id"))
+    .only("pk").filter(pk=workspace_id).order_by()[:1],
+    user_id=-(2**62) + 31, workspace_id=-(2**62) + 37,
+)
+
+
+def _standing(*, user, workspace) -> tuple[list[str], bool]:
+    """(the user's roles in the workspace, whether the user is a trigger's service identity)."""
+    if not getattr(user, "pk", None):
+        return [], False
+    row = _STANDING.first(user_id=user.pk, workspace_id=workspace.pk)
+    if row is None:
+        return [], False
+    return roles_annotated(row), bool(row.run_as_principal)
+
+
 def _resolver_roles(*, user, workspace) -> set[str]:
     """The user's roles in the workspace if they hold ``approval:resolve`` there, else none."""
-    roles = workspace_roles(user=user, workspace=workspace)  # read once: the permission follows from them
-    if APPROVAL_RESOLVE not in roles_permissions(roles) or user_is_service_principal(user=user):
+    roles, principal = _standing(user=user, workspace=workspace)  # read once: the permission follows
+    if principal or APPROVAL_RESOLVE not in roles_permissions(roles):
         return set()
     return set(roles)
 
@@ -109,9 +131,10 @@ def self_approval_refused(*, user, approval: ApprovalRequest) -> bool:
 def approval_authorize(*, user, approval: ApprovalRequest) -> None:
     """Raise PermissionDenied unless ``user`` may resolve ``approval``: approve,
     reject or edit. Every way in (API, pages, services) comes through here."""
-    if user_is_service_principal(user=user):
+    roles, principal = _standing(user=user, workspace=approval.workspace)  # one statement
+    if principal:
         raise PermissionDenied(SERVICE_PRINCIPAL_MESSAGE, code="service_principal_cannot_approve")
-    if not _role_allows(_resolver_roles(user=user, workspace=approval.workspace), approval):
+    if APPROVAL_RESOLVE not in roles_permissions(roles) or not _role_allows(set(roles), approval):
         raise PermissionDenied("Your role may not resolve this approval request.")
     if self_approval_refused(user=user, approval=approval):
         raise PermissionDenied(SELF_APPROVAL_MESSAGE, code="self_approval_forbidden")

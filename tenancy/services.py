@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from common.compiled import CompiledQuery
 from common.secrets import secret_issue, secret_verify
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
 from tenancy.models import AccessToken, Membership, ServicePrincipal, Workspace
@@ -38,8 +39,16 @@ def token_issue(
     return IssuedToken(token=token, plaintext=issued.plaintext)
 
 
+# Every API request looks its token up: compiled once, not per request (common.compiled).
+_TOKEN_BY_PREFIX = CompiledQuery(
+    lambda prefix: AccessToken.objects.select_related("user", "user__service_principal")
+    .filter(prefix=prefix).order_by()[:1],
+    prefix="\x00token-prefix",  # no real prefix holds a NUL (12 hex characters)
+)
+
+
 def _token_by_prefix(prefix: str) -> AccessToken | None:
-    return AccessToken.objects.select_related("user", "user__service_principal").filter(prefix=prefix).first()
+    return _TOKEN_BY_PREFIX.first(prefix=prefix)
 
 
 def token_authenticate(*, plaintext: str | None) -> AccessToken | None:

@@ -170,14 +170,21 @@ def _io(hosted: bool, fn, *args, **kwargs):
 
 
 def _claim(execution_id: int) -> tuple[str, Execution] | None:
+    """Claim and load the run. A ``run_started`` event the claim wrote is published here,
+    on the thread that committed it, before anything else of the segment: a hosted
+    run's next blocking call waits for a free I/O thread behind the other hosted runs'
+    work, and the event must not wait with it."""
     try:
-        return execution_claim_load(execution_id=execution_id)
+        claimed = execution_claim_load(execution_id=execution_id)
     except (DatabaseError, InterfaceError) as exc:
         # Nothing was claimed: the run keeps its state and the watchdog sends it again.
         infra_fault_record(component="database", operation="claim", exc=exc, subject=f"execution {execution_id}")
         if not connection.in_atomic_block:
             connection.close()
         return None
+    if claimed is not None and claimed[1].started_event is not None:
+        event_rows_publish(claimed[1], [claimed[1].started_event])  # at once when committed, else with the commit
+    return claimed
 
 
 def execution_run_segment(*, execution_id: int, llm=None) -> str | None:
@@ -300,9 +307,7 @@ async def _segment_loop(execution: Execution, token: str, llm, state: RunState, 
     # caller may keep a write-behind connection of its own for the segment.
     journal = await _io(hosted, DbJournal, execution, token, write_behind=False if hosted else None,
                         seq=(execution.last_seq or 0) + 1)
-    if execution.started_event is not None:  # the claim wrote it, and it is committed
-        await _io(hosted, event_rows_publish, execution, [execution.started_event])
-    elif not state.steps:
+    if execution.started_event is None and not state.steps:  # one the claim wrote went out with it (_claim)
         journal.emit(*run_started_event(
             execution_id=execution.pk, agent_id=execution.agent_id,
             trigger_type=execution.trigger_type, started_at=execution.started_at,
