@@ -12,12 +12,14 @@ UV_VERSION := 0.13.9
 # Installs with uv (pinned, itself installed by pip from the same package index) when it
 # could be installed into the virtualenv, else with pip. Either way from the index pip is
 # configured to use: uv is given pip's index, extra indexes and find-links.
+# Like pip, uv writes the packages' bytecode at install (--compile-bytecode), so no command
+# compiles them on its first run (nor on every run where PYTHONDONTWRITEBYTECODE is set).
 PIP_SETTING = $(shell $(PIP) config get global.$(1) 2>/dev/null)
 UV_FROM_PIP = $(if $(call PIP_SETTING,index-url),--index-url $(call PIP_SETTING,index-url)) \
 	$(foreach url,$(call PIP_SETTING,extra-index-url),--extra-index-url $(url)) \
 	$(foreach dir,$(sort $(PIP_FIND_LINKS) $(call PIP_SETTING,find-links)),--find-links $(dir))
 INSTALL = if [ -x $(VENV)/bin/uv ]; then \
-		VIRTUAL_ENV=$(VENV) $(VENV)/bin/uv pip install --quiet --python $(PY) --index-strategy unsafe-best-match \
+		VIRTUAL_ENV=$(VENV) $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --index-strategy unsafe-best-match \
 			$(UV_FROM_PIP) -r $(1) || $(PIP) install --quiet -r $(1); \
 	else $(PIP) install --quiet -r $(1); fi
 
