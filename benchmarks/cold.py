@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -167,6 +168,7 @@ def cold_bench() -> Iterator[str]:
     if seconds is None:
         raise RuntimeError(f"no model call in {DEADLINE_SECONDS:g} s; {log} ends:\n"
                            + log.read_text(errors="replace")[-2000:])
+    shutil.rmtree(log.parent, ignore_errors=True)  # kept only when the worker never called
     yield (f"  {verdict(seconds <= TARGET_FIRST_CALL_SECONDS)}  cold `celery -A riverapp worker` to its first model "
            f"call: {seconds:.2f} s, {cpu:.2f} CPU-s in the worker's processes "
            f"(target <= {TARGET_FIRST_CALL_SECONDS:g} s)")
