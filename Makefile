@@ -8,16 +8,31 @@ PORT ?= 8000
 
 .PHONY: run test test-fast install install-dev lint bench faults fuzz migrate clean
 
+UV_VERSION := 0.13.9
+# Installs with uv (pinned, itself installed by pip from the same package index) when it
+# could be installed into the virtualenv, else with pip. Either way from the index pip is
+# configured to use: uv is given pip's index, extra indexes and find-links.
+# Like pip, uv writes the packages' bytecode at install (--compile-bytecode), so no command
+# compiles them on its first run (nor on every run where PYTHONDONTWRITEBYTECODE is set).
+PIP_SETTING = $(shell $(PIP) config get global.$(1) 2>/dev/null)
+UV_FROM_PIP = $(if $(call PIP_SETTING,index-url),--index-url $(call PIP_SETTING,index-url)) \
+	$(foreach url,$(call PIP_SETTING,extra-index-url),--extra-index-url $(url)) \
+	$(foreach dir,$(sort $(PIP_FIND_LINKS) $(call PIP_SETTING,find-links)),--find-links $(dir))
+INSTALL = if [ -x $(VENV)/bin/uv ]; then \
+		VIRTUAL_ENV=$(VENV) $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --index-strategy unsafe-best-match \
+			$(UV_FROM_PIP) -r $(1) || $(PIP) install --quiet -r $(1); \
+	else $(PIP) install --quiet -r $(1); fi
+
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet uv==$(UV_VERSION) || echo "uv could not be installed; installing with pip"
 
 $(VENV)/.installed: requirements.txt | $(VENV)/bin/python
-	$(PIP) install --quiet -r requirements.txt
+	$(call INSTALL,requirements.txt)
 	touch $@
 
 $(VENV)/.installed-dev: requirements.txt requirements-dev.txt $(VENV)/.installed
-	$(PIP) install --quiet -r requirements-dev.txt
+	$(call INSTALL,requirements-dev.txt)
 	touch $@
 
 install: $(VENV)/.installed

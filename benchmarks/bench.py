@@ -59,6 +59,7 @@ from django.test.utils import override_settings
 from pydantic import BaseModel, ConfigDict
 
 from agents.models import Agent, AgentVersion
+from benchmarks.cold import cold_bench
 from benchmarks.runs import PEER_TURNS, bench_agent, fixed_cost_bench, peers_bench, runs_cleanup
 from benchmarks.scale import BASELINE_RUNS as SCALE_BASELINE_RUNS
 from benchmarks.scale import RABBITMQ_URL as SCALE_RABBITMQ_URL
@@ -85,7 +86,7 @@ TARGET_OVERHEAD_RATIO = 2.5
 TARGET_TAIL_RATIO = 2.0  # p99 / p50 of the per-turn overhead, one run at a time
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
-SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "web", "scale")
+SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "cold", "web", "scale")
 SCALE_DATABASE = "river_bench_scale"
 
 
@@ -357,7 +358,9 @@ class Command(BaseCommand):
             finally:
                 Execution.objects.filter(agent=agent).delete()
                 runs_cleanup(list(agents.values()))
-        # These two go through real servers and workers, with nothing patched.
+        # These go through real servers and workers, with nothing patched.
+        if "cold" in chosen:
+            outcomes["cold"] = self._section("cold", lambda: self._lines(cold_bench()))
         if "web" in chosen:
             outcomes["web"] = self._section("web", lambda: self._lines(web_bench(web_size)))
         for broker in broker_names if "scale" in chosen else []:

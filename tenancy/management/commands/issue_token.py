@@ -3,6 +3,11 @@
 Every refusal (no such user, an inactive one, a trigger's service identity, a name or
 lifetime out of bounds) is a CommandError: one line on stderr and exit status 1, no
 traceback, and no token row written.
+
+It runs no system checks: they import every URL module and view (a third of the
+command's CPU) to check what this command never uses, and ``manage.py check`` is the
+place for them. Like every command that does not run the engine, it never imports
+litellm (tests/riverapp/test_cold_start.py).
 """
 
 import argparse
@@ -32,6 +37,7 @@ def _days(raw: str) -> int:
 
 class Command(BaseCommand):
     help = "Issue an access token for a person and print it once."
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument("username")
