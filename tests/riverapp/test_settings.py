@@ -131,5 +131,5 @@ def test_web_process_borrows_from_a_pool_and_other_processes_keep_their_connecti
                             timeout=120)
 
     assert web.returncode == 0, web.stderr
-    assert json.loads(web.stdout.splitlines()[-1]) == {"age": 0, "pool": {"min_size": 2, "max_size": 7, "timeout": 3}}
+    assert json.loads(web.stdout.splitlines()[-1]) == {"age": 0, "pool": {"min_size": 1, "max_size": 7, "timeout": 3}}
     assert json.loads(worker.stdout.splitlines()[-1]) == {"age": 60, "pool": None}
