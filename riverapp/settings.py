@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from riverapp.env import (
     artifact_storage_config,
+    database_behind_transaction_pooler,
     database_from_url,
     env_bool,
     env_choice,
@@ -155,6 +156,11 @@ DATABASES = {
         "DATABASE_URL", env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'river.sqlite3'}"
     )
 }
+# River's database is reached through a pooler in transaction mode (PgBouncer): no
+# server-side cursors and no prepared statements (riverapp.env, docs/production.md).
+RIVER_DB_TRANSACTION_POOLER = env_bool("RIVER_DB_TRANSACTION_POOLER", False)
+if RIVER_DB_TRANSACTION_POOLER:
+    DATABASES["default"] = database_behind_transaction_pooler(DATABASES["default"])
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
 # The web process borrows connections from a pool (psycopg_pool through Django):
