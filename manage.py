@@ -7,11 +7,11 @@ def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "riverapp.settings")
     if sys.argv[1:2] == ["runriver"]:
         # runriver serves the web: it borrows database connections from a pool, as
-        # riverapp/asgi.py does (see riverapp/settings.py). Its embedded worker threads
-        # share that pool (a running segment holds up to three: its own, its lease
-        # heartbeat's and its tool thread's), so the default is larger here.
+        # riverapp/asgi.py does (see riverapp/settings.py). Its embedded worker's
+        # threads, its run host's I/O threads and its tool calls share that pool with
+        # the web, so the default is twice a web process's.
         os.environ.setdefault("RIVER_DB_POOL", "true")
-        os.environ.setdefault("RIVER_DB_POOL_MAX_SIZE", "25")
+        os.environ.setdefault("RIVER_DB_POOL_MAX_SIZE", "8")
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -60,6 +60,9 @@ from pydantic import BaseModel, ConfigDict
 
 from agents.models import Agent, AgentVersion
 from benchmarks.cold import cold_bench
+from benchmarks.connections import SMOKE as CONNECTIONS_SMOKE
+from benchmarks.connections import ConnSize, connections_bench
+from benchmarks.embedded import embedded_bench
 from benchmarks.runs import PEER_TURNS, bench_agent, fixed_cost_bench, peers_bench, runs_cleanup
 from benchmarks.scale import BASELINE_RUNS as SCALE_BASELINE_RUNS
 from benchmarks.scale import RABBITMQ_URL as SCALE_RABBITMQ_URL
@@ -86,8 +89,9 @@ TARGET_OVERHEAD_RATIO = 2.5
 TARGET_TAIL_RATIO = 2.0  # p99 / p50 of the per-turn overhead, one run at a time
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
-SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "cold", "web", "scale")
+SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "cold", "web", "connections", "embedded", "scale")
 SCALE_DATABASE = "river_bench_scale"
+EMBEDDED_DATABASE = "river_bench_embedded"
 
 
 def _dsn(params: dict) -> str:
@@ -322,12 +326,14 @@ class Command(BaseCommand):
         if connection.vendor != "postgresql":
             raise CommandError("The benchmark needs PostgreSQL: set DATABASE_URL to a postgres:// URL.")
         scale_model_seconds, scale_turns, scale_baseline = 1.0, 3, SCALE_BASELINE_RUNS
-        web_size, peer_lengths = WebSize(), PEER_TURNS
+        web_size, peer_lengths, conn_size = WebSize(), PEER_TURNS, ConnSize()
+        embedded_size = {"runs": 200, "model_seconds": 1.0, "turns": 3}
         if smoke:
             runs, wal_runs, raw_commits, fixed_runs, peer_runs = 2, 1, 20, 2, 1
             approvals, racers = (min(approvals, 4), min(racers, 2))
             scale_workers, scale_counts, scale_model_seconds, scale_turns, scale_baseline = 1, [3], 0.05, 2, 1
-            web_size, peer_lengths = WEB_SMOKE, PEER_TURNS[:1]
+            web_size, peer_lengths, conn_size = WEB_SMOKE, PEER_TURNS[:1], CONNECTIONS_SMOKE
+            embedded_size = {"runs": 5, "model_seconds": 0.05, "turns": 2}
             self.stdout.write(f"Smoke run: every section at a tiny size; figures are not judged (SMOKE). "
                               f"Sections: {', '.join(chosen)}")
         targets_judge(judging=not smoke)
@@ -363,6 +369,13 @@ class Command(BaseCommand):
             outcomes["cold"] = self._section("cold", lambda: self._lines(cold_bench()))
         if "web" in chosen:
             outcomes["web"] = self._section("web", lambda: self._lines(web_bench(web_size)))
+        if "connections" in chosen:
+            outcomes["connections"] = self._section("connections",
+                                                    lambda: self._lines(connections_bench(conn_size)))
+        if "embedded" in chosen:
+            # On a fresh SQLite file, then on a PostgreSQL database of its own (this server).
+            outcomes["embedded"] = self._section("embedded", lambda: self._lines(embedded_bench(
+                **embedded_size, database_url=_dsn(self._params(EMBEDDED_DATABASE)))))
         for broker in broker_names if "scale" in chosen else []:
             name, broker_url = f"scale ({broker})", SCALE_RABBITMQ_URL if broker == "rabbitmq" else scale_redis
             outcomes[name] = self._section(name, lambda broker_url=broker_url: self._lines(scale_bench(

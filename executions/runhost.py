@@ -7,9 +7,10 @@ run goes on. A hosted run that waits on its model (litellm's async client), on a
 (the engine's bounded tool pool) or on a person (a pause ends the segment) holds no
 worker process, no thread and no database connection of its own: its blocking work
 (loading, the journal's statement per turn, policy checks, the segment's end) runs
-on the host's I/O threads (``RIVER_RUN_HOST_IO_THREADS``, default 4), one call at a
-time per run, each call borrowing a connection from the process's pool and handing it
-back when it returns; a run waiting on its model holds none.
+on the host's I/O threads (``RIVER_RUN_HOST_IO_THREADS``, default 2, always fewer than
+the pool's connections), one call at a time per run, each call borrowing a connection
+from the process's pool and handing it back when it returns; a run waiting on its
+model holds none.
 
 Durability does not depend on the host: each turn's steps are committed before the
 next turn (the journal), and a process that dies with runs on its host leaves their
@@ -56,6 +57,18 @@ def leases_renew(leases: dict[int, str]) -> int:
     ).update(lease_expires_at=timezone.now() + timedelta(seconds=settings.RIVER_LEASE_SECONDS))
 
 
+def run_host_io_threads(wanted: int) -> int:
+    """How many I/O threads a host gets. Several only with a pool to borrow from (without
+    one, a single thread keeps the one connection every hosted run shares), and fewer
+    than the pool holds, so the task thread and a tool call still find a connection
+    rather than wait behind the host's threads for the pool's timeout."""
+    pool = connection.settings_dict["OPTIONS"].get("pool")
+    if not pool:
+        return 1
+    max_size = pool.get("max_size", wanted + 1) if isinstance(pool, dict) else wanted + 1
+    return max(1, min(wanted, max_size - 1))
+
+
 def _pooled(fn):
     """Run ``fn`` on an I/O thread, then hand the thread's connection back to the pool
     (only when there is one: without it, closing would end the session)."""
@@ -79,10 +92,7 @@ class RunHost:
         self._idle = threading.Condition(self._lock)
         self._segments: set[Future[Any]] = set()  # every hosted segment, claiming or running
         self._held: dict[asyncio.Task[Any], str] = {}  # a segment that claimed its run -> the lease
-        # Several I/O threads only with a pool to borrow from; without one, a single
-        # thread keeps the one connection every hosted run shares.
-        pooled = bool(connection.settings_dict["OPTIONS"].get("pool"))
-        self.io_threads = (io_threads or settings.RIVER_RUN_HOST_IO_THREADS) if pooled else 1
+        self.io_threads = run_host_io_threads(io_threads or settings.RIVER_RUN_HOST_IO_THREADS)
         self.io = ThreadPoolExecutor(max_workers=self.io_threads, thread_name_prefix="river-run-io")
         blocking_executor_install(self.io, _pooled)
         self.loop = asyncio.new_event_loop()

@@ -14,7 +14,8 @@ end of a segment), it waits for that outcome and raises if the write failed or
 found the lease gone.
 
 The connection belongs to the thread that runs segments (a Celery worker's), is
-opened on first use, prepared once, checked when a new segment starts using it, and
+opened on first use, prepared once (unless ``prepare_threshold`` is none: behind a
+pooler in transaction mode it sends the statement unnamed), checked when a new segment starts using it, and
 replaced once it is older than ``CONN_MAX_AGE``; it is used for nothing else, so a
 pending statement never collides with Django's own use of its connection.
 """
@@ -132,14 +133,21 @@ class JournalConnection:
         """Send the prepared statement ``name`` (preparing it on first use) and return
         at once; its result is read by ``wait`` or by the settler."""
         pgconn = self.conn.pgconn
-        if name not in self.prepared:
+        # Behind a pooler in transaction mode (``prepare_threshold`` none) a prepared
+        # statement would live on a server session the next statement may not get:
+        # send it unnamed, parsed and executed in one round trip.
+        named = self.conn.prepare_threshold is not None
+        if named and name not in self.prepared:
             result = pgconn.prepare(name, sql)
             if result.status != pq.ExecStatus.COMMAND_OK:
                 raise _error(result)
             self.prepared.add(name)
         pending = Pending(on_commit)
         try:
-            pgconn.send_query_prepared(name, [_text(v) for v in values])
+            if named:
+                pgconn.send_query_prepared(name, [_text(v) for v in values])
+            else:
+                pgconn.send_query_params(sql, [_text(v) for v in values])
             # The connection is non-blocking: push out what the socket did not take.
             while pgconn.flush() == 1:
                 readable, _, _ = select.select([self._socket], [self._socket], [])

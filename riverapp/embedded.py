@@ -5,7 +5,11 @@ Without REDIS_URL the broker (kombu ``memory://``) and the channel layer
 have to run here too: as threads next to Daphne's reactor, which keeps the main
 thread (it installs the SIGINT/SIGTERM handlers).
 
-Three details make that work:
+The worker hosts runs as a Celery worker process does (``executions.runhost``): its
+threads hand each run's segment to one event loop and take the next message, so one
+process carries hundreds of runs waiting on their model, not one per thread.
+
+Three more details make that work:
 
 - The worker is a bare ``celery.worker.WorkController`` (not ``celery worker``'s
   ``Worker``, which installs signal handlers and wants the main thread) with the
@@ -104,6 +108,12 @@ class BackgroundServices:
         # single-process mode DEBUG is the point, and the warning is noise.
         warnings.filterwarnings("ignore", message=r".*settings\.DEBUG.*", category=UserWarning)
         if self.with_worker:
+            # Host runs as a worker process does (executions.runhost): the worker's
+            # threads hand each segment to one event loop and take the next message, so
+            # hundreds of runs waiting on their model hold no thread of their own.
+            from executions.runhost import run_host_enable
+
+            run_host_enable()
             self._start_worker(app)
         if self.with_beat:
             # Service() defaults to the shelve-file scheduler; River keeps its schedule in
@@ -152,6 +162,12 @@ class BackgroundServices:
             worker_state.should_stop = 0
         for thread in self.threads:
             thread.join(timeout=grace_seconds)
+        if self.worker is not None:
+            # Hosted runs get the worker's grace, then go back to the queue, where the
+            # next start (or another worker) resumes them from their last turn.
+            from executions.runhost import run_host_shutdown
+
+            run_host_shutdown()
         return not any(thread.is_alive() for thread in self.threads)
 
 

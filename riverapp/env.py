@@ -150,6 +150,20 @@ def database_from_url(name: str, url: str) -> dict:
     )
 
 
+def database_behind_transaction_pooler(entry: dict) -> dict:
+    """The DATABASES entry for a PostgreSQL reached through a pooler in transaction mode
+    (PgBouncer's ``pool_mode = transaction``), where consecutive transactions of one
+    client may run on different server sessions: no server-side cursors (a named
+    cursor outlives its transaction only on its own session) and no prepared
+    statements (PgBouncer before 1.21 does not carry them across sessions). River keeps
+    no other session state across transactions: its advisory locks are transaction
+    locks, its ``SET``s are ``SET LOCAL``, it never ``LISTEN``s."""
+    if not entry["ENGINE"].endswith("postgresql"):
+        return entry
+    return {**entry, "DISABLE_SERVER_SIDE_CURSORS": True,
+            "OPTIONS": {**entry["OPTIONS"], "prepare_threshold": None}}
+
+
 def validate_redis_url(name: str, url: str | None) -> str | None:
     if not url:
         return None

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from riverapp.env import (
     artifact_storage_config,
+    database_behind_transaction_pooler,
     database_from_url,
     env_bool,
     env_choice,
@@ -156,6 +157,11 @@ DATABASES = {
         "DATABASE_URL", env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'river.sqlite3'}"
     )
 }
+# River's database is reached through a pooler in transaction mode (PgBouncer): no
+# server-side cursors and no prepared statements (riverapp.env, docs/production.md).
+RIVER_DB_TRANSACTION_POOLER = env_bool("RIVER_DB_TRANSACTION_POOLER", False)
+if RIVER_DB_TRANSACTION_POOLER:
+    DATABASES["default"] = database_behind_transaction_pooler(DATABASES["default"])
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
 # The web process borrows connections from a pool (psycopg_pool through Django):
@@ -168,8 +174,13 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 RIVER_DB_POOL = env_bool("RIVER_DB_POOL", False)
 # Celery worker processes turn the same pool on after they fork (common.dbpool.worker_pool_enable).
 RIVER_WORKER_DB_POOL = env_bool("RIVER_WORKER_DB_POOL", True)
-RIVER_DB_POOL_MIN_SIZE = env_int("RIVER_DB_POOL_MIN_SIZE", 2, minimum=0)
-RIVER_DB_POOL_MAX_SIZE = env_int("RIVER_DB_POOL_MAX_SIZE", 10, minimum=1)
+# Per process (web or worker). Four is what one process on one core can keep busy: a
+# web process runs its views on a handful of threads, and a worker process's run host
+# makes its blocking calls on RIVER_RUN_HOST_IO_THREADS threads, below the pool's size
+# so a tool call or the task thread still finds a connection. One web process and one
+# worker with two pool processes then hold at most 12 sessions (docs/production.md).
+RIVER_DB_POOL_MIN_SIZE = env_int("RIVER_DB_POOL_MIN_SIZE", 1, minimum=0)
+RIVER_DB_POOL_MAX_SIZE = env_int("RIVER_DB_POOL_MAX_SIZE", 4, minimum=1)
 RIVER_DB_POOL_TIMEOUT_SECONDS = env_int("RIVER_DB_POOL_TIMEOUT_SECONDS", 5, minimum=1)
 if RIVER_DB_POOL_MIN_SIZE > RIVER_DB_POOL_MAX_SIZE:
     raise ImproperlyConfigured(
@@ -373,8 +384,9 @@ RIVER_MAX_SEGMENT_ATTEMPTS = env_int("RIVER_MAX_SEGMENT_ATTEMPTS", 20, minimum=1
 # segment inside its task, one at a time per process.
 RIVER_RUNS_PER_PROCESS = env_int("RIVER_RUNS_PER_PROCESS", 200, minimum=1)
 # Threads that make the hosted runs' blocking calls (database statements, policy checks),
-# each borrowing a pooled connection per call; one when the process has no pool.
-RIVER_RUN_HOST_IO_THREADS = env_int("RIVER_RUN_HOST_IO_THREADS", 4, minimum=1)
+# each borrowing a pooled connection per call; one when the process has no pool, and
+# never more than the pool's size less one (executions.runhost).
+RIVER_RUN_HOST_IO_THREADS = env_int("RIVER_RUN_HOST_IO_THREADS", 2, minimum=1)
 # How long a stopping worker process lets its hosted runs finish before it hands the
 # rest back to the queue.
 RIVER_RUN_HOST_GRACE_SECONDS = env_int("RIVER_RUN_HOST_GRACE_SECONDS", 10, minimum=0)

@@ -131,5 +131,17 @@ def test_web_process_borrows_from_a_pool_and_other_processes_keep_their_connecti
                             timeout=120)
 
     assert web.returncode == 0, web.stderr
-    assert json.loads(web.stdout.splitlines()[-1]) == {"age": 0, "pool": {"min_size": 2, "max_size": 7, "timeout": 3}}
+    assert json.loads(web.stdout.splitlines()[-1]) == {"age": 0, "pool": {"min_size": 1, "max_size": 7, "timeout": 3}}
     assert json.loads(worker.stdout.splitlines()[-1]) == {"age": 60, "pool": None}
+
+
+def test_behind_a_transaction_pooler_river_uses_no_server_side_cursors_and_no_prepared_statements():
+    from riverapp.env import database_behind_transaction_pooler, database_from_url
+
+    entry = database_from_url("DATABASE_URL", "postgres://river@127.0.0.1:6432/river?prepare_threshold=5")
+    pooled = database_behind_transaction_pooler(entry)
+    assert pooled["DISABLE_SERVER_SIDE_CURSORS"] is True
+    assert pooled["OPTIONS"]["prepare_threshold"] is None
+    assert entry["OPTIONS"]["prepare_threshold"] == 5  # the entry it was given is left as it was
+    sqlite = database_from_url("DATABASE_URL", "sqlite:////tmp/river.sqlite3")
+    assert database_behind_transaction_pooler(sqlite) == sqlite
