@@ -170,7 +170,8 @@ def test_a_schema_stored_before_these_rules_fails_the_payload_not_the_process(ow
         "$defs": {"x": {"$ref": "#/$defs/x"}}, "properties": {"y": {"pattern": r"(a)\1"}}, "$ref": "#/$defs/x"}}
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {Trigger._meta.db_table} SET config = %s WHERE id = %s",
-                       [json.dumps(stale), str(trigger.pk)])
+                       [json.dumps(stale), Trigger._meta.pk.get_db_prep_value(trigger.pk, connection)])
+        assert cursor.rowcount == 1  # the id in the form this database stores it (hex on SQLite)
     key = api_key_issue(created_by=owner, workspace=workspace, name="Old").plaintext
     with Bounded() as timer:
         response = APIClient().post(f"/api/v1/triggers/{trigger.pk}/invoke", {"y": "aa"}, format="json",
