@@ -750,9 +750,16 @@ class Engine:
                       governance_decision=Decision.BLOCKED, status=StepStatus.BLOCKED,
                       output={"reason": verdict.reason, "policy_matched": verdict.policy_matched})
         body = {"blocked": True, "reason": verdict.reason, "policy": verdict.policy_matched}
-        self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
-                  status=StepStatus.BLOCKED, error=f"Action blocked by governance: {verdict.reason}", output=body,
-                  messages=[tool_message(call.id, call.name, body, ok=False)])
+        error = f"Action blocked by governance: {verdict.reason}"
+        observed = self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
+                             status=StepStatus.BLOCKED, error=error, output=body,
+                             messages=[tool_message(call.id, call.name, body, ok=False)])
+        # The live feed shows the refusal as the call's result, so a run that ends
+        # "blocked" shows which call was refused and why.
+        self.journal.emit(*observation_received_event(
+            turn=state.turn, tool_name=call.name, duration_ms=0, result_summary=_summarise(error), call_id=call.id,
+            step_number=observed.step_number, status=StepStatus.BLOCKED.value,
+        ))
         return True
 
     async def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed: pydantic.BaseModel,

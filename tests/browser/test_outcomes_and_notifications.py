@@ -128,6 +128,10 @@ def test_blocked_rejected_and_unanswered_runs_show_their_outcome_and_only_answer
         expect(page.locator("#run-part-head .badge-ok, #run-part-outcome .badge-ok")).to_have_count(
             2 if answered else 0)
         expect(page.locator("#run-part-outcome .run-final-badge-ok")).to_have_count(1 if answered else 0)
+        if outcome == "blocked":  # the activity shows the refused call and why
+            refusal = page.locator(".run-event-observation_received", has_text="blocked by governance")
+            expect(refusal).to_have_count(1)
+            expect(refusal.locator(".badge-danger")).to_have_text("blocked")
         screenshot(page, f"run-page-outcome-{outcome}")
         assert axe_violations(page) == []
     expect(page.locator("#run-part-outcome")).to_contain_text("I could not answer that.")
