@@ -287,3 +287,23 @@ def test_a_run_whose_segments_ran_longer_than_its_timeout_times_out_when_resumed
     assert len(llm.requests) == asked  # no model call after the deadline
     final = ExecutionStep.objects.filter(execution=execution).order_by("step_number").last()
     assert "time limit of 60 s" in str(final.output)
+
+
+def test_a_stateless_continuation_resumes_with_the_run_time_it_had_when_it_paused(monkeypatch):
+    """The stateless contract's signed state carries the run time so far: the wait for
+    the continuation (here a day) does not count against the time limit."""
+    from executions import stateless
+
+    paused_at = 1_800_000_000.0
+    request = support.request_for(tools=["test_echo"], model_config={"run_timeout_seconds": 60})
+    state, _ = new_state(request)
+    state.started_at_ms = int((paused_at - 40) * 1000)  # it ran 40 s, then paused
+    monkeypatch.setattr(stateless.time, "time", lambda: paused_at)
+    token = stateless._sign(state)
+
+    monkeypatch.setattr(stateless.time, "time", lambda: paused_at + 86_400)
+    resumed, _ = stateless._unsign(token)
+
+    assert resumed.active_before_ms == 40_000
+    assert resumed.run_ms(paused_at + 86_400 + 5) == 45_000
+    assert Engine(llm=RecordingLLM(), clock=lambda: paused_at + 86_400 + 5)._run_seconds_left(resumed) == 15
