@@ -109,6 +109,9 @@ def test_blocked_rejected_and_unanswered_runs_show_their_outcome_and_only_answer
             colour = page.locator(f"#run-row-{run.pk} .run-outcome-badge").evaluate(
                 "badge => getComputedStyle(badge).backgroundColor")
             assert colour != green, f"the {outcome} run's badge is as green as an answered one"
+    # The ten columns fit a laptop's width: the cost column is not cut off.
+    assert page.locator(".runs-table").evaluate("table => table.parentElement.scrollWidth "
+                                                "<= table.parentElement.clientWidth")
     screenshot(page, "runs-list-outcomes")
     assert axe_violations(page) == []
 
