@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from datetime import timedelta
 
 from django.core import signing
@@ -87,6 +88,9 @@ def _sign(state: RunState) -> str:
         "tool_schemas": state.tool_schemas,
         "steps": steps,
         "started_at_ms": state.started_at_ms,
+        # How long the run has run so far: the time limit resumes from here, so the
+        # wait for the approval or the answer does not count against it.
+        "active_ms": state.run_ms(time.time()),
     }
     return signing.dumps(body, salt=SALT, compress=True)
 
@@ -108,7 +112,9 @@ def _unsign(token: str) -> tuple[RunState, str]:
     state = RunState.replay(
         request=ExecutionRequest.model_validate(body["request"]), base_messages=body["base_messages"],
         tool_schemas=body["tool_schemas"], steps=[Step.model_validate(s) for s in body["steps"]],
-        started_at_ms=body["started_at_ms"],
+        # A state signed before ``active_ms`` was recorded counts from its first start.
+        started_at_ms=int(time.time() * 1000) if "active_ms" in body else body["started_at_ms"],
+        active_before_ms=int(body.get("active_ms") or 0),
     )
     return state, digest
 

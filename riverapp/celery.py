@@ -70,10 +70,11 @@ def _hand_back_hosted_runs(**kwargs) -> None:
 
 @worker_init.connect
 def _metrics_dir_prepared(**kwargs) -> None:
-    """A starting worker marks the files of processes that are gone as dead; it never
-    empties the directory, which the web process and other workers write to while they
-    live (docs/observability.md, "Several processes"). Also sent by the embedded worker
-    that ``runriver`` starts in its own process."""
+    """A starting worker marks the files of processes that are gone as dead and merges
+    their counters and histograms into the aggregate files; it never empties the
+    directory, which the web process and other workers write to while they live
+    (docs/observability.md, "Several processes"). Also sent by the embedded worker that
+    ``runriver`` starts in its own process."""
     from telemetry.metrics import metrics_dir_prepare
 
     metrics_dir_prepare()

@@ -472,7 +472,9 @@ class Engine:
         return float(state.request.agent_config.model_settings.run_timeout_seconds)
 
     def _run_seconds_left(self, state: RunState) -> float:
-        return self._run_timeout(state) - (self.clock() - state.started_at_ms / 1000)
+        """The time limit counts the run's running time (``RunState.run_ms``): a run that
+        waited overnight for an approval resumes with the time it had left when it paused."""
+        return self._run_timeout(state) - state.run_ms(self.clock()) / 1000
 
     def _llm_timeout(self, state: RunState) -> float:
         """A model call may not outlive the run's deadline (at least one second, so
@@ -748,9 +750,16 @@ class Engine:
                       governance_decision=Decision.BLOCKED, status=StepStatus.BLOCKED,
                       output={"reason": verdict.reason, "policy_matched": verdict.policy_matched})
         body = {"blocked": True, "reason": verdict.reason, "policy": verdict.policy_matched}
-        self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
-                  status=StepStatus.BLOCKED, error=f"Action blocked by governance: {verdict.reason}", output=body,
-                  messages=[tool_message(call.id, call.name, body, ok=False)])
+        error = f"Action blocked by governance: {verdict.reason}"
+        observed = self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
+                             status=StepStatus.BLOCKED, error=error, output=body,
+                             messages=[tool_message(call.id, call.name, body, ok=False)])
+        # The live feed shows the refusal as the call's result, so a run that ends
+        # "blocked" shows which call was refused and why.
+        self.journal.emit(*observation_received_event(
+            turn=state.turn, tool_name=call.name, duration_ms=0, result_summary=_summarise(error), call_id=call.id,
+            step_number=observed.step_number, status=StepStatus.BLOCKED.value,
+        ))
         return True
 
     async def _dispatch(self, state: RunState, call: LLMToolCall, tool: Tool, parsed: pydantic.BaseModel,
@@ -988,7 +997,7 @@ def response_build(state: RunState, outcome: Outcome) -> ExecutionResponse:
         total_turns=state.turn,
         total_tokens=state.total_tokens,
         models_used=state.models_used,
-        execution_duration_ms=max(0, int(time.time() * 1000) - state.started_at_ms),
+        execution_duration_ms=state.run_ms(time.time()),
     )
     usage.cost_incomplete = any(not m.cost_known for m in state.models_used.values())
     usage.cost_estimate = round(sum(m.estimated_cost or 0.0 for m in state.models_used.values()), 10)

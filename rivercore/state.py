@@ -55,7 +55,13 @@ class RunState(BaseModel):
     base_messages: list[dict[str, Any]]
     tool_schemas: list[dict[str, Any]]
     steps: list[Step] = Field(default_factory=list)
+    # The run's time limit counts running time only: ``started_at_ms`` is when the
+    # stretch now running began (this segment's start; a fresh run's start) and
+    # ``active_before_ms`` how long the run ran before it, in its earlier segments.
+    # Waits between segments (for approval, a person, a delegated run, the queue) count
+    # in neither (``run_ms``).
     started_at_ms: int = Field(default_factory=lambda: int(time.time() * 1000))
+    active_before_ms: int = 0
 
     # --- derived by apply(); never stored separately ---------------------------------
     turn: int = 0
@@ -89,8 +95,10 @@ class RunState(BaseModel):
 
     @classmethod
     def replay(cls, *, request: ExecutionRequest, base_messages: list[dict[str, Any]],
-               tool_schemas: list[dict[str, Any]], steps: list[Step], started_at_ms: int | None = None) -> RunState:
-        state = cls(request=request, base_messages=base_messages, tool_schemas=tool_schemas)
+               tool_schemas: list[dict[str, Any]], steps: list[Step], started_at_ms: int | None = None,
+               active_before_ms: int = 0) -> RunState:
+        state = cls(request=request, base_messages=base_messages, tool_schemas=tool_schemas,
+                    active_before_ms=max(int(active_before_ms), 0))
         if started_at_ms is not None:
             state.started_at_ms = started_at_ms
         for step in steps:
@@ -101,6 +109,11 @@ class RunState(BaseModel):
     @property
     def next_step_number(self) -> int:
         return len(self.steps) + 1
+
+    def run_ms(self, now_seconds: float) -> int:
+        """How long the run has been running at ``now_seconds`` (epoch seconds): its
+        earlier segments and the current stretch, never the waits between them."""
+        return self.active_before_ms + max(0, int(now_seconds * 1000) - self.started_at_ms)
 
     @property
     def total_tokens(self) -> int:

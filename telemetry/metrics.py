@@ -13,6 +13,8 @@ and a worker started a moment apart), and a file deleted under a live process ke
 taking its writes unseen. A process that exits is marked dead instead
 (``metrics_process_dead``): its live-gauge files go, its counter and histogram files stay
 and are summed with everyone else's, as prometheus_client's multiprocess mode expects.
+A starting process then merges the dead processes' counter and histogram files into one
+file per type (``metrics_dir_compact``), so the totals stay and the files stop growing.
 
 Series whose label values are known up front (enum values, the tool registry's names)
 are created at 0 when this module is imported (``metrics_series_zero``), so the first
@@ -21,7 +23,11 @@ event after a scrape is an increase Prometheus can see."""
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
+import hashlib
 import itertools
+import json
 import logging
 import os
 from collections.abc import Iterable
@@ -30,6 +36,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.mmap_dict import MmapedDict
 
 from rivercore.contracts import Step, StepType, TriggerType
 from rivercore.outcome import Outcome, outcomes_possible
@@ -220,17 +227,107 @@ def _alive(pid: int) -> bool:
 
 def metrics_dir_prepare() -> list[int]:
     """At a process's start (``runriver``, a Celery worker's main process): create the
-    directory and mark dead every process that left files and no longer runs on this
-    host (a crash skips ``metrics_process_dead``). Deletes nothing a live process writes
-    and keeps every counter and histogram file (their totals stay in the sums). Returns
-    the pids marked dead."""
+    directory, mark dead every process that left files and no longer runs on this host
+    (a crash skips ``metrics_process_dead``), and merge the dead processes' counter and
+    histogram files into the directory's aggregate files (``metrics_dir_compact``). Never
+    touches a file a live process writes; every total stays. Returns the pids marked dead."""
     directory = metrics_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    dead = sorted({pid for file in directory.glob("*.db")
-                   if (pid := _pid_of(file)) is not None and pid != os.getpid() and not _alive(pid)})
-    for pid in dead:
-        multiprocess.mark_process_dead(pid, str(directory))
+    with _directory_lock(directory, exclusive=True):
+        dead = _dead_pids(directory)
+        for pid in dead:
+            multiprocess.mark_process_dead(pid, str(directory))
+        _compact(directory)
     return dead
+
+
+def metrics_dir_compact() -> int:
+    """Merge the counter and histogram files of processes that no longer run into one
+    file per type; returns how many files went. ``metrics_dir_prepare`` calls it at start."""
+    directory = metrics_dir()
+    with _directory_lock(directory, exclusive=True):
+        return _compact(directory)
+
+
+# The aggregate of dead processes' samples, one per type: ``counter_merged.db`` reads to
+# MultiProcessCollector as any counter file (its type is the name's first word; it has
+# no pid, so nothing ever marks it dead). Histograms are merged the same way: their
+# files hold each bucket's own count, not the cumulative one, so sums add up.
+_MERGED_TYPES = ("counter", "histogram")
+_MERGED = "{kind}_merged.db"
+# Held exclusive by a compaction, shared by a scrape (``metrics_render``): a scrape never
+# sees a dead process's samples twice (in its file and in the aggregate) or not at all.
+_LOCK = "compaction.lock"
+# Written before the aggregate replaces the old one: the files it merged and the new
+# aggregate's digest, so a compaction that died between the swap and the deletions is
+# finished by the next one, never counted twice.
+_PENDING = "{kind}_merged.pending"
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path, *, exclusive: bool):
+    with open(directory / _LOCK, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _dead_pids(directory: Path) -> list[int]:
+    return sorted({pid for file in directory.glob("*.db")
+                   if (pid := _pid_of(file)) is not None and pid != os.getpid() and not _alive(pid)})
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _samples_of(path: Path) -> list[tuple[str, float]]:
+    if path.stat().st_size == 0:  # created, never sized: its process died before writing
+        return []
+    return [(key, value) for key, value, _timestamp, _position in MmapedDict.read_all_values_from_file(str(path))]
+
+
+def _compact(directory: Path) -> int:
+    """Caller holds the directory's lock exclusively."""
+    merged_away = 0
+    for kind in _MERGED_TYPES:
+        merged, pending = directory / _MERGED.format(kind=kind), directory / _PENDING.format(kind=kind)
+        if pending.exists():  # a compaction died part-way: finish it, or forget it if its swap never happened
+            record = json.loads(pending.read_text())
+            if merged.exists() and _digest(merged) == record["digest"]:
+                for name in record["sources"]:
+                    (directory / name).unlink(missing_ok=True)
+            pending.unlink()
+        for stale in directory.glob(f".{kind}_merged.*.tmp"):
+            stale.unlink()
+        # A pid is checked again here, under the lock, just before its file is read and
+        # removed: a file whose pid a live process has reused is that process's file now.
+        sources = sorted(path for path in directory.glob(f"{kind}_*.db")
+                         if (pid := _pid_of(path)) is not None and pid != os.getpid() and not _alive(pid))
+        if not sources:
+            continue
+        totals: dict[str, float] = {}
+        for path in ([merged] if merged.exists() else []) + sources:
+            for key, value in _samples_of(path):
+                totals[key] = totals.get(key, 0.0) + value
+        fresh = directory / f".{kind}_merged.{os.getpid()}.tmp"  # not *.db: no scrape reads it
+        aggregate = MmapedDict(str(fresh))
+        try:
+            for key, value in totals.items():
+                aggregate.write_value(key, value, 0.0)
+        finally:
+            aggregate.close()
+        staged = pending.with_suffix(".pending-tmp")
+        staged.write_text(json.dumps({"digest": _digest(fresh), "sources": [path.name for path in sources]}))
+        os.replace(staged, pending)
+        os.replace(fresh, merged)
+        for path in sources:
+            path.unlink()
+        pending.unlink()
+        merged_away += len(sources)
+    return merged_away
 
 
 def metrics_process_dead(pid: int | None = None) -> None:
@@ -254,10 +351,32 @@ def metrics_render(*extra_collectors) -> bytes:
     """The text exposition of every process's samples, plus ``extra_collectors`` (gauges
     computed at scrape time)."""
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=str(metrics_dir()))
+    registry.register(_ProcessFiles(metrics_dir()))
     for collector in extra_collectors:
         registry.register(collector)
     return generate_latest(registry)
+
+
+class _ProcessFiles:
+    """Every process's files summed (MultiProcessCollector), read under the directory's
+    shared lock so that no compaction swaps files in the middle of the read."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def collect(self):
+        with _directory_lock(self.directory, exclusive=False):
+            # A file a process has just created is empty until prometheus_client sizes it
+            # a moment later; it holds no samples yet (the library's reader fails on it).
+            files = [str(path) for path in self.directory.glob("*.db") if _has_size(path)]
+            return list(multiprocess.MultiProcessCollector.merge(files, accumulate=True))
+
+
+def _has_size(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:  # a live gauge file removed as its process was marked dead
+        return False
 
 
 class GaugeAtScrape:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from executions.journal import event_rows_publish, next_event_seq
@@ -15,6 +16,7 @@ from executions.services.queue import steps_append_and_requeue
 from executions.services.segment import state_load
 from rivercore.errors import Conflict
 from rivercore.events import (
+    RunEventType,
     approval_resolved_event,
     interaction_resolved_event,
 )
@@ -23,11 +25,13 @@ from rivercore.steps import answer_check, answer_step, resolution_step
 logger = logging.getLogger("river.executions")
 
 def execution_respond(*, execution: Execution, user, user_response) -> Execution:
-    """Answer an ask_user question and resume the run."""
+    """Answer an ask_user question and resume the run. Decided once, here: the row lock
+    orders concurrent answers (two tabs, two people), the first moves the run on, and
+    every later one finds it no longer waiting and gets a 409 naming who answered."""
     with transaction.atomic():
         row = Execution.objects.select_for_update().get(pk=execution.pk)
         if row.status != Execution.Status.AWAITING_INTERACTION:
-            raise Conflict(f"Execution is {row.status}; it is not waiting for an answer.", code="invalid_state")
+            raise _not_waiting_for_an_answer(row)
         state = state_load(row)
         pending = state.pending
         if pending is None or pending.interaction is None:
@@ -44,6 +48,20 @@ def execution_respond(*, execution: Execution, user, user_response) -> Execution
         event_rows_publish(row, [event])
         run_question_answered(execution_id=row.pk, user=user)
     return row
+
+
+def _not_waiting_for_an_answer(row: Execution) -> Conflict:
+    """The refusal of an answer to a run that is not waiting for one: "already answered"
+    (with who answered) when its last question was answered and the run went on, else
+    the run's status. Caller holds the row lock."""
+    last = (ExecutionEvent.objects.filter(execution_id=row.pk, event_type=RunEventType.INTERACTION_RESOLVED)
+            .order_by("-seq").values_list("payload", flat=True).first()) or {}
+    if last.get("resolution") == "answered" and not row.is_terminal:
+        who = get_user_model().objects.filter(pk=last.get("answered_by")).first()
+        name = (who.get_full_name() or who.get_username()) if who else "someone else"
+        return Conflict(f"This question was already answered by {name}; the run goes on with that answer.",
+                        code="already_answered")
+    return Conflict(f"Execution is {row.status}; it is not waiting for an answer.", code="invalid_state")
 
 
 def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolution: dict) -> None:

@@ -63,10 +63,14 @@ def state_load(execution: Execution) -> RunState:
         steps = []
     else:
         steps = [step_from_row(row) for row in execution.steps.order_by("step_number")]
-    started = execution.started_at or execution.queued_at
+    # A claimed run counts its time limit from this segment's start plus what its earlier
+    # segments ran (the claim read both); a run loaded without a claim (a resume's check,
+    # a replay) from its first start.
+    started = getattr(execution, "segment_started_at", None) or execution.started_at or execution.queued_at
     return RunState.replay(
         request=fresh.request, base_messages=fresh.base_messages, tool_schemas=fresh.tool_schemas, steps=steps,
         started_at_ms=int(started.timestamp() * 1000),
+        active_before_ms=int(getattr(execution, "active_before_ms", 0) or 0),
     )
 
 

@@ -76,10 +76,10 @@ def models_minus(field: str, by: dt.timedelta):
 
 
 def _approval_run(workspace, owner, approver) -> Execution:
-    """A run that pauses for approval, waits three hours, is approved and finishes. (Its
-    timeout is the engine's wall clock, waits included: docs/engine.md, so it is a day.)"""
+    """A run that pauses for approval, waits three hours, is approved and finishes (its
+    one-minute timeout counts its segments only, docs/engine.md)."""
     agent = make_agent(workspace=workspace, owner=owner, tools=["durable_write"], action_level="act_with_approval",
-                       require_approval_for=["durable_write"], model_config={"run_timeout_seconds": 86_400})
+                       require_approval_for=["durable_write"], model_config={"run_timeout_seconds": 60})
     execution = _start(agent, owner)
     llm = ScriptedLLM([tool_reply("durable_write", {"marker": "w1"}, call_id="call_w1"), text_reply("wrote w1")])
     assert services.execution_run_segment(execution_id=execution.pk, llm=llm) == "awaiting_approval"

@@ -42,7 +42,7 @@ class Command(BaseCommand):
         self.check(display_num_errors=False)
         from telemetry.metrics import metrics_dir_prepare
 
-        metrics_dir_prepare()  # marks dead processes' files dead; never deletes a live one's
+        metrics_dir_prepare()  # marks dead processes dead and merges their files; never touches a live one's
         shown_host = f"[{host}]" if ":" in host else host
         url = f"http://{shown_host}:{port}/"
         broker = "in-memory broker and channel layer" if settings.EMBEDDED else "Redis broker and channel layer"
