@@ -20,12 +20,13 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
+from demo.seed import SUPPORT_SPECIALIST, demo_database_path
+from demo.support_db import demo_database_build
 from executions import services, tasks
 from executions.models import Execution
 from governance.models import ApprovalRequest
 from governance.resolution import approval_resolve
 from governance.services import policy_create
-from riverapp.demo import SUPPORT_SPECIALIST, demo_database_build, demo_database_path
 from tenancy.models import Membership
 from tenancy.permissions import Role
 from tenancy.services import token_issue

@@ -1,6 +1,6 @@
 """The hostile-configuration corpus: the worst regexes, schemas, conditions, templates and
 spreadsheets we know, stored through the public API (or refused there with a 400 naming
-the field), then exercised. Every case finishes inside WALL_BOUND_SECONDS (a bound, not
+the field), then exercised. Every case finishes inside CPU_BOUND_SECONDS (a bound, not
 a timing target) and none is a 500."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from triggers.services import trigger_create
 
 pytestmark = pytest.mark.django_db
 
-WALL_BOUND_SECONDS = 1.0
+CPU_BOUND_SECONDS = 2.0
 
 
 @pytest.fixture
@@ -42,14 +42,16 @@ def zendesk(workspace, owner):
 
 
 class Bounded:
-    """Times its block with perf_counter; the test asserts ``seconds`` afterwards."""
+    """The CPU time this process spent in its block (every thread's, so a machine busy
+    with other work does not count); the test asserts ``seconds`` afterwards. A hostile
+    input that got through would cost minutes or hours of it, not a few seconds."""
 
     def __enter__(self):
-        self.started = time.perf_counter()
+        self.started = time.process_time()
         return self
 
     def __exit__(self, *exc):
-        self.seconds = time.perf_counter() - self.started
+        self.seconds = time.process_time() - self.started
 
 
 def _trigger_body(workspace, agent, **overrides):
@@ -113,7 +115,7 @@ def test_an_unsafe_input_schema_is_refused_at_save_naming_the_field(api_client_f
     with Bounded() as timer:
         response = client.post("/api/v1/triggers/", _trigger_body(
             workspace, active_agent, config={"input_schema": schema}), format="json")
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
     assert response.status_code == 400, response.content[:500]
     details = response.json()["error"]["details"]
     assert any(key.startswith(path) for key in details), details
@@ -155,7 +157,7 @@ def test_a_catastrophic_pattern_is_stored_and_judged_in_linear_time(api_client_f
     with Bounded() as timer:
         response = APIClient().post(f"/api/v1/triggers/{created.json()['id']}/invoke", payload, format="json",
                                     HTTP_X_API_KEY=key)
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
     assert response.status_code == 400, response.content[:500]
     assert all(path.startswith("payload") for path in response.json()["error"]["details"])
     assert TriggerFiring.objects.get().reason == TriggerFiring.Reason.SCHEMA_INVALID
@@ -176,7 +178,7 @@ def test_a_schema_stored_before_these_rules_fails_the_payload_not_the_process(ow
     with Bounded() as timer:
         response = APIClient().post(f"/api/v1/triggers/{trigger.pk}/invoke", {"y": "aa"}, format="json",
                                     HTTP_X_API_KEY=key)
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
     assert response.status_code == 400, response.content[:500]
 
 
@@ -199,7 +201,7 @@ def test_an_unbounded_condition_is_refused_at_save_naming_the_field(api_client_f
         response = api_client_for(owner).post("/api/v1/triggers/", _trigger_body(
             workspace, active_agent, type="event",
             config={"endpoint": "zendesk", "event_type": "ticket.created", "condition": condition}), format="json")
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
     assert response.status_code == 400, response.content[:500]
     assert "config.condition" in response.json()["error"]["details"]
     assert not Trigger.objects.exists()
@@ -210,14 +212,14 @@ def test_a_condition_that_would_rescan_a_huge_payload_stops_within_its_budget():
     payload = {"payload": {"text": "%" * 1_000_000, "more": ["x" * 100_000] * 10}}
     with Bounded() as timer, pytest.raises(ExpressionEvalError) as stopped:
         matches(condition, payload)
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
     assert "units of work" in stopped.value.reason
 
 
 def test_contains_pii_on_runs_of_percent_signs_is_linear():
     with Bounded() as timer:
         assert matches("contains_pii(payload.text) == false", {"payload": {"text": "%" * 500_000}}) is True
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
 
 
 # --- prompt templates ------------------------------------------------------------------------
@@ -228,11 +230,11 @@ def test_unclosed_placeholders_are_scanned_in_linear_time(api_client_for, owner,
     with Bounded() as timer:
         response = api_client_for(owner).post("/api/v1/triggers/", _trigger_body(
             workspace, active_agent, type="manual", prompt=template), format="json")
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
     assert response.status_code == 201, response.content[:500]
     with Bounded() as timer:
         assert prompt_render(template, {}) == template
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
 
 
 def test_a_template_with_too_many_placeholders_is_refused_naming_the_prompt(api_client_for, owner, workspace,
@@ -250,7 +252,7 @@ def test_rendering_stops_when_the_prompt_is_full():
     template = "{{ payload.a }}" * MAX_PLACEHOLDERS
     with Bounded() as timer:
         rendered = prompt_render(template, {"a": "y" * 1_000_000})
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
     assert len(rendered) == limits.PROMPT
 
 
@@ -296,7 +298,7 @@ def test_a_workbook_with_hostile_xml_is_refused_and_nothing_is_stored(api_client
     body = _workbook_with(dict(parts))
     with Bounded() as timer:
         response = upload(client, workspace, "hostile.xlsx", body)
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
     assert response.status_code == 400, response.content[:500]
     message = " ".join(response.json()["error"]["details"]["file"])
     assert expected in message, message
@@ -316,7 +318,7 @@ def test_a_hostile_csv_is_refused_within_the_bound(api_client_for, owner, worksp
                                                   content, expected):
     with Bounded() as timer:
         response = upload(api_client_for(owner), workspace, "hostile.csv", content)
-    assert timer.seconds < WALL_BOUND_SECONDS
+    assert timer.seconds < CPU_BOUND_SECONDS
     assert response.status_code == 400, response.content[:500]
     assert expected in " ".join(response.json()["error"]["details"]["file"])
     assert not Artifact.objects.exists()
