@@ -42,6 +42,7 @@ it, keeps its own organization and agent, and deletes its runs when done.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 import time
@@ -59,6 +60,9 @@ from django.test.utils import override_settings
 from pydantic import BaseModel, ConfigDict
 
 from agents.models import Agent, AgentVersion
+from benchmarks.realwork import DEFAULT_DATABASE as REALWORK_DATABASE
+from benchmarks.realwork import IN_FLIGHT as REALWORK_IN_FLIGHT
+from benchmarks.realwork import realwork_bench
 from benchmarks.runs import PEER_TURNS, bench_agent, fixed_cost_bench, peers_bench, runs_cleanup
 from benchmarks.scale import BASELINE_RUNS as SCALE_BASELINE_RUNS
 from benchmarks.scale import RABBITMQ_URL as SCALE_RABBITMQ_URL
@@ -85,7 +89,7 @@ TARGET_OVERHEAD_RATIO = 2.5
 TARGET_TAIL_RATIO = 2.0  # p99 / p50 of the per-turn overhead, one run at a time
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
-SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "web", "scale")
+SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "web", "scale", "realwork")
 SCALE_DATABASE = "river_bench_scale"
 
 
@@ -295,6 +299,11 @@ class Command(BaseCommand):
         parser.add_argument("--scale-redis", default=SCALE_REDIS_URL,
                             help=f"the scale section's Redis: its broker with redis, its channel layer always "
                                  f"(default {SCALE_REDIS_URL})")
+        parser.add_argument("--realwork-runs", default=",".join(map(str, REALWORK_IN_FLIGHT)),
+                            help="realwork: analyst runs in flight, comma-separated (default %(default)s); "
+                                 "its workers and Redis are --scale-workers and --scale-redis")
+        parser.add_argument("--realwork-database", default=REALWORK_DATABASE,
+                            help=f"the realwork section's database, on the same server (default {REALWORK_DATABASE})")
         parser.add_argument("--smoke", action="store_true",
                             help="every chosen section at a tiny size (seconds each), figures not judged: proves "
                                  "the sections run to the end; overrides the size options")
@@ -321,12 +330,17 @@ class Command(BaseCommand):
         if connection.vendor != "postgresql":
             raise CommandError("The benchmark needs PostgreSQL: set DATABASE_URL to a postgres:// URL.")
         scale_model_seconds, scale_turns, scale_baseline = 1.0, 3, SCALE_BASELINE_RUNS
+        realwork_runs = options["realwork_runs"]
+        if not re.fullmatch(r"\s*[1-9]\d*\s*(,\s*[1-9]\d*\s*)*", realwork_runs):
+            raise CommandError(f"--realwork-runs must be counts of at least 1, comma-separated: {realwork_runs!r}.")
+        realwork = {"counts": [int(n) for n in realwork_runs.split(",")], "model_seconds": 1.0, "turns": 5}
         web_size, peer_lengths = WebSize(), PEER_TURNS
         if smoke:
             runs, wal_runs, raw_commits, fixed_runs, peer_runs = 2, 1, 20, 2, 1
             approvals, racers = (min(approvals, 4), min(racers, 2))
             scale_workers, scale_counts, scale_model_seconds, scale_turns, scale_baseline = 1, [3], 0.05, 2, 1
             web_size, peer_lengths = WEB_SMOKE, PEER_TURNS[:1]
+            realwork = {"counts": [1, 3], "model_seconds": 0.05, "turns": 3}
             self.stdout.write(f"Smoke run: every section at a tiny size; figures are not judged (SMOKE). "
                               f"Sections: {', '.join(chosen)}")
         targets_judge(judging=not smoke)
@@ -366,6 +380,10 @@ class Command(BaseCommand):
                 database_url=_dsn(self._params(scale_database)), broker_url=broker_url, redis_url=scale_redis,
                 workers=scale_workers, runs=scale_counts, model_seconds=scale_model_seconds, turns=scale_turns,
                 baseline_runs=scale_baseline)))
+        if "realwork" in chosen:
+            outcomes["realwork"] = self._section("realwork", lambda: self._lines(realwork_bench(
+                database_url=_dsn(self._params(options["realwork_database"])), broker_url=scale_redis,
+                workers=scale_workers, **realwork)))
         self.stdout.write("")
         self.stdout.write("Sections: " + "; ".join(f"{name} {outcome}" for name, outcome in outcomes.items()))
         failed = [name for name, outcome in outcomes.items() if outcome.startswith("FAIL")]
