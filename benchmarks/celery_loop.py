@@ -80,16 +80,31 @@ def _query(path: str, sql: str) -> dict:
         return {"error": str(exc)}
 
 
+_pool = None
+
+
+def _connection():
+    """A connection from this process's pool (psycopg_pool, at most 8): the loop's
+    hundreds of threads must not each hold a session of their own."""
+    global _pool
+    if _pool is None:
+        from psycopg_pool import ConnectionPool
+
+        _pool = ConnectionPool(os.environ["DATABASE_URL"].replace("postgres://", "postgresql://", 1),
+                               min_size=2, max_size=8, open=True)
+    return _pool.connection()
+
+
 @app.task(name="benchmarks.celery_loop.turn")
 def loop_turn(conversation_id: int) -> None:
     import litellm
 
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {CONVERSATIONS} SET started_at = coalesce(started_at, clock_timestamp()) "
-                       "WHERE id = %s RETURNING database_path, turn_count", [conversation_id])
-        path, turn_count = cursor.fetchone()
-        cursor.execute(f"SELECT body FROM {MESSAGES} WHERE conversation_id = %s ORDER BY id", [conversation_id])
-        messages = [body if isinstance(body, dict) else json.loads(body) for (body,) in cursor.fetchall()]
+    with _connection() as conn:
+        path, turn_count = conn.execute(
+            f"UPDATE {CONVERSATIONS} SET started_at = coalesce(started_at, clock_timestamp()) "
+            "WHERE id = %s RETURNING database_path, turn_count", [conversation_id]).fetchone()
+        messages = [body for (body,) in conn.execute(
+            f"SELECT body FROM {MESSAGES} WHERE conversation_id = %s ORDER BY id", [conversation_id])]
     response = litellm.completion(
         model=os.environ["RIVER_LLM_MODEL"], api_base=os.environ["RIVER_LLM_BASE_URL"],
         api_key=os.environ["RIVER_LLM_API_KEY"], messages=messages, tools=[TOOL], timeout=60,
@@ -106,14 +121,14 @@ def loop_turn(conversation_id: int) -> None:
         arguments = json.loads(call.function.arguments or "{}")
         rows.append({"role": "tool", "tool_call_id": call.id,
                      "content": json.dumps(_query(path, str(arguments.get("query", ""))), default=str)})
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(f"INSERT INTO {MESSAGES} (conversation_id, turn, body) VALUES (%s, %s, %s)",
-                           [[conversation_id, turn, json.dumps(row)] for row in rows])
-        done = not calls
-        cursor.execute(f"UPDATE {CONVERSATIONS} SET turn_count = %s, finished_at = CASE WHEN %s THEN "
-                       "clock_timestamp() END WHERE id = %s", [turn, done, conversation_id])
-        if not done:
-            transaction.on_commit(lambda: loop_turn.apply_async((conversation_id,), queue=QUEUE))
+    with _connection() as conn, conn.transaction():
+        with conn.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {MESSAGES} (conversation_id, turn, body) VALUES (%s, %s, %s)",
+                               [[conversation_id, turn, json.dumps(row)] for row in rows])
+        conn.execute(f"UPDATE {CONVERSATIONS} SET turn_count = %s, finished_at = CASE WHEN %s THEN "
+                     "clock_timestamp() END WHERE id = %s", [turn, not calls, conversation_id])
+    if calls:  # after the commit
+        loop_turn.apply_async((conversation_id,), queue=QUEUE)
 
 
 def turn_marks() -> tuple[dict[int, dict[int, object]], list[tuple]]:

@@ -330,3 +330,30 @@ def realwork_bench(*, database_url: str, broker_url: str = REDIS_URL, workers: i
     finally:
         model.server.stop()
         shutil.rmtree(logs, ignore_errors=True)
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of each kind (default 2)")
+    parser.add_argument("--runs", default=",".join(map(str, IN_FLIGHT)), help="runs in flight, comma-separated")
+    parser.add_argument("--model-seconds", type=float, default=1.0, help="the fake model's latency a reply")
+    parser.add_argument("--turns", type=int, default=TURNS, help="turns a run: queries, then an answer")
+    parser.add_argument("--database-url", default=os.environ.get(
+        "BENCH_REALWORK_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DEFAULT_DATABASE}"))
+    parser.add_argument("--redis-url", default=REDIS_URL, help="broker, channel layer and cache")
+    args = parser.parse_args()
+    os.environ["DATABASE_URL"] = args.database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "riverapp.settings")
+    import django
+
+    django.setup()
+    for line in realwork_bench(database_url=args.database_url, broker_url=args.redis_url, workers=args.workers,
+                               counts=[int(n) for n in args.runs.split(",")], model_seconds=args.model_seconds,
+                               turns=args.turns):
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
