@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -222,7 +223,16 @@ def _loop_batch(ctx: dict, count: int) -> Figures:
                    worker_cpu=worker_cpu, overheads=overheads,
                    queue_waits=[(started - queued).total_seconds() for queued, started, *_ in conversations
                                 if started],
-                   load=(load_before, os.getloadavg()[0]), others={} if settled else {"not finished in time": True})
+                   load=(load_before, os.getloadavg()[0]),
+                   others={} if settled else {"not finished in time": _last_error(pool)})
+
+
+def _last_error(pool: Workers) -> str:
+    """The last error line of the workers' logs, to say why a batch did not finish."""
+    lines = [line for index in range(len(pool.procs)) if pool.log(index).exists()
+             for line in pool.log(index).read_text(errors="replace").splitlines()
+             if "Error" in line or "ERROR" in line or "Exception" in line]
+    return lines[-1][-300:] if lines else "no error logged"
 
 
 def _lines(name: str, count: int, figures: Figures, *, judge: bool) -> Iterator[str]:
@@ -256,6 +266,9 @@ def _report(ctx: dict, counts: list[int]) -> Iterator[str]:
            f"(threads, -c {loop.concurrency}); broker {ctx['broker']}; {os.cpu_count()} cores")
     _river_batch(ctx, min(10, max(counts)))  # warm-up: every process has loaded litellm and the run path
     _loop_batch(ctx, min(10, max(counts)))
+    if ctx["profile_dir"] is not None:
+        (ctx["profile_dir"] / "reset").touch()  # benchmarks.worker_profile: profile from here on
+        time.sleep(3)  # a save period of the profiler (fixed: nothing to poll for)
     for count in counts:
         mine = _river_batch(ctx, count)
         theirs = _loop_batch(ctx, count)  # interleaved: the same minutes on the machine
@@ -287,9 +300,10 @@ def _fixtures(data_dir: Path):
 
 def realwork_bench(*, database_url: str, broker_url: str = REDIS_URL, workers: int = 2,
                    counts: tuple[int, ...] | list[int] = IN_FLIGHT, model_seconds: float = 1.0,
-                   turns: int = TURNS) -> Iterator[str]:
+                   turns: int = TURNS, profile_dir: Path | None = None) -> Iterator[str]:
     """Report lines (module docstring). The caller must not patch ``run_segment.delay``:
-    runs go through the broker. ``broker_url`` is a Redis URL: broker, channel layer, cache."""
+    runs go through the broker. ``broker_url`` is a Redis URL: broker, channel layer, cache.
+    ``profile_dir``: River's workers write CPU profiles there (``benchmarks.worker_profile``)."""
     from django.core.management import call_command
 
     from benchmarks import celery_loop
@@ -301,7 +315,11 @@ def realwork_bench(*, database_url: str, broker_url: str = REDIS_URL, workers: i
                            model_url=model.server.base_url)
     env.update({"RIVER_SQLITE_DATA_DIR": str(data_dir), "RIVER_LLM_MODEL": "openai/realwork-bench",
                 "RIVER_RUNS_PER_PROCESS": str(max(200, math.ceil(max(counts) / workers)))})
-    river = Workers(env, logs, concurrency=1, name="realwork")
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        (profile_dir / "reset").unlink(missing_ok=True)
+    river = Workers({**env, "RIVER_BENCH_PROFILE_DIR": str(profile_dir)} if profile_dir else env, logs,
+                    concurrency=1, name="realwork", imports=("benchmarks.worker_profile",) if profile_dir else ())
     loop = Workers(env, logs, concurrency=min(500, max(1, math.ceil(max(counts) / workers))), name="loop",
                    imports=("benchmarks.celery_loop",), pool="threads", queues=celery_loop.QUEUE)
     try:
@@ -318,7 +336,7 @@ def realwork_bench(*, database_url: str, broker_url: str = REDIS_URL, workers: i
             loop.wait_ready()
             ctx = {"agent": agent, "user": user, "database_url": database_url, "database_path": path,
                    "broker": broker_url.split(":")[0], "model_seconds": model_seconds, "turns": turns,
-                   "river": river, "loop": loop, "next_index": 0}
+                   "river": river, "loop": loop, "next_index": 0, "profile_dir": profile_dir}
             try:
                 yield from _report(ctx, list(counts))
             finally:
@@ -343,6 +361,7 @@ def main() -> None:
     parser.add_argument("--database-url", default=os.environ.get(
         "BENCH_REALWORK_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DEFAULT_DATABASE}"))
     parser.add_argument("--redis-url", default=REDIS_URL, help="broker, channel layer and cache")
+    parser.add_argument("--profile", type=Path, help="River's workers write CPU profiles (yappi) to this directory")
     args = parser.parse_args()
     os.environ["DATABASE_URL"] = args.database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "riverapp.settings")
@@ -351,7 +370,7 @@ def main() -> None:
     django.setup()
     for line in realwork_bench(database_url=args.database_url, broker_url=args.redis_url, workers=args.workers,
                                counts=[int(n) for n in args.runs.split(",")], model_seconds=args.model_seconds,
-                               turns=args.turns):
+                               turns=args.turns, profile_dir=args.profile):
         print(line, flush=True)
 
 
