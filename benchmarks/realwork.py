@@ -95,6 +95,9 @@ class Model:
 
         self.seconds, self.turns, self.data_source_id = seconds, turns, 0
         self.server = FakeOpenAI(model="realwork-bench").respond_with(self._reply)
+        # Hundreds of clients connect at once: the listen backlog of http.server (5) would
+        # reset some of their connections (Linux takes a second listen() as the new size).
+        self.server._httpd.socket.listen(1024)
 
     def _reply(self, body: dict):
         from tests.executions.durable_support import completion_text, completion_tool_call
