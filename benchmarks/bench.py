@@ -470,9 +470,9 @@ class Command(BaseCommand):
         TOOL_SPANS.clear()
         probe, timer = Probe(side), JournalTimer()
         with override_settings(RIVER_JOURNAL_WRITE_BEHIND=write_behind), probe.watching(), timer.watching():
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             status = execution_run_segment(execution_id=execution.pk, llm=model)
-            ended = time.perf_counter()
+            ended, cpu = time.perf_counter(), time.process_time() - cpu
         if status != ResponseStatus.SUCCESS or len(model.spans) != TURNS or len(TOOL_SPANS) != TURNS - 1:
             raise CommandError(f"benchmark run {execution.pk} ended {status!r} after {len(model.spans)} turns")
         starts = [s for s, _ in model.spans]
@@ -502,7 +502,7 @@ class Command(BaseCommand):
                 "idle": idle,  # the connection's idle time before the turn's first statement
             })
         latencies = timer.latencies if write_behind else [end - began for began, end in probe.spans]
-        return {"turns": turns, "start": starts[0] - started, "end": ended - last_end,
+        return {"turns": turns, "start": starts[0] - started, "end": ended - last_end, "cpu": cpu,
                 "row_bytes": self._row_bytes(execution.pk), "latencies": latencies}
 
     @staticmethod
@@ -618,6 +618,10 @@ class Command(BaseCommand):
             f"{_pct([x for run in runs_main for x in run['latencies']], 50) * ms:.3f} ms")
         out(f"  turn 1         p50 {_pct([r['turns'][0]['overhead'] for r in runs_main], 50) * ms:7.3f} ms   "
             f"turn 15 p50 {_pct([r['turns'][-1]['overhead'] for r in runs_main], 50) * ms:7.3f} ms")
+        cpu_per_turn = [run["cpu"] / TURNS for run in runs_main]
+        out(f"  CPU of this process per turn (every thread; a segment's start and end spread over its "
+            f"{TURNS} turns; the probes' own work included): p50 {_pct(cpu_per_turn, 50) * ms:.3f} ms. The wall-time "
+            "ratio below compares waits as much as work: when the raw commit is slow (a busy disk), it hides CPU")
         out(f"  segment start (claim + replay) p50 {_pct([r['start'] for r in runs_main], 50) * ms:.3f} ms; "
             f"segment end (final status) p50 {_pct([r['end'] for r in runs_main], 50) * ms:.3f} ms "
             "(once per segment)")
