@@ -316,7 +316,11 @@ def realwork_bench(*, database_url: str, broker_url: str = REDIS_URL, workers: i
     model = Model(seconds=model_seconds, turns=turns)
     env = scale_worker_env(database_url=database_url, broker_url=broker_url, redis_url=broker_url,
                            model_url=model.server.base_url)
+    (logs / "metrics").mkdir()
+    # The workers' metric files stay in the bench's directory, not the checkout's var/metrics,
+    # where a test or a running River would count the bench's runs as its own.
     env.update({"RIVER_SQLITE_DATA_DIR": str(data_dir), "RIVER_LLM_MODEL": "openai/realwork-bench",
+                "PROMETHEUS_MULTIPROC_DIR": str(logs / "metrics"),
                 "RIVER_RUNS_PER_PROCESS": str(max(200, math.ceil(max(counts) / workers)))})
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
