@@ -42,6 +42,7 @@ it, keeps its own organization and agent, and deletes its runs when done.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 import time
@@ -63,6 +64,9 @@ from benchmarks.cold import cold_bench
 from benchmarks.connections import SMOKE as CONNECTIONS_SMOKE
 from benchmarks.connections import ConnSize, connections_bench
 from benchmarks.embedded import embedded_bench
+from benchmarks.realwork import DEFAULT_DATABASE as REALWORK_DATABASE
+from benchmarks.realwork import IN_FLIGHT as REALWORK_IN_FLIGHT
+from benchmarks.realwork import realwork_bench
 from benchmarks.runs import PEER_TURNS, bench_agent, fixed_cost_bench, peers_bench, runs_cleanup
 from benchmarks.scale import BASELINE_RUNS as SCALE_BASELINE_RUNS
 from benchmarks.scale import RABBITMQ_URL as SCALE_RABBITMQ_URL
@@ -89,7 +93,8 @@ TARGET_OVERHEAD_RATIO = 2.5
 TARGET_TAIL_RATIO = 2.0  # p99 / p50 of the per-turn overhead, one run at a time
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
-SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "cold", "web", "connections", "embedded", "scale")
+SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "cold", "web", "connections", "embedded", "scale",
+            "realwork")
 SCALE_DATABASE = "river_bench_scale"
 EMBEDDED_DATABASE = "river_bench_embedded"
 
@@ -300,6 +305,11 @@ class Command(BaseCommand):
         parser.add_argument("--scale-redis", default=SCALE_REDIS_URL,
                             help=f"the scale section's Redis: its broker with redis, its channel layer always "
                                  f"(default {SCALE_REDIS_URL})")
+        parser.add_argument("--realwork-runs", default=",".join(map(str, REALWORK_IN_FLIGHT)),
+                            help="realwork: analyst runs in flight, comma-separated (default %(default)s); "
+                                 "its workers and Redis are --scale-workers and --scale-redis")
+        parser.add_argument("--realwork-database", default=REALWORK_DATABASE,
+                            help=f"the realwork section's database, on the same server (default {REALWORK_DATABASE})")
         parser.add_argument("--smoke", action="store_true",
                             help="every chosen section at a tiny size (seconds each), figures not judged: proves "
                                  "the sections run to the end; overrides the size options")
@@ -326,6 +336,10 @@ class Command(BaseCommand):
         if connection.vendor != "postgresql":
             raise CommandError("The benchmark needs PostgreSQL: set DATABASE_URL to a postgres:// URL.")
         scale_model_seconds, scale_turns, scale_baseline = 1.0, 3, SCALE_BASELINE_RUNS
+        realwork_runs = options["realwork_runs"]
+        if not re.fullmatch(r"\s*[1-9]\d*\s*(,\s*[1-9]\d*\s*)*", realwork_runs):
+            raise CommandError(f"--realwork-runs must be counts of at least 1, comma-separated: {realwork_runs!r}.")
+        realwork = {"counts": [int(n) for n in realwork_runs.split(",")], "model_seconds": 1.0, "turns": 5}
         web_size, peer_lengths, conn_size = WebSize(), PEER_TURNS, ConnSize()
         embedded_size = {"runs": 200, "model_seconds": 1.0, "turns": 3}
         if smoke:
@@ -334,6 +348,7 @@ class Command(BaseCommand):
             scale_workers, scale_counts, scale_model_seconds, scale_turns, scale_baseline = 1, [3], 0.05, 2, 1
             web_size, peer_lengths, conn_size = WEB_SMOKE, PEER_TURNS[:1], CONNECTIONS_SMOKE
             embedded_size = {"runs": 5, "model_seconds": 0.05, "turns": 2}
+            realwork = {"counts": [1, 3], "model_seconds": 0.05, "turns": 3}
             self.stdout.write(f"Smoke run: every section at a tiny size; figures are not judged (SMOKE). "
                               f"Sections: {', '.join(chosen)}")
         targets_judge(judging=not smoke)
@@ -382,6 +397,10 @@ class Command(BaseCommand):
                 database_url=_dsn(self._params(scale_database)), broker_url=broker_url, redis_url=scale_redis,
                 workers=scale_workers, runs=scale_counts, model_seconds=scale_model_seconds, turns=scale_turns,
                 baseline_runs=scale_baseline)))
+        if "realwork" in chosen:
+            outcomes["realwork"] = self._section("realwork", lambda: self._lines(realwork_bench(
+                database_url=_dsn(self._params(options["realwork_database"])), broker_url=scale_redis,
+                workers=scale_workers, **realwork)))
         self.stdout.write("")
         self.stdout.write("Sections: " + "; ".join(f"{name} {outcome}" for name, outcome in outcomes.items()))
         failed = [name for name, outcome in outcomes.items() if outcome.startswith("FAIL")]
@@ -468,9 +487,9 @@ class Command(BaseCommand):
         TOOL_SPANS.clear()
         probe, timer = Probe(side), JournalTimer()
         with override_settings(RIVER_JOURNAL_WRITE_BEHIND=write_behind), probe.watching(), timer.watching():
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             status = execution_run_segment(execution_id=execution.pk, llm=model)
-            ended = time.perf_counter()
+            ended, cpu = time.perf_counter(), time.process_time() - cpu
         if status != ResponseStatus.SUCCESS or len(model.spans) != TURNS or len(TOOL_SPANS) != TURNS - 1:
             raise CommandError(f"benchmark run {execution.pk} ended {status!r} after {len(model.spans)} turns")
         starts = [s for s, _ in model.spans]
@@ -500,7 +519,7 @@ class Command(BaseCommand):
                 "idle": idle,  # the connection's idle time before the turn's first statement
             })
         latencies = timer.latencies if write_behind else [end - began for began, end in probe.spans]
-        return {"turns": turns, "start": starts[0] - started, "end": ended - last_end,
+        return {"turns": turns, "start": starts[0] - started, "end": ended - last_end, "cpu": cpu,
                 "row_bytes": self._row_bytes(execution.pk), "latencies": latencies}
 
     @staticmethod
@@ -616,6 +635,10 @@ class Command(BaseCommand):
             f"{_pct([x for run in runs_main for x in run['latencies']], 50) * ms:.3f} ms")
         out(f"  turn 1         p50 {_pct([r['turns'][0]['overhead'] for r in runs_main], 50) * ms:7.3f} ms   "
             f"turn 15 p50 {_pct([r['turns'][-1]['overhead'] for r in runs_main], 50) * ms:7.3f} ms")
+        cpu_per_turn = [run["cpu"] / TURNS for run in runs_main]
+        out(f"  CPU of this process per turn (every thread; a segment's start and end spread over its "
+            f"{TURNS} turns; the probes' own work included): p50 {_pct(cpu_per_turn, 50) * ms:.3f} ms. The wall-time "
+            "ratio below compares waits as much as work: when the raw commit is slow (a busy disk), it hides CPU")
         out(f"  segment start (claim + replay) p50 {_pct([r['start'] for r in runs_main], 50) * ms:.3f} ms; "
             f"segment end (final status) p50 {_pct([r['end'] for r in runs_main], 50) * ms:.3f} ms "
             "(once per segment)")

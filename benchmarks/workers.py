@@ -51,8 +51,10 @@ class Workers:
     (or ``REDIS_URL``); ``imports`` are modules each worker imports at start (``-I``)."""
 
     def __init__(self, env: dict, directory: Path, *, concurrency: int, name: str = "worker",
-                 imports: tuple[str, ...] = ()):
+                 imports: tuple[str, ...] = (), pool: str = "prefork", queues: str | None = None):
         self.env = env
+        self.pool = pool  # Celery's -P: prefork (River's production shape), threads, solo
+        self.queues = queues  # Celery's -Q; None: the default queue
         self.directory = directory
         self.concurrency = concurrency
         self.name = name
@@ -66,10 +68,11 @@ class Workers:
         index = len(self.procs)
         celery = Path(sys.executable).parent / "celery"
         imports = [arg for module in self.imports for arg in ("-I", module)]
+        queues = ["-Q", self.queues] if self.queues else []
         with open(self.log(index), "wb") as log:
             proc = subprocess.Popen(  # noqa: S603 - this venv's celery, fixed arguments
-                [str(celery), "-A", "riverapp", "worker", "-P", "prefork", "-c", str(self.concurrency),
-                 "--without-heartbeat", "--without-mingle", "--without-gossip", *imports, "-l", "info",
+                [str(celery), "-A", "riverapp", "worker", "-P", self.pool, "-c", str(self.concurrency),
+                 "--without-heartbeat", "--without-mingle", "--without-gossip", *imports, *queues, "-l", "info",
                  "-n", f"{self.name}{index}@%h"],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )

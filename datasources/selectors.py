@@ -49,9 +49,11 @@ def data_sources_in_workspace(*, workspace_id: int) -> QuerySet[DataSource]:
 
 
 def data_source_get_in_workspace(*, workspace_id: int, data_source_id) -> DataSource:
-    """The data source if it belongs to ``workspace_id``; else 404 (tools resolve ids here)."""
+    """The data source if it belongs to ``workspace_id``, with its workspace (whose limits a
+    query reads); else 404 (tools resolve ids here)."""
     try:
-        return data_sources_in_workspace(workspace_id=workspace_id).get(pk=int(data_source_id))
+        return data_sources_in_workspace(workspace_id=workspace_id).select_related("workspace").get(
+            pk=int(data_source_id))
     except (DataSource.DoesNotExist, TypeError, ValueError):
         raise NotFound(f"Data source {data_source_id} not found.") from None
 

@@ -18,6 +18,7 @@ import hashlib
 import re
 import threading
 import zlib
+from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
@@ -111,6 +112,28 @@ def _reply_dump(call: observe.ModelCall) -> dict:
     return {"error": {"kind": error.kind.value, "message": error.message, "details": error.details}} if error else {}
 
 
+# Messages that every run of an agent version sends (its system prompt, its tool
+# schemas) are redacted and compressed once per process, not once per run: raw digest ->
+# (digest of the redacted JSON, packed body). Bounded, oldest out first.
+PACKED_CACHE_SIZE = 256
+_packed_cache: OrderedDict[bytes, tuple[str, str]] = OrderedDict()
+
+
+def _packed(raw: bytes, message: Any) -> tuple[str, str]:
+    with _lock:
+        hit = _packed_cache.get(raw)
+        if hit is not None:
+            _packed_cache.move_to_end(raw)
+            return hit
+    body = _redacted_json(message)
+    entry = (_digest(body), _pack(body))
+    with _lock:
+        _packed_cache[raw] = entry
+        if len(_packed_cache) > PACKED_CACHE_SIZE:
+            _packed_cache.popitem(last=False)
+    return entry
+
+
 class ModelCallRecorder:
     """The observer: quick, in memory, never blocking."""
 
@@ -128,9 +151,9 @@ class ModelCallRecorder:
             raw = hashlib.sha256(orjson.dumps(message, default=str, option=orjson.OPT_NON_STR_KEYS)).digest()
             digest = known.get(raw)
             if digest is None:
-                body = _redacted_json(message)
-                digest = known[raw] = _digest(body)
-                blobs.append({"digest": digest, "body": _pack(body)})
+                digest, packed = _packed(raw, message)
+                known[raw] = digest
+                blobs.append({"digest": digest, "body": packed})
             digests.append(digest)
         tools_digest = digests.pop()
         previous = buffer.last_digests

@@ -23,7 +23,7 @@ logger = logging.getLogger("river.executions")
 
 @dataclass(frozen=True, slots=True)
 class RunEnded:
-    """What a handler learns about a run that ended (ids, never the run's data)."""
+    """What a handler learns about a run that ended (ids and a few facts, never the run's data)."""
 
     execution_id: int
     workspace_id: Any
@@ -36,6 +36,10 @@ class RunEnded:
     requested_by_id: int | None
     session_id: int | None = None  # the session the run answered in (docs/sessions.md)
     outcome: str | None = None  # whether it did the job (rivercore.outcome.Outcome; docs/engine.md)
+    # Facts post-processing has already read, so a handler need not read the run again
+    # (None when the caller did not give them: a handler reads them itself).
+    queue_wait_seconds: float | None = None
+    action_level: str | None = None
 
 
 RunEndHandler = Callable[[RunEnded], None]

@@ -136,10 +136,19 @@ def _litellm_model(model: str, base_url: str | None) -> str:
     return model
 
 
+_UNPRICED: set[str] = set()  # models litellm's price map did not know (bounded below)
+_UNPRICED_MAX = 256
+
+
 def model_cost(*, model: str, input_tokens: int, output_tokens: int) -> float | None:
     """USD from litellm's bundled price map; None when the model has no price.
     The configured model name is priced, not the name a server reports about
-    itself, so a local server calling itself "gpt-4o" is not billed as OpenAI."""
+    itself, so a local server calling itself "gpt-4o" is not billed as OpenAI.
+    A model found without a price is remembered for the process (litellm's search for
+    it, with its exceptions, cost about a millisecond a call); the bundled map does not
+    change while River runs."""
+    if model in _UNPRICED:
+        return None
     attempts = [{"model": model}]
     if "/" in model:
         prefix, name = model.split("/", 1)
@@ -152,6 +161,8 @@ def model_cost(*, model: str, input_tokens: int, output_tokens: int) -> float | 
         except Exception:  # noqa: BLE001, S112 - litellm raises plain Exception for unmapped models
             continue
         return float(prompt_cost) + float(completion_cost)
+    if len(_UNPRICED) < _UNPRICED_MAX:
+        _UNPRICED.add(model)
     return None
 
 

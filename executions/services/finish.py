@@ -276,6 +276,9 @@ def execution_post_process(*, execution_id: int) -> bool:
             trigger_type=execution.trigger_type, trigger_id=execution.trigger_id,
             parent_execution_id=execution.parent_execution_id, requested_by_id=execution.requested_by_id,
             session_id=execution.session_id, outcome=execution.outcome,
+            queue_wait_seconds=(execution.started_at - execution.queued_at).total_seconds()
+            if execution.started_at and execution.queued_at else None,
+            action_level=execution.agent_version.action_level if execution.agent_version else None,
         ))
     return True
 

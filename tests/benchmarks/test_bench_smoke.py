@@ -66,11 +66,12 @@ def test_every_section_of_the_bench_runs_to_the_end_at_smoke_size(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--smoke", "--brokers", ",".join(brokers),
          "--scale-database", urlsplit(_database_url("_bench_smoke_scale")).path.lstrip("/"),
-         "--scale-redis", os.environ["REDIS_URL"]],
+         "--scale-redis", os.environ["REDIS_URL"],
+         "--realwork-database", urlsplit(_database_url("_bench_smoke_realwork")).path.lstrip("/")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100, stdin=subprocess.DEVNULL)
     out = done.stdout
     report = f"exit {done.returncode}\n--- stdout\n{out[-6000:]}\n--- stderr\n{done.stderr[-4000:]}"
-    expected = ALL_SECTIONS + [f"scale ({broker})" for broker in brokers]
+    expected = ALL_SECTIONS + [f"scale ({broker})" for broker in brokers] + ["realwork"]
     finished = re.findall(r"^done  section (.+) in [\d.]+ s$", out, flags=re.MULTILINE)
     assert finished == expected, report
     assert not re.search(r"\bFAIL\b", out), report
@@ -98,3 +99,11 @@ def test_a_failing_section_reports_fail_the_next_still_runs_and_the_exit_is_an_e
 def test_the_bench_refuses_an_unknown_section_naming_the_option():
     with pytest.raises(CommandError, match="--sections: unknown nosuch"):
         call_command(bench.Command(), "--sections", "turns,nosuch", stdout=StringIO())
+
+
+@pytest.mark.parametrize("counts", ["200,x", "0", "", "1,,2"])
+def test_the_bench_refuses_bad_realwork_counts_naming_the_option(counts):
+    if connection.vendor != "postgresql":
+        pytest.skip("the bench runs on PostgreSQL")
+    with pytest.raises(CommandError, match="--realwork-runs"):
+        call_command(bench.Command(), "--sections", "realwork", "--realwork-runs", counts, stdout=StringIO())

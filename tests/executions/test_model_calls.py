@@ -110,3 +110,28 @@ def test_prune_forgets_the_calls_of_runs_past_retention(workspace, owner, sent, 
     Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now() - dt.timedelta(days=8))
     assert tasks.model_calls_prune() == 2
     assert not ModelCallBlob.objects.filter(execution=execution).exists()
+
+
+@pytest.mark.django_db
+def test_a_message_every_run_sends_is_redacted_once_per_process_and_stored_with_each_run(
+        workspace, owner, sent, monkeypatch):
+    from executions import modelcalls
+
+    redacted = []
+    real = modelcalls._redacted_json
+    monkeypatch.setattr(modelcalls, "_redacted_json", lambda value: redacted.append(value) or real(value))
+    monkeypatch.setattr(modelcalls, "_packed_cache", type(modelcalls._packed_cache)())  # as in a fresh process
+    agent = make_agent(workspace=workspace, owner=owner, name="echo twice", tools=["test_echo"])
+    runs = []
+    for _ in range(2):
+        execution = services.execution_start(agent=agent, request=services.person_run_request(
+            agent=agent, user=owner, prompt="same question"))
+        assert services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("done")])) \
+            == "success"
+        runs.append(execution)
+
+    tools_blobs = [value for value in redacted if isinstance(value, dict) and "__tools__" in value]
+    assert len(tools_blobs) == 1  # the second run's identical tool schemas were not redacted again
+    for run in runs:  # each run still stores every message it sent, the shared ones included
+        call = model_calls_for_run(execution_id=run.pk)[0]
+        assert call["tools"] and call["messages"][-1]["content"] == "same question"

@@ -251,6 +251,18 @@ def test_model_cost_of_the_offline_planner_is_zero():
     assert model_cost(model=offline_rules.MODEL, input_tokens=500, output_tokens=50) == 0.0
 
 
+def test_a_model_without_a_price_is_looked_up_once(monkeypatch):
+    calls = []
+    real = litellm.cost_per_token
+    monkeypatch.setattr(litellm, "cost_per_token", lambda **kwargs: calls.append(kwargs) or real(**kwargs))
+    model = "openai/river-test-unpriced-model"
+    assert model_cost(model=model, input_tokens=10, output_tokens=5) is None
+    looked_up = len(calls)
+    assert model_cost(model=model, input_tokens=10, output_tokens=5) is None
+    assert looked_up >= 1 and len(calls) == looked_up
+    assert model_cost(model="gpt-4o-mini", input_tokens=1000, output_tokens=0) > 0  # priced ones still are
+
+
 def test_organization_providers_come_from_the_table(org, other_org, fake_openai):
     server = fake_openai()
     server.always("text", "from the table")
