@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import QuerySet
+from django.db.models import IntegerField, QuerySet, Value
 from django.utils import timezone
 
 from common.compiled import CompiledQuery
@@ -128,10 +128,25 @@ def self_approval_refused(*, user, approval: ApprovalRequest) -> bool:
     )
 
 
+def approval_with_standing(queryset: QuerySet, *, user) -> QuerySet:
+    """``queryset``'s requests, each carrying ``user``'s standing in its workspace (the
+    annotations of ``role_annotations``), so authorizing needs no statement of its own."""
+    return queryset.annotate(standing_user_id=Value(user.pk, output_field=IntegerField()), **role_annotations(
+        user_id=user.pk, workspace_ref="workspace_id", organization_ref="workspace__organization_id"))
+
+
+def _standing_of(*, user, approval: ApprovalRequest) -> tuple[list[str], bool]:
+    """The standing ``approval`` was read with (``approval_with_standing``) when it was
+    read for this user, else read now (one statement)."""
+    if getattr(user, "pk", None) is not None and getattr(approval, "standing_user_id", None) == user.pk:
+        return roles_annotated(approval), bool(approval.run_as_principal)
+    return _standing(user=user, workspace=approval.workspace)
+
+
 def approval_authorize(*, user, approval: ApprovalRequest) -> None:
     """Raise PermissionDenied unless ``user`` may resolve ``approval``: approve,
     reject or edit. Every way in (API, pages, services) comes through here."""
-    roles, principal = _standing(user=user, workspace=approval.workspace)  # one statement
+    roles, principal = _standing_of(user=user, approval=approval)
     if principal:
         raise PermissionDenied(SERVICE_PRINCIPAL_MESSAGE, code="service_principal_cannot_approve")
     if APPROVAL_RESOLVE not in roles_permissions(roles) or not _role_allows(set(roles), approval):
@@ -204,7 +219,10 @@ def approval_get_for_user(*, user, approval_id) -> ApprovalRequest:
         key = uuid.UUID(str(approval_id))
     except ValueError:
         raise NotFound("Approval request not found.") from None
-    approval = approvals_for_user(user=user).filter(pk=key).first()
+    approvals = approvals_for_user(user=user).filter(pk=key)
+    if getattr(user, "pk", None) is not None:
+        approvals = approval_with_standing(approvals, user=user)  # so authorizing it costs nothing more
+    approval = approvals.first()
     if approval is None:
         raise NotFound("Approval request not found.")
     return approval
@@ -221,8 +239,14 @@ def approval_decide(
     *, approval_id, user, status: str, modified_args: dict | None = None, comment: str = ""
 ) -> ApprovalRequest:
     """Record one decision. Caller runs this inside a transaction and queues the
-    resume after it; a second decision on the same request gets 409."""
-    approval = ApprovalRequest.objects.select_for_update().select_related("workspace").get(pk=approval_id)
+    resume after it; a second decision on the same request gets 409.
+
+    The request is locked (its row only: resolutions of other requests in the
+    workspace do not queue behind it) and read with the decider's standing and the
+    run's requester in the same statement."""
+    approval = approval_with_standing(
+        ApprovalRequest.objects.select_for_update(of=("self",)).select_related("workspace", "run_started_by"),
+        user=user).get(pk=approval_id)
     approval_authorize(user=user, approval=approval)
     if approval.status != ApprovalRequest.Status.PENDING:
         raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")
