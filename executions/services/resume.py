@@ -8,6 +8,7 @@ import logging
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 
+from common.compiled import CompiledQuery
 from executions.journal import event_rows_publish, next_event_seq
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.services.finish import run_end_cancelled, verdict_trace_on_commit
@@ -47,17 +48,26 @@ def execution_respond(*, execution: Execution, user, user_response) -> Execution
     return row
 
 
-def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolution: dict) -> None:
-    """Record an approver's decision as a step and queue the resume. Runs inside the
-    caller's transaction, after the audit entry was written."""
-    # The run with its last step's number and last event's sequence number, in one
-    # statement; they cannot move while the row is locked (every writer holds it).
-    row = Execution.objects.select_for_update(of=("self",)).annotate(
+# The run locked, with its last step's number and last event's sequence number, in one
+# statement compiled once per process (common.compiled); the numbers cannot move while
+# the row is locked (every writer of steps and events holds it).
+_LOCKED_WITH_NUMBERS = CompiledQuery(
+    lambda execution_id: Execution.objects.select_for_update(of=("self",)).annotate(
         last_step_number=Subquery(ExecutionStep.objects.filter(execution_id=OuterRef("pk"))
                                   .order_by("-step_number").values("step_number")[:1]),
         last_event_seq=Subquery(ExecutionEvent.objects.filter(execution_id=OuterRef("pk"))
                                 .order_by("-seq").values("seq")[:1]),
-    ).get(pk=execution_id)
+    ).filter(pk=execution_id).order_by()[:1],
+    execution_id=-(2**62) + 47,
+)
+
+
+def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolution: dict) -> None:
+    """Record an approver's decision as a step and queue the resume. Runs inside the
+    caller's transaction, after the audit entry was written."""
+    row = _LOCKED_WITH_NUMBERS.first(execution_id=execution_id)
+    if row is None:
+        raise Execution.DoesNotExist(f"execution {execution_id} is gone")
     if row.status != Execution.Status.AWAITING_APPROVAL:
         raise Conflict(f"Execution is {row.status}; it is not waiting for approval.", code="invalid_state")
     next_number = (row.last_step_number or 0) + 1
