@@ -81,6 +81,7 @@ class WebSize:
     active_runs: int = 200  # real runs making progress, a WebSocket client following each
     fanout_turns: int = 4  # tool turns of each of those runs (then a final answer)
     in_process: int = 200  # creations timed in this process (Django and DRF without a server)
+    parts: Sequence[str] = ("creation", "resume", "fanout")  # which of the three to run
 
 
 SMOKE = WebSize(clients=2, creations=10, single_requests=5, paused=(2, 4), approvals=2, broker_samples=10,
@@ -101,13 +102,16 @@ def web_bench(size: WebSize = WebSize()) -> Iterator[str]:
     try:
         with override_settings(DEBUG=False), tempfile.TemporaryDirectory(prefix="river-bench-web-") as tmp, \
                 _ModelServer(fanout_turns=size.fanout_turns) as model, _daphne(Path(tmp)) as (port, daphne_pid), \
-                _worker(Path(tmp), model):
+                _worker(Path(tmp), model) as workers:
             yield (f"web: daphne on 127.0.0.1:{port}, DEBUG=false, database {connection.settings_dict['NAME']}, "
                    f"Redis {settings.REDIS_URL}; a Celery worker (prefork, 2 processes hosting runs); load average "
                    f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-            yield from _creation(port, daphne_pid, fx, size)
-            yield from _resume(port, fx, model, size)
-            yield from _fanout(port, fx, size)
+            if "creation" in size.parts:
+                yield from _creation(port, daphne_pid, fx, size)
+            if "resume" in size.parts:
+                yield from _resume(port, fx, model, size, cpu_of={"daphne": [daphne_pid], "worker": workers})
+            if "fanout" in size.parts:
+                yield from _fanout(port, fx, size)
             yield f"web: load average {os.getloadavg()[0]:.1f} at the end"
     finally:
         _cleanup(fx)
@@ -247,10 +251,11 @@ def _daphne(tmp: Path) -> Iterator[tuple[int, int]]:
 
 
 @contextmanager
-def _worker(tmp: Path, model: _ModelServer) -> Iterator[None]:
+def _worker(tmp: Path, model: _ModelServer) -> Iterator[Callable[[], list[int]]]:
     """A Celery worker as docs/production.md starts one (prefork, 2 processes, each hosting
-    runs), calling the fake model."""
-    from benchmarks.workers import Workers
+    runs), calling the fake model. Yields a function giving its process ids (the main
+    process and its children)."""
+    from benchmarks.workers import Workers, process_children
 
     env = _child_env(RIVER_LLM_MODEL="openai/bench-web", RIVER_LLM_BASE_URL=model.base_url,
                      RIVER_LLM_API_KEY="bench-web", RIVER_BROKER_URL=settings.CELERY_BROKER_URL)
@@ -258,7 +263,7 @@ def _worker(tmp: Path, model: _ModelServer) -> Iterator[None]:
     workers.start()
     try:
         workers.wait_ready()
-        yield
+        yield lambda: [pid for proc in workers.alive() for pid in (proc.pid, *process_children(proc.pid))]
     finally:
         workers.stop_all()
 
@@ -267,6 +272,17 @@ def _cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _cpu_of(pids: Sequence[int]) -> float:
+    """``_cpu_seconds`` summed over processes; one that is gone counts nothing."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += _cpu_seconds(pid)
+        except OSError:
+            pass
+    return total
 
 
 class _Client:
@@ -457,7 +473,10 @@ def _creation_in_process(path: str, body: dict, fx: _Fixtures, count: int) -> fl
 # --- 2. approval resume -------------------------------------------------------------------
 
 
-def _resume(port: int, fx: _Fixtures, model: _ModelServer, size: WebSize) -> Iterator[str]:
+def _resume(port: int, fx: _Fixtures, model: _ModelServer, size: WebSize,
+            cpu_of: dict[str, Sequence[int] | Callable[[], list[int]]]) -> Iterator[str]:
+    """``cpu_of``: the processes whose CPU time is divided by the timed resumes, by name
+    (process ids, or a function giving them when they are read)."""
     from benchmarks.approval_storm import resumes_recorded, storm_prepare
     from executions.models import Execution
 
@@ -476,12 +495,18 @@ def _resume(port: int, fx: _Fixtures, model: _ModelServer, size: WebSize) -> Ite
     for k in paused:
         waiting = Execution.objects.filter(agent=fx.gated, status=Execution.Status.AWAITING_APPROVAL).count()
         _copy_paused(template, [f"Refund, waiting {n}" for n in range(waiting, k - 1)])  # + the one approved: K
-        samples = [_approve_one(approver, template, model) for _ in range(WARMUP + size.approvals)][WARMUP:]
+        samples = [_approve_one(approver, template, model) for _ in range(WARMUP)]
+        pids = {name: list(p() if callable(p) else p) for name, p in cpu_of.items()}
+        before = {name: _cpu_of(p) for name, p in pids.items()}
+        samples = [_approve_one(approver, template, model) for _ in range(size.approvals)]
+        cpu = {name: (_cpu_of(p) - before[name]) / size.approvals * 1000 for name, p in pids.items()}
         answered, called, tool = (list(column) for column in zip(*samples, strict=True))
         p50s[k] = _ms(called, 50)
         yield (f"  K={k} paused: POST -> 200 (message on the broker) p50 {_ms(answered, 50):.1f} ms, p99 "
                f"{_ms(answered, 99):.1f} ms; POST -> model call p50 {p50s[k]:.1f} ms, p99 {_ms(called, 99):.1f} ms "
-               f"(of which the approved write_back itself p50 {_ms(tool, 50):.0f} ms)")
+               f"(of which the approved write_back itself p50 {_ms(tool, 50):.0f} ms); CPU per resume "
+               + ", ".join(f"{name} {ms:.1f} ms" for name, ms in cpu.items())
+               + f" (the worker's to the run's end); load average {os.getloadavg()[0]:.1f}")
         yield _check(p50s[k] <= TARGET_RESUME_P50_MS, f"K={k} resume p50 {p50s[k]:.1f} ms "
                      f"(target <= {TARGET_RESUME_P50_MS} ms)")
     approver.conn.close()
@@ -705,6 +730,8 @@ def main() -> None:
     parser.add_argument("--creations", type=int, default=400, help="runs the concurrent clients create")
     parser.add_argument("--paused", type=int, nargs="+", default=[10, 10000], help="paused runs waiting (each K)")
     parser.add_argument("--active-runs", type=int, default=200, help="runs active in the fan-out, a client each")
+    parser.add_argument("--parts", nargs="+", choices=WebSize.parts, default=WebSize.parts,
+                        help="which parts to run (all three by default)")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "riverapp.settings")
     import django
@@ -721,7 +748,7 @@ def main() -> None:
             admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(db["NAME"])))
     call_command("migrate", verbosity=0, interactive=False)
     for line in web_bench(WebSize(clients=args.clients, creations=args.creations, paused=args.paused,
-                                  active_runs=args.active_runs)):
+                                  active_runs=args.active_runs, parts=args.parts)):
         print(line, flush=True)
 
 

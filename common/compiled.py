@@ -30,8 +30,9 @@ from django.db.models.query import get_related_populators
 class CompiledQuery:
     """``build(**stand_ins)`` returns the queryset; ``first(**values)`` runs it (with
     ``LIMIT 1`` added by ``build`` when it should stop at one row) and returns the first
-    instance, or None. ``stand_ins`` maps each name to a value that appears nowhere else
-    in the query: a parameter equal to it is replaced by the name's value."""
+    instance, or None; ``all(**values)`` returns every instance. ``stand_ins`` maps each
+    name to a value that appears nowhere else in the query: a parameter equal to it is
+    replaced by the name's value."""
 
     def __init__(self, build: Callable[..., QuerySet], **stand_ins: Any):
         self._build = build
@@ -48,6 +49,11 @@ class CompiledQuery:
     def first(self, **values: Any) -> Model | None:
         compiled = self._compiled or self._compile()
         return compiled.first(values)
+
+    def all(self, **values: Any) -> list[Model]:
+        """Every row the query gives, as instances (no ``LIMIT`` added)."""
+        compiled = self._compiled or self._compile()
+        return compiled.all(values)
 
 
 class _Compiled:
@@ -77,14 +83,22 @@ class _Compiled:
         self.annotations = list(compiler.annotation_col_map.items())
         self.converters = list(compiler.get_converters([s[0] for s in select[:compiler.col_count]]).items())
 
-    def first(self, values: dict[str, Any]) -> Model | None:
+    def _execute(self, values: dict[str, Any], fetch: Callable) -> Any:
         connection = connections[self.db or DEFAULT_DB_ALIAS]
         params = [form(values[name]) if name is not None else form for name, form in self.params]
         with connection.cursor() as cursor:
             cursor.execute(self.sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            return None
+            return fetch(cursor)
+
+    def first(self, values: dict[str, Any]) -> Model | None:
+        row = self._execute(values, lambda cursor: cursor.fetchone())
+        return None if row is None else self._instance(row, connections[self.db or DEFAULT_DB_ALIAS])
+
+    def all(self, values: dict[str, Any]) -> list[Model]:
+        connection = connections[self.db or DEFAULT_DB_ALIAS]
+        return [self._instance(row, connection) for row in self._execute(values, lambda cursor: cursor.fetchall())]
+
+    def _instance(self, row, connection) -> Model:
         if self.converters:
             row = list(row)
             for position, (converters, expression) in self.converters:

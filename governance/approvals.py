@@ -23,7 +23,13 @@ from rivercore.errors import Conflict, NotFound, PermissionDenied
 from rivercore.types.governance import ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
-from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, workspaces_for_user
+from tenancy.selectors import (
+    role_annotations,
+    roles_annotated,
+    roles_permissions,
+    workspaces_for_user,
+    workspaces_of_user_id,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -128,10 +134,52 @@ def self_approval_refused(*, user, approval: ApprovalRequest) -> bool:
     )
 
 
+def _with_standing(queryset: QuerySet, *, user_id) -> QuerySet:
+    """``queryset``'s requests, each carrying the standing of the user ``user_id`` in its
+    workspace (the annotations of ``role_annotations``), so authorizing needs no
+    statement of its own. Whoever runs it marks the rows with ``_read_for``."""
+    return queryset.annotate(**role_annotations(
+        user_id=user_id, workspace_ref="workspace_id", organization_ref="workspace__organization_id"))
+
+
+def _read_for(approval: ApprovalRequest | None, user_id: int) -> ApprovalRequest | None:
+    """Mark a row read by ``_with_standing`` with the user whose standing it carries."""
+    if approval is not None:
+        approval.standing_user_id = user_id
+    return approval
+
+
+# The two reads of a request a resolution makes, each one statement compiled once per
+# process (common.compiled): in one of the user's workspaces, before the lock; and
+# locked (its row only, so resolutions of other requests in the workspace do not queue
+# behind it), for the decision. Both carry the run's requester and the user's standing.
+_USER_STAND_IN, _APPROVAL_STAND_IN = -(2**62) + 41, uuid.UUID("00000000-0000-4000-8000-00000000f00d")
+_FOR_USER = CompiledQuery(
+    lambda user_id, approval_id: _with_standing(
+        ApprovalRequest.objects.filter(pk=approval_id, workspace__in=workspaces_of_user_id(user_id=user_id))
+        .select_related("workspace", "run_started_by"), user_id=user_id).order_by()[:1],
+    user_id=_USER_STAND_IN, approval_id=_APPROVAL_STAND_IN,
+)
+_LOCKED = CompiledQuery(
+    lambda user_id, approval_id: _with_standing(
+        ApprovalRequest.objects.select_for_update(of=("self",)).select_related("workspace", "run_started_by")
+        .filter(pk=approval_id), user_id=user_id).order_by()[:1],
+    user_id=_USER_STAND_IN, approval_id=_APPROVAL_STAND_IN,
+)
+
+
+def _standing_of(*, user, approval: ApprovalRequest) -> tuple[list[str], bool]:
+    """The standing ``approval`` was read with (``_with_standing``) when it was
+    read for this user, else read now (one statement)."""
+    if getattr(user, "pk", None) is not None and getattr(approval, "standing_user_id", None) == user.pk:
+        return roles_annotated(approval), bool(approval.run_as_principal)
+    return _standing(user=user, workspace=approval.workspace)
+
+
 def approval_authorize(*, user, approval: ApprovalRequest) -> None:
     """Raise PermissionDenied unless ``user`` may resolve ``approval``: approve,
     reject or edit. Every way in (API, pages, services) comes through here."""
-    roles, principal = _standing(user=user, workspace=approval.workspace)  # one statement
+    roles, principal = _standing_of(user=user, approval=approval)
     if principal:
         raise PermissionDenied(SERVICE_PRINCIPAL_MESSAGE, code="service_principal_cannot_approve")
     if APPROVAL_RESOLVE not in roles_permissions(roles) or not _role_allows(set(roles), approval):
@@ -204,7 +252,10 @@ def approval_get_for_user(*, user, approval_id) -> ApprovalRequest:
         key = uuid.UUID(str(approval_id))
     except ValueError:
         raise NotFound("Approval request not found.") from None
-    approval = approvals_for_user(user=user).filter(pk=key).first()
+    if getattr(user, "is_authenticated", False) and user.pk is not None:
+        approval = _read_for(_FOR_USER.first(user_id=user.pk, approval_id=key), user.pk)
+    else:
+        approval = approvals_for_user(user=user).filter(pk=key).first()
     if approval is None:
         raise NotFound("Approval request not found.")
     return approval
@@ -221,8 +272,13 @@ def approval_decide(
     *, approval_id, user, status: str, modified_args: dict | None = None, comment: str = ""
 ) -> ApprovalRequest:
     """Record one decision. Caller runs this inside a transaction and queues the
-    resume after it; a second decision on the same request gets 409."""
-    approval = ApprovalRequest.objects.select_for_update().select_related("workspace").get(pk=approval_id)
+    resume after it; a second decision on the same request gets 409.
+
+    The request is locked (its row only) and read with the decider's standing and the
+    run's requester in the same statement (``_LOCKED``)."""
+    approval = _read_for(_LOCKED.first(user_id=user.pk, approval_id=uuid.UUID(str(approval_id))), user.pk)
+    if approval is None:
+        raise NotFound("Approval request not found.")
     approval_authorize(user=user, approval=approval)
     if approval.status != ApprovalRequest.Status.PENDING:
         raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")

@@ -7,9 +7,11 @@ import logging
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 
+from common.compiled import CompiledQuery
 from executions.journal import event_rows_publish, next_event_seq
-from executions.models import Execution, ExecutionEvent
+from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.services.finish import run_end_cancelled, verdict_trace_on_commit
 from executions.services.notify import run_question_answered
 from executions.services.queue import steps_append_and_requeue
@@ -64,19 +66,35 @@ def _not_waiting_for_an_answer(row: Execution) -> Conflict:
     return Conflict(f"Execution is {row.status}; it is not waiting for an answer.", code="invalid_state")
 
 
+# The run locked, with its last step's number and last event's sequence number, in one
+# statement compiled once per process (common.compiled); the numbers cannot move while
+# the row is locked (every writer of steps and events holds it).
+_LOCKED_WITH_NUMBERS = CompiledQuery(
+    lambda execution_id: Execution.objects.select_for_update(of=("self",)).annotate(
+        last_step_number=Subquery(ExecutionStep.objects.filter(execution_id=OuterRef("pk"))
+                                  .order_by("-step_number").values("step_number")[:1]),
+        last_event_seq=Subquery(ExecutionEvent.objects.filter(execution_id=OuterRef("pk"))
+                                .order_by("-seq").values("seq")[:1]),
+    ).filter(pk=execution_id).order_by()[:1],
+    execution_id=-(2**62) + 47,
+)
+
+
 def execution_resume_after_resolution(*, execution_id: int, call_id: str, resolution: dict) -> None:
     """Record an approver's decision as a step and queue the resume. Runs inside the
     caller's transaction, after the audit entry was written."""
-    row = Execution.objects.select_for_update().get(pk=execution_id)
+    row = _LOCKED_WITH_NUMBERS.first(execution_id=execution_id)
+    if row is None:
+        raise Execution.DoesNotExist(f"execution {execution_id} is gone")
     if row.status != Execution.Status.AWAITING_APPROVAL:
         raise Conflict(f"Execution is {row.status}; it is not waiting for approval.", code="invalid_state")
-    next_number = (row.steps.order_by("-step_number").values_list("step_number", flat=True).first() or 0) + 1
+    next_number = (row.last_step_number or 0) + 1
     decision = resolution_step(step_number=next_number, turn=row.turn_count, call_id=call_id,
                                tool_name=resolution.get("tool_name"), resolution=resolution)
     steps_append_and_requeue(execution=row, expected_status=Execution.Status.AWAITING_APPROVAL, new_steps=[decision])
     verdict_trace_on_commit(row, approval_id=resolution.get("approval_id"), resolution=resolution["status"],
                             decision=decision.governance_decision.value, resolved_by=resolution.get("resolved_by"))
-    seq = next_event_seq(row.pk)
+    seq = (row.last_event_seq or 0) + 1
     kind, payload = approval_resolved_event(
         approval_id=resolution.get("approval_id"), resolution=resolution["status"],
         resolved_by=resolution.get("resolved_by"),

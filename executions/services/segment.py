@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection, transaction
 from django.utils import timezone
 
+from common.compiled import CompiledQuery
 from executions.journal import DbJournal, event_rows_publish, next_event_seq, run_status_message, step_from_row
-from executions.models import Execution, ExecutionEvent, ExecutionSegment
+from executions.models import Execution, ExecutionEvent, ExecutionSegment, ExecutionStep
 from executions.runhost import leases_renew
 from executions.services.claim import execution_claim_load
 from executions.services.finish import gave_up_message, run_end, run_end_failed, run_end_leased, segment_close
@@ -54,6 +55,13 @@ _STATUS_FROM_RESPONSE = {
 
 _UNKNOWN = object()
 
+# A run's steps in order, the query every segment but a run's first makes (a resumed
+# run's, for one), compiled once per process (common.compiled).
+_STEPS = CompiledQuery(
+    lambda execution_id: ExecutionStep.objects.filter(execution_id=execution_id).order_by("step_number"),
+    execution_id=-(2**62) + 43,
+)
+
 
 def state_load(execution: Execution) -> RunState:
     """The run's state: its request and prompt, and its committed steps replayed (not
@@ -62,7 +70,7 @@ def state_load(execution: Execution) -> RunState:
     if getattr(execution, "last_step", _UNKNOWN) is None:
         steps = []
     else:
-        steps = [step_from_row(row) for row in execution.steps.order_by("step_number")]
+        steps = [step_from_row(row) for row in _STEPS.all(execution_id=execution.pk)]
     # A claimed run counts its time limit from this segment's start plus what its earlier
     # segments ran (the claim read both); a run loaded without a claim (a resume's check,
     # a replay) from its first start.

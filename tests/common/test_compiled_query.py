@@ -33,3 +33,16 @@ def test_a_stand_in_the_query_does_not_hold_is_refused(db):
     query = CompiledQuery(lambda name: Agent.objects.filter(name="fixed")[:1], name="\x00unused")
     with pytest.raises(ValueError, match="name"):
         query.first(name="x")
+
+
+AGENTS = CompiledQuery(
+    lambda workspace_id: Agent.objects.filter(workspace_id=workspace_id).order_by("name"),
+    workspace_id=-(2**62) + 5,
+)
+
+
+def test_all_returns_every_row_in_order_for_each_value(workspace, other_workspace, owner):
+    make_agent(workspace=workspace, owner=owner, name="Refunds", tools=["get_workspace_info"])
+    make_agent(workspace=workspace, owner=owner, name="Billing", tools=["get_workspace_info"])
+    assert [a.name for a in AGENTS.all(workspace_id=workspace.pk)] == ["Billing", "Refunds"]
+    assert AGENTS.all(workspace_id=other_workspace.pk) == []
