@@ -111,7 +111,7 @@ def web_bench(size: WebSize = WebSize()) -> Iterator[str]:
             if "resume" in size.parts:
                 yield from _resume(port, fx, model, size, cpu_of={"daphne": [daphne_pid], "worker": workers})
             if "fanout" in size.parts:
-                yield from _fanout(port, fx, size)
+                yield from _fanout(port, fx, size, daphne_pid=daphne_pid, worker_pids=workers)
             yield f"web: load average {os.getloadavg()[0]:.1f} at the end"
     finally:
         _cleanup(fx)
@@ -583,12 +583,14 @@ def _approve_one(approver: _Client, template, model: _ModelServer) -> tuple[floa
 # --- 3. event fan-out ---------------------------------------------------------------------
 
 
-def _fanout(port: int, fx: _Fixtures, size: WebSize) -> Iterator[str]:
+def _fanout(port: int, fx: _Fixtures, size: WebSize, *, daphne_pid: int,
+            worker_pids: Callable[[], list[int]]) -> Iterator[str]:
     """Real runs on the worker (a tool call each turn, the fake model taking
     ``FANOUT_MODEL_SECONDS`` a reply), a WebSocket client following each from before it
     is claimed. Latency is the event's stored time (``created_at``, set just before the
     statement that stores it) to its receipt, on the machine's wall clock; every stored
-    event must arrive."""
+    event must arrive. The worker's processes' CPU and Daphne's over the runs (from the
+    first run sent to the last event received) are reported per stored event."""
     from unittest import mock
 
     from executions.models import Execution, ExecutionEvent
@@ -616,10 +618,22 @@ def _fanout(port: int, fx: _Fixtures, size: WebSize) -> Iterator[str]:
             time.sleep(0.2)
         return True
 
+    pids = worker_pids()
+    cpu: dict[str, float] = {}
+
+    def measured_start() -> None:
+        cpu["worker"], cpu["web"] = -sum(map(_cpu_seconds, pids)), -_cpu_seconds(daphne_pid)
+        start_runs()
+
+    def measured_end() -> None:
+        cpu["worker"] += sum(map(_cpu_seconds, pids))
+        cpu["web"] += _cpu_seconds(daphne_pid)
+
     began = time.monotonic()
-    received, ended = _fan_once(port, fx.tokens["requester"], ids, start_runs=start_runs,
+    received, ended = _fan_once(port, fx.tokens["requester"], ids, start_runs=measured_start,
                                 runs_ended=lambda: runs_ended(60 + count * (size.fanout_turns + 1) * 0.5),
-                                stored_count=ExecutionEvent.objects.filter(execution_id__in=ids).count)
+                                stored_count=ExecutionEvent.objects.filter(execution_id__in=ids).count,
+                                received_all=measured_end)
     took = time.monotonic() - began
     stored = {(e, seq): kind for e, seq, kind in ExecutionEvent.objects.filter(execution_id__in=ids)
               .values_list("execution_id", "seq", "event_type")}
@@ -631,6 +645,12 @@ def _fanout(port: int, fx: _Fixtures, size: WebSize) -> Iterator[str]:
     yield (f"  {count} runs {'ended' if ended else 'NOT all ended'} in {took:.1f} s; {len(stored)} events stored, "
            f"{len(latencies)} received: p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {_ms(latencies, 100):.0f} ms; "
            f"run_started p50 {_ms(started, 50):.1f} ms, max {_ms(started, 100):.0f} ms")
+    if stored:
+        per_event = 1000 / len(stored)
+        yield (f"  CPU per stored event, the runs' whole work included: worker {cpu['worker'] * per_event:.2f} ms "
+               f"({len(pids)} processes, {cpu['worker']:.1f} CPU-s), web (Daphne) "
+               f"{cpu['web'] * per_event:.2f} ms ({cpu['web']:.1f} CPU-s); load average "
+               f"{os.getloadavg()[0]:.1f}")
     yield _check(ended, f"every run ended ({count})", judged=True)
     yield _check(not lost, f"{lost} of {len(stored)} stored events not received (target: none)"
                  + (f": {dict(missing)}" if lost else ""), judged=True)
@@ -643,10 +663,12 @@ def _fanout(port: int, fx: _Fixtures, size: WebSize) -> Iterator[str]:
 
 def _fan_once(port: int, token: str, run_ids: list[int], *, start_runs: Callable[[], None],
               runs_ended: Callable[[], bool], stored_count: Callable[[], int],
+              received_all: Callable[[], None] = lambda: None,
               ) -> tuple[dict[tuple[int, int], tuple[str, float]], bool]:
     """Opens the clients, starts the runs, waits for them to end; returns each event
     received, {(run id, seq): (type, seconds from stored to received)}, and whether the
-    runs ended."""
+    runs ended. ``received_all`` is called once the clients hold every stored event (or
+    gave up waiting), before they close."""
     spawn = multiprocessing.get_context("spawn")  # never fork a process with threads and connections
     ours, theirs = spawn.Pipe()
     child = spawn.Process(target=_ws_clients, args=(f"ws://127.0.0.1:{port}", token, run_ids, theirs),
@@ -664,6 +686,10 @@ def _fan_once(port: int, token: str, run_ids: list[int], *, start_runs: Callable
         if not ours.poll(RECEIPT_WAIT + 60):
             raise RuntimeError("the WebSocket clients sent no receipts in time")
         try:
+            if ours.recv() != "received":  # every event is in (or the wait is over); the sockets are still open
+                raise RuntimeError("the WebSocket clients did not say they were done")
+            received_all()
+            ours.send("close")
             received = ours.recv()
         except EOFError:
             child.join(timeout=15)
@@ -715,6 +741,8 @@ async def _ws_follow(base: str, token: str, run_ids: list[int], pipe) -> None:
     deadline = time.monotonic() + RECEIPT_WAIT
     while time.monotonic() < deadline and len({(r[0], r[1]) for r in received}) < expected:
         await asyncio.sleep(0.05)
+    pipe.send("received")
+    await asyncio.to_thread(pipe.recv)  # the parent has read the servers' CPU
     for sock in sockets:
         await sock.close()
     await asyncio.gather(*readers, return_exceptions=True)

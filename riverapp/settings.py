@@ -208,7 +208,10 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "telemetry.layers.RiverChannelLayer",  # channels_redis, sending to idle groups cheaply
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("RIVER_CHANNEL_PREFIX", "river")},
+            # Every socket of a web process shares one Redis key for its messages, so the
+            # capacity (channels_redis's default is 100) bounds a whole process's backlog:
+            # a burst of hundreds of runs' events must not find it full and be dropped.
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("RIVER_CHANNEL_PREFIX", "river"), "capacity": 10000},
         }
     }
     # The broker is Redis unless RIVER_BROKER_URL names another (RabbitMQ: amqp://).

@@ -291,6 +291,10 @@ def test_a_turns_events_are_live_while_the_model_thinks_about_the_next(agent, ow
             observed.set()
         real_submit(groups, events, key=key)
 
+    # Every committed batch through the publisher, where it is recorded (no direct send).
+
+    monkeypatch.setattr(telemetry_events, "_direct_paused_until", float("inf"))
+
     monkeypatch.setattr(telemetry_events._publisher, "submit", submit)
     seen_while_thinking: list[bool] = []
 

@@ -39,6 +39,8 @@ def live(monkeypatch):
     sent: list[dict] = []
     for task in (tasks.run_segment, tasks.post_process):
         monkeypatch.setattr(task, "delay", lambda *args: None)
+    # Every committed batch through the publisher, where it is recorded (no direct send).
+    monkeypatch.setattr(telemetry_events, "_direct_paused_until", float("inf"))
     monkeypatch.setattr(telemetry_events._publisher, "submit",
                         lambda groups, events, key=None: sent.extend(json.loads(json.dumps(events))))
     return sent

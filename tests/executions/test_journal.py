@@ -41,6 +41,8 @@ def mode(request, settings):
 @pytest.fixture
 def published(monkeypatch):
     batches: list[tuple[list[str], list[dict]]] = []
+    # Every committed batch through the publisher, where it is recorded (no direct send).
+    monkeypatch.setattr(telemetry_events, "_direct_paused_until", float("inf"))
     monkeypatch.setattr(telemetry_events._publisher, "submit",
                         lambda groups, events, key=None: batches.append((groups, events)))
     return batches
@@ -273,6 +275,10 @@ def test_write_behind_publishes_a_commit_nobody_waits_for(behind, monkeypatch):
     def submit(groups, events, key=None):
         batches.append(events)
         arrived.set()
+
+    # Every committed batch through the publisher, where it is recorded (no direct send).
+
+    monkeypatch.setattr(telemetry_events, "_direct_paused_until", float("inf"))
 
     monkeypatch.setattr(telemetry_events._publisher, "submit", submit)
     execution, state, journal = behind.execution, behind.state, behind.journal

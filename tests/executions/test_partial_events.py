@@ -8,6 +8,7 @@ seen the first pieces arrive, which proves they are live and not replayed later.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -27,7 +28,9 @@ from riverapp.asgi import application
 from rivercore.events import PartialEventType
 from rivercore.router import ProviderConfig
 from rivercore.types.agents import Tier
+from telemetry import events
 from telemetry.events import RunPartials
+from telemetry.layers import RiverChannelLayer
 from tenancy.services import token_issue
 from tests.executions.test_consumers import fresh_channel_layer  # noqa: F401 - the autouse fixture
 from tests.factories import make_agent
@@ -218,37 +221,53 @@ def test_nobody_watching_means_no_stream_is_asked_for(execution, fake_openai):
     assert Execution.objects.get(pk=execution.pk).result["summary"] == ANSWER
 
 
-def test_the_sink_asks_the_layer_once_per_interval(execution, token):
-    now = [100.0]
-    sink = RunPartials(execution.pk, clock=lambda: now[0])
-    assert sink.watched() is False
+@live_layer
+def test_sinks_answer_from_the_process_watch_table_asked_once_for_every_run(execution, token, workspace, owner,
+                                                                           monkeypatch):
+    """Each run's "is anyone watching?" is answered from memory; the process asks Redis
+    about all its runs' groups in one round trip, at a sink's start and then every
+    WATCHED_TTL_SECONDS."""
+    agent = make_agent(workspace=workspace, owner=owner, tools=[])
+    other = execution_start(agent=agent, request=person_run_request(agent=agent, user=owner, prompt="Other"))
+    asked: list[list[str]] = []
+    real = RiverChannelLayer.groups_watched
+
+    async def recording(self, groups):
+        asked.append(list(groups))
+        return await real(self, groups)
+
+    monkeypatch.setattr(RiverChannelLayer, "groups_watched", recording)
+    unwatched = RunPartials(other.pk)
 
     async def scenario():
         socket = _socket(execution.pk, token)
         assert (await socket.connect(timeout=TIMEOUT))[0]
-        cached = await database_sync_to_async(sink.watched)()
-        now[0] += 5
-        fresh = await database_sync_to_async(sink.watched)()
+        sink = RunPartials(execution.pk)  # asks at once: the first call finds the answer
+        first = await database_sync_to_async(sink.watched)()
         await socket.disconnect()
-        return cached, fresh
+        return sink, first
 
-    cached, fresh = async_to_sync(scenario)()
-    assert (cached, fresh) == (False, True)
+    sink, first = async_to_sync(scenario)()
+
+    assert first is True and unwatched.watched() is False
+    # One question for both runs (each ask covers every live sink of the process).
+    assert any({f"execution.{execution.pk}", f"execution.{other.pk}"} <= set(groups) for groups in asked)
 
 
-def test_a_layer_that_fails_to_answer_means_nobody_watches_for_a_while(execution, monkeypatch):
+@live_layer
+def test_a_layer_that_does_not_answer_means_nobody_watches_and_no_run_waits(execution, monkeypatch):
+    asking = threading.Event()
     calls = []
 
-    def broken(groups):
+    async def stuck(self, groups):
         calls.append(groups)
-        raise TimeoutError("layer stuck")
+        asking.set()
+        await asyncio.Event().wait()  # never answers
 
-    monkeypatch.setattr("telemetry.events.groups_watched", broken)
-    now = [0.0]
-    sink = RunPartials(execution.pk, clock=lambda: now[0])
-    assert sink.watched() is False
-    now[0] += 5  # past the usual interval, within the retry pause
-    assert sink.watched() is False
+    monkeypatch.setattr(RiverChannelLayer, "groups_watched", stuck)
+    monkeypatch.setattr(events, "WATCHED_TIMEOUT_SECONDS", 0.05)
+    sink = RunPartials(execution.pk)
+    assert asking.wait(TIMEOUT)
+    assert sink.watched() is False  # its first answer: nobody, once the layer's time is up
+    assert sink.watched() is False  # then from memory: the layer is asked again only after the retry pause
     assert len(calls) == 1
-    now[0] += 30
-    assert sink.watched() is False and len(calls) == 2

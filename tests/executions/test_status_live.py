@@ -37,6 +37,10 @@ def live(monkeypatch):
         if any(group.startswith("execution.") for group in groups):
             messages.extend(events)
 
+    # Every committed batch through the publisher, where it is recorded (no direct send).
+
+    monkeypatch.setattr(telemetry_events, "_direct_paused_until", float("inf"))
+
     monkeypatch.setattr(telemetry_events._publisher, "submit", submit)
     return messages
 

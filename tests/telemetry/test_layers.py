@@ -66,3 +66,45 @@ def test_expired_members_are_dropped_and_not_sent_to(layer, monkeypatch):
 
     assert run(scenario()) == 0
     assert sent_to == []
+
+
+def test_a_send_now_reaches_each_member_as_channels_redis_reads_it(layer):
+    """The one-round-trip send from synchronous code: every member of every group gets the
+    message (two channels of one process share a key and one message; a channel in two
+    groups gets it once per group), groups nobody watches add nothing."""
+    assert layer.sends_now
+    message = {"type": "river.events", "events": [{"seq": 1, "text": "é" * 40}]}
+
+    async def scenario():
+        first, second, plain = await layer.new_channel(), await layer.new_channel(), "plain-channel"
+        for group, channel in (("execution.1", first), ("execution.1", second), ("workspace.1", first),
+                               ("execution.1", plain)):
+            await layer.group_add(group, channel)
+        added = layer.group_send_many_now(["execution.1", "workspace.1", "execution.2"], message)
+        received = [await asyncio.wait_for(layer.receive(channel), 5) for channel in (first, first, second, plain)]
+        return added, received
+
+    added, received = run(scenario())
+
+    assert added == (3, 0)  # execution.1: the process's key and the plain channel's; workspace.1: the key
+    assert received == [message] * 4
+
+
+def test_a_send_now_drops_expired_members_and_skips_full_channels(layer):
+    layer.group_expiry, layer.capacity = 1, 1
+
+    async def scenario():
+        stale, full = await layer.new_channel(), "full-channel"
+        await layer.group_add("execution.8", stale)
+        await layer.group_add("execution.8", full)
+        connection = layer.connection(0)
+        await connection.zadd(layer._group_key("execution.8"), {stale: 0})  # joined long ago
+        sent = [layer.group_send_many_now(["execution.8"], {"type": "river.events", "events": [n]}) for n in (1, 2)]
+        members = await connection.zcard(layer._group_key("execution.8"))
+        return sent, members, await asyncio.wait_for(layer.receive(full), 5)
+
+    sent, members, received = run(scenario())
+
+    assert sent == [(1, 0), (0, 1)]  # the second finds the channel full
+    assert members == 1
+    assert received["events"] == [1]

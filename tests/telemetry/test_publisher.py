@@ -146,3 +146,79 @@ def test_batches_queued_behind_a_send_in_flight_go_out_as_one_message(monkeypatc
     assert events.events_flush()
 
     assert sent == [[1], [2, 3, 4]]
+
+
+class SendsNowLayer(RecordingLayer):
+    """A layer that can send from synchronous code (as River's Redis layer does)."""
+
+    sends_now = True
+
+    def __init__(self):
+        super().__init__()
+        self.fail = False
+
+    def group_send_many_now(self, groups, message):
+        if self.fail:
+            raise ConnectionError("layer down")
+        for group in groups:
+            self.sent.append((group, message, threading.current_thread().name))
+        return len(groups), 0
+
+
+@pytest.fixture
+def now_layer(monkeypatch):
+    recording = SendsNowLayer()
+    monkeypatch.setattr(events, "get_channel_layer", lambda: recording)
+    monkeypatch.setattr(events, "_direct_paused_until", 0.0)
+    return recording
+
+
+def test_a_layer_that_sends_now_gets_the_batch_from_the_committing_thread(now_layer):
+    for turn in range(1, 3):
+        with transaction.atomic():
+            events.events_publish(workspace_id=7, execution_id=42, events=[{"type": "turn_complete", "seq": turn}])
+            assert now_layer.sent == [] if turn == 1 else len(now_layer.sent) == 2  # not before commit
+
+    assert [(group, message["events"][0]["seq"], thread) for group, message, thread in now_layer.sent] == [
+        ("execution.42", 1, "MainThread"), ("workspace.7", 1, "MainThread"),
+        ("execution.42", 2, "MainThread"), ("workspace.7", 2, "MainThread")]
+
+
+def test_a_batch_follows_the_runs_pieces_still_on_the_publisher(now_layer, monkeypatch):
+    """A stored batch does not overtake the run's streamed pieces queued on the publisher."""
+    import asyncio
+
+    release = threading.Event()
+
+    async def held(group, message):
+        while not release.is_set():
+            await asyncio.sleep(0.001)
+        now_layer.sent.append((group, message, threading.current_thread().name))
+
+    monkeypatch.setattr(now_layer, "group_send", held, raising=False)
+    events.RunPartials.send(type("Sink", (), {"groups": ["execution.9"], "execution_id": 9})(),
+                            {"type": "answer_delta", "index": 0})
+    events.events_publish_committed(workspace_id=7, execution_id=9, events=[{"type": "turn_reasoning", "seq": 3}])
+    events.events_publish_committed(workspace_id=7, execution_id=10, events=[{"type": "other_run", "seq": 1}])
+    assert [m["events"][0]["type"] for _, m, _ in now_layer.sent] == ["other_run", "other_run"]  # not held
+    release.set()
+    assert events.events_flush()
+
+    run_nine = [(m["events"][0]["type"], thread) for group, m, thread in now_layer.sent if group == "execution.9"]
+    assert run_nine == [("answer_delta", "river-events"), ("turn_reasoning", "river-events")]
+
+
+def test_a_failed_send_now_is_counted_and_later_batches_go_through_the_publisher(now_layer, caplog):
+    from telemetry.faults import infra_fault_count
+
+    before = infra_fault_count(component="channel_layer")
+    now_layer.fail = True
+    events.events_publish_committed(workspace_id=1, execution_id=3, events=[{"type": "first", "seq": 1}])
+    now_layer.fail = False
+    events.events_publish_committed(workspace_id=1, execution_id=3, events=[{"type": "second", "seq": 2}])
+    assert events.events_flush()
+
+    assert "could not publish first" in caplog.text
+    assert infra_fault_count(component="channel_layer") == before + 1
+    assert [(m["events"][0]["type"], thread) for _, m, thread in now_layer.sent] == [
+        ("second", "river-events"), ("second", "river-events")]
