@@ -40,6 +40,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("RIVER_VAR_DIR") or BASE_DIR / "var")
 
 DEBUG = env_bool("DEBUG", False)
+# With DEBUG on, Django's technical 404, 400 and 500 pages instead of River's own
+# (common.error_pages): for a developer who wants the URL patterns or the traceback.
+RIVER_DEBUG_TECHNICAL_ERRORS = env_bool("RIVER_DEBUG_TECHNICAL_ERRORS", False)
 
 
 def _secret_key() -> str:
@@ -129,6 +132,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "common.error_pages.DebugErrorPagesMiddleware",
     "common.dbpool.DatabaseUnavailableMiddleware",
 ]
 

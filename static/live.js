@@ -17,8 +17,9 @@
    connect() returns {reopen(), close(), isOpen()}; reopen() drops the current socket
    and opens a new one from the current `after` (the run page's answer to a gap).
 
-   River.time.format(date, style) and River.time.localize(root, style): the reader's
-   local time for the one place each style is used; River.number.format(n) the frame's
+   River.time.format(date, style) and River.time.localize(root, style): River's one date
+   and time format ("27 Nov 2026, 11:19"), in the reader's time zone, for the one place
+   each style is used; River.number.format(n) the frame's
    counts. No page script calls toLocale* itself.
 
    No dependencies; River's CSP allows no inline script. */
@@ -29,18 +30,31 @@
 
   // --- local time -----------------------------------------------------------------------
 
+  // One format everywhere, the server's as well (Django's "j M Y, H:i"): day, short
+  // English month, year, 24-hour clock. Each style is a part of it. The time zone is the
+  // one the page names (<body data-time-zone>, the person's setting), else the browser's.
   var STYLES = {
     // "12 Mar 2026, 14:05": a row of the runs list.
-    "date-minute": {dateStyle: "medium", timeStyle: "short"},
+    "date-minute": ["day", "month", "year", "hour", "minute"],
     // "12 Mar 2026, 14:05:09": the run page's times.
-    "date-second": {dateStyle: "medium", timeStyle: "medium"},
+    "date-second": ["day", "month", "year", "hour", "minute", "second"],
     // "14:05:09": a line of the run's feed.
-    "clock": {timeStyle: "medium"},
-    // "Mar 12": a day on the overview's charts (a date without a time).
-    "day": {month: "short", day: "numeric"},
-    // The browser's default for a date and time: a tooltip.
-    "full": null
+    "clock": ["hour", "minute", "second"],
+    // "12 Mar": a day on the overview's charts (a date without a time).
+    "day": ["day", "month"],
+    // "12 Mar 2026, 14:05:09 (Europe/Paris)": a tooltip.
+    "full": ["day", "month", "year", "hour", "minute", "second", "zone"]
   };
+  var PART_OPTIONS = {day: "numeric", month: "numeric", year: "numeric", hour: "2-digit", minute: "2-digit",
+                      second: "2-digit"};
+  // Django's "M" names, not the browser's ("Sept" in some locales' data).
+  var MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+  function timeZone() {
+    var named = document.body && document.body.getAttribute("data-time-zone");
+    if (named) { return named; }
+    try { return Intl.DateTimeFormat().resolvedOptions().timeZone; } catch (e) { return undefined; }
+  }
 
   function asDate(value) {
     if (value instanceof Date) { return value; }
@@ -58,14 +72,31 @@
     if (!Object.prototype.hasOwnProperty.call(STYLES, style)) {
       throw new Error("River.time.format: unknown style " + style);
     }
-    var options = STYLES[style];
-    if (style === "day") { return when.toLocaleDateString(undefined, options); }
-    if (style === "clock") { return when.toLocaleTimeString(undefined, options); }
-    return options ? when.toLocaleString(undefined, options) : when.toLocaleString();
+    var wanted = STYLES[style];
+    var options = {hourCycle: "h23"};
+    // A calendar day is already where the reader is: no time zone conversion.
+    var zone = style === "day" ? undefined : timeZone();
+    if (zone) { options.timeZone = zone; }
+    wanted.forEach(function (part) { if (PART_OPTIONS[part]) { options[part] = PART_OPTIONS[part]; } });
+    var got = {};
+    var formatter;
+    try { formatter = new Intl.DateTimeFormat("en-GB", options); } catch (e) {
+      delete options.timeZone;  // a zone this browser does not know: its own
+      formatter = new Intl.DateTimeFormat("en-GB", options);
+    }
+    formatter.formatToParts(when).forEach(function (part) { got[part.type] = part.value; });
+    var month = got.month && MONTHS[Number(got.month) - 1];
+    var day = got.day && String(Number(got.day));  // "7", as Django's "j"
+    var date = [day, month, got.year].filter(Boolean).join(" ");
+    var clock = [got.hour, got.minute, got.second].filter(Boolean).join(":");
+    var text = [date, clock].filter(Boolean).join(", ");
+    var zoneName = formatter.resolvedOptions().timeZone === undefined ? "" : (options.timeZone || "");
+    if (wanted.indexOf("zone") >= 0 && zoneName) { text += " (" + zoneName + ")"; }
+    return text;
   }
 
   // Every <time datetime=... data-local> under root (or root itself) shows its moment in
-  // the reader's locale; one whose datetime does not parse keeps the server's text.
+  // River's format and the reader's time zone; one whose datetime does not parse keeps the server's text.
   function localize(root, style) {
     var node = root || document;
     var times = Array.prototype.slice.call(node.querySelectorAll("time[data-local]"));

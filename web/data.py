@@ -68,6 +68,12 @@ def data_sources_list(request):
 
 
 class DataSourceForm(forms.Form):
+    """One form for every kind of database. A connection setting is required for its own
+    kind (``REQUIRED_FOR``, what ``datasources.services`` checks), so its label never says
+    "(optional)"; only the chosen kind's settings are checked when the form is sent."""
+
+    REQUIRED_FOR = {DataSource.Type.POSTGRESQL: ("host", "database", "user"), DataSource.Type.SQLITE: ("path",)}
+
     name = forms.CharField(max_length=200, help_text="How agents and people will call it, for example Sales DB.")
     description = forms.CharField(required=False, max_length=4000, widget=forms.Textarea(attrs={"rows": 2}),
                                   help_text="What is in it: agents read this to pick the right source.")
@@ -88,6 +94,23 @@ class DataSourceForm(forms.Form):
     create_file = forms.BooleanField(required=False, label="Create an empty SQLite file if there is none")
     access_level = forms.ChoiceField(choices=DataSource.AccessLevel.choices, initial="read_only",
                                      widget=forms.RadioSelect, label="Agents may")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for names in self.REQUIRED_FOR.values():
+            for name in names:
+                self.fields[name].required = True
+
+    def full_clean(self):
+        chosen = self.data.get("type") if self.is_bound else None
+        others = [self.fields[name] for kind, names in self.REQUIRED_FOR.items() if kind != chosen for name in names]
+        for field in others:
+            field.required = False
+        try:
+            super().full_clean()
+        finally:
+            for field in others:
+                field.required = True
 
     def service_arguments(self) -> dict:
         data = self.cleaned_data

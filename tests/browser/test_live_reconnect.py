@@ -11,13 +11,15 @@ stand-in setTimeout that the test drives by hand: no real waiting, no timing luc
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import re
+import zoneinfo
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from django.utils import timezone
+from django.utils import dateformat, timezone
 from playwright.sync_api import expect
 
 from demo.seed import SUPPORT_ANALYST
@@ -243,11 +245,17 @@ def test_a_socket_lost_while_the_page_is_left_comes_back_with_the_page(harness):
     assert harness.evaluate("sockets[1].url").endswith("?after=7")
 
 
-def test_local_times_have_one_named_style_each(harness):
+def test_times_have_one_format_the_servers_in_the_pages_time_zone(harness):
+    """Each style is a part of River's one format, Django's "j M Y, H:i" (the server's
+    |date filters), in the zone the page names (<body data-time-zone>), else the browser's."""
     formats = harness.evaluate("""() => {
       const when = "2026-03-12T14:05:09Z";
-      const out = {};
-      River.time.styles.forEach((style) => { out[style] = River.time.format(when, style); });
+      const out = {browser: {}, named: {}};
+      River.time.styles.forEach((style) => { out.browser[style] = River.time.format(when, style); });
+      out.browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+      document.body.setAttribute("data-time-zone", "Asia/Kolkata");
+      River.time.styles.forEach((style) => { out.named[style] = River.time.format(when, style); });
+      out.september = River.time.format("2026-09-07T09:05:03Z", "date-minute");
       out.dayOnly = River.time.format("2026-03-12", "day");
       out.bad = River.time.format("not a date", "clock");
       document.body.innerHTML = '<time datetime="2026-03-12T14:05:09Z" data-local>server</time>' +
@@ -255,20 +263,23 @@ def test_local_times_have_one_named_style_each(harness):
       River.time.localize(document, "date-second");
       out.localized = Array.from(document.querySelectorAll("time")).map((t) => t.textContent);
       try { River.time.format(when, "fancy"); } catch (err) { out.unknown = err.message; }
-      out.expected = {
-        "date-minute": new Date(when).toLocaleString(undefined, {dateStyle: "medium", timeStyle: "short"}),
-        "date-second": new Date(when).toLocaleString(undefined, {dateStyle: "medium", timeStyle: "medium"}),
-        "clock": new Date(when).toLocaleTimeString(undefined, {timeStyle: "medium"}),
-        "day": new Date(when).toLocaleDateString(undefined, {month: "short", day: "numeric"}),
-        "full": new Date(when).toLocaleString(),
-      };
       out.count = River.number.format(12345);
       return out;
     }""")
-    for style, text in formats["expected"].items():
-        assert formats[style] == text, style
-    assert formats["dayOnly"] == "Mar 12"  # the calendar day itself, whatever the reader's offset
+    kolkata = dt.datetime(2026, 3, 12, 14, 5, 9, tzinfo=dt.UTC).astimezone(zoneinfo.ZoneInfo("Asia/Kolkata"))
+    assert formats["named"] == {
+        "date-minute": dateformat.format(kolkata, "j M Y, H:i"),  # what the server's templates write
+        "date-second": dateformat.format(kolkata, "j M Y, H:i:s"),
+        "clock": "19:35:09",
+        "day": "12 Mar",
+        "full": "12 Mar 2026, 19:35:09 (Asia/Kolkata)",
+    }
+    assert formats["named"]["date-minute"] == "12 Mar 2026, 19:35"
+    browser = dt.datetime(2026, 3, 12, 14, 5, 9, tzinfo=dt.UTC).astimezone(zoneinfo.ZoneInfo(formats["browserZone"]))
+    assert formats["browser"]["date-minute"] == dateformat.format(browser, "j M Y, H:i")
+    assert formats["september"] == "7 Sep 2026, 14:35"  # Django's month names, no leading zero
+    assert formats["dayOnly"] == "12 Mar"  # the calendar day itself, whatever the reader's offset
     assert formats["bad"] == ""
-    assert formats["localized"] == [formats["date-second"], "kept"]
+    assert formats["localized"] == [formats["named"]["date-second"], "kept"]
     assert "fancy" in formats["unknown"]
     assert formats["count"] == "12,345"

@@ -3,9 +3,12 @@ workspace switch."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.utils import timezone
 
+from governance.approvals import may_resolve
 from governance.models import ApprovalRequest, Notification
 from tenancy.models import Membership, Workspace
 from tenancy.permissions import Role
@@ -162,3 +165,36 @@ def test_the_frame_names_the_socket_of_the_current_workspace(client, owner, work
     assert f'data-frame-socket="/ws/frame/?workspace={second_workspace.pk}"' in html
     assert 'aria-controls="ws-menu"' in html and 'aria-controls="bell-panel"' in html
     assert 'id="live-status"' in html
+
+
+def _badge(page: str) -> str:
+    """The Approvals badge of the main navigation: its number, or "" when it is hidden."""
+    match = re.search(r'<span class="count" data-live-count="approvals"( hidden)?><span data-live-value>(\d+)</span>',
+                      page)
+    assert match, "no Approvals badge in the page"
+    return "" if match.group(1) else match.group(2)
+
+
+def test_the_approvals_badge_counts_only_requests_the_user_may_decide(client, owner, editor, org_admin, workspace):
+    """A workspace admin holds approval:resolve, but a request for editors is not theirs to
+    decide: no badge, nothing on the overview, and the inbox agrees (it is someone else's)."""
+    for_editors = _pending(workspace, roles=("editor",))
+    client.force_login(owner)
+    assert client.get("/nav/counts").json()["approvals"] == 0
+    assert _badge(client.get("/").content.decode()) == ""
+    assert not may_resolve(user=owner, approval=for_editors)
+    inbox = client.get("/approvals/").content.decode()
+    assert f"/approvals/{for_editors.pk}/" not in inbox
+
+    client.force_login(editor)
+    assert client.get("/nav/counts").json()["approvals"] == 1
+    assert _badge(client.get("/").content.decode()) == "1"
+
+    # An organization admin may decide any request, except one for a run they started
+    # (the workspace does not allow self-approval).
+    mine = _pending(workspace, roles=("editor",))
+    mine.run_started_by = org_admin
+    mine.save(update_fields=["run_started_by"])
+    client.force_login(org_admin)
+    assert client.get("/nav/counts").json()["approvals"] == 1
+    assert _badge(client.get("/").content.decode()) == "1"

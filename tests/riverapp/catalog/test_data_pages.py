@@ -116,3 +116,39 @@ def test_anonymous_visitors_are_sent_to_sign_in(client, source):
         assert "/accounts/login/" in client.get(url)["Location"]
 
 
+
+
+def _labels(page: str) -> dict[str, bool]:
+    """{field name: whether its label says "(optional)"} for the form's text inputs."""
+    import re
+    found = {}
+    for name, label in re.findall(r'<label for="id_(\w+)">(.*?)</label>', page, flags=re.S):
+        found[name] = "(optional)" in label
+    return found
+
+
+def test_labels_say_optional_only_for_what_validation_lets_through(client_for, editor):
+    from web.data import DataSourceForm
+
+    client = client_for(editor)
+    labels = _labels(client.get("/data-sources/new/").content.decode())
+    # Required for their kind of database: the service refuses a PostgreSQL source without
+    # them, and a SQLite one without its file.
+    assert labels["host"] is labels["database"] is labels["user"] is labels["path"] is False
+    assert labels["name"] is False
+    assert labels["port"] is labels["sslmode"] is labels["password"] is labels["description"] is True
+    form = DataSourceForm()
+    for name, optional in labels.items():
+        assert form.fields[name].required is not optional, name
+    # What the labels promise is what validation does: each required field left empty is
+    # named at its field, the optional ones are not.
+    for missing in ("host", "database", "user"):
+        response = client.post("/data-sources/new/", _pg_form(**{missing: ""}))
+        assert response.status_code == 400 and f'id="id_{missing}_error"' in response.content.decode()
+    sqlite = client.post("/data-sources/new/", _pg_form(type="sqlite", host="", database="", user="", password="",
+                                                          path=""))
+    page = sqlite.content.decode()
+    assert sqlite.status_code == 400 and 'id="id_path_error"' in page and 'id="id_host_error"' not in page
+    # Re-rendered with errors, the labels stay the same.
+    assert _labels(page) == labels
+    assert not DataSource.objects.exists()
