@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +110,7 @@ def connections_bench(size: ConnSize = ConnSize()) -> Iterator[str]:
     """Report lines; needs PostgreSQL and REDIS_URL (the broker and channel layer)."""
     from agents.models import Agent
     from benchmarks.scale import Model
-    from benchmarks.web import _child_env
+    from benchmarks.web import child_env, daphne_serve
     from executions.models import Execution
 
     if connection.vendor != "postgresql" or not settings.REDIS_URL:
@@ -126,10 +124,10 @@ def connections_bench(size: ConnSize = ConnSize()) -> Iterator[str]:
            "RIVER_LLM_API_KEY": "conn-bench-key"}
     try:
         with tempfile.TemporaryDirectory(prefix=f"{SLUG}-") as tmp:
-            worker_env = _child_env(DATABASE_URL=_with_app_name(url, WORKER_APP), **llm)
+            worker_env = child_env(DATABASE_URL=_with_app_name(url, WORKER_APP), **llm)
             workers = Workers(worker_env, Path(tmp), concurrency=2, name="conn",
                               imports=("tests.executions.durable_support",))
-            with _daphne(Path(tmp), _child_env(DATABASE_URL=_with_app_name(url, WEB_APP))) as port:
+            with daphne_serve(Path(tmp), child_env(DATABASE_URL=_with_app_name(url, WEB_APP))) as (port, _pid):
                 try:
                     workers.start()
                     workers.wait_ready()
@@ -143,38 +141,15 @@ def connections_bench(size: ConnSize = ConnSize()) -> Iterator[str]:
         Agent.objects.filter(pk=agent.pk).delete()
 
 
-@contextmanager
-def _daphne(tmp: Path, env: dict) -> Iterator[int]:
-    """``daphne`` serving River on a free port, as the web section starts it, with ``env``."""
-    from benchmarks.web import BIN, _Client, _process
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-
-    def healthy() -> bool:
-        probe = _Client(port, "")
-        try:
-            return probe.request("GET", "/health")[0] == 200
-        except OSError:
-            return False
-        finally:
-            probe.conn.close()
-
-    with _process([str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "riverapp.asgi:application"],
-                  env=env, log=tmp / "daphne.log", ready=healthy):
-        yield port
-
-
 def _loaded(port: int, agent, token: str, size: ConnSize, execution_model) -> Iterator[str]:
-    from benchmarks.web import _Client
+    from benchmarks.web import Client
 
     sampler = _Sampler(connection.settings_dict["NAME"])
     sampler.start()
     path, tickets, lock, codes = f"/api/v1/agents/{agent.pk}/run", iter(range(size.runs)), threading.Lock(), Counter()
 
     def client() -> None:
-        conn = _Client(port, token)
+        conn = Client(port, token)
         while next(tickets, None) is not None:
             status = conn.request("POST", path, {"input_prompt": "Connections bench run."})[0]
             with lock:

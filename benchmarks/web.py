@@ -101,7 +101,7 @@ def web_bench(size: WebSize = WebSize()) -> Iterator[str]:
     fx = _fixtures()
     try:
         with override_settings(DEBUG=False), tempfile.TemporaryDirectory(prefix="river-bench-web-") as tmp, \
-                _ModelServer(fanout_turns=size.fanout_turns) as model, _daphne(Path(tmp)) as (port, daphne_pid), \
+                _ModelServer(fanout_turns=size.fanout_turns) as model, daphne_serve(Path(tmp)) as (port, daphne_pid), \
                 _worker(Path(tmp), model) as workers:
             yield (f"web: daphne on 127.0.0.1:{port}, DEBUG=false, database {connection.settings_dict['NAME']}, "
                    f"Redis {settings.REDIS_URL}; a Celery worker (prefork, 2 processes hosting runs); load average "
@@ -197,7 +197,7 @@ def _cleanup(fx: _Fixtures) -> None:
     AccessToken.objects.filter(pk__in=fx.token_ids).delete()
 
 
-def _child_env(**extra: str) -> dict[str, str]:
+def child_env(**extra: str) -> dict[str, str]:
     """Production settings with this process's keys (the encryption key decrypts the data
     source's credentials, the audit keys sign the same chains), database and Redis."""
     audit = ",".join(f"{kid}:{base64.b64encode(key).decode()}" for kid, key in settings.RIVER_AUDIT_HMAC_KEYS.items())
@@ -230,14 +230,15 @@ def _process(args: list[str], *, env: dict, log: Path, ready: Callable[[], bool]
 
 
 @contextmanager
-def _daphne(tmp: Path) -> Iterator[tuple[int, int]]:
-    """Daphne serving River: (its port, its process id)."""
+def daphne_serve(tmp: Path, env: dict | None = None) -> Iterator[tuple[int, int]]:
+    """Daphne serving River on a free port (with ``env``, else the benchmark's child
+    environment): (its port, its process id)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
 
     def healthy() -> bool:
-        probe = _Client(port, "")
+        probe = Client(port, "")
         try:
             return probe.request("GET", "/health")[0] == 200
         except OSError:
@@ -246,7 +247,7 @@ def _daphne(tmp: Path) -> Iterator[tuple[int, int]]:
             probe.conn.close()
 
     with _process([str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "riverapp.asgi:application"],
-                  env=_child_env(), log=tmp / "daphne.log", ready=healthy) as pid:
+                  env=env if env is not None else child_env(), log=tmp / "daphne.log", ready=healthy) as pid:
         yield port, pid
 
 
@@ -257,7 +258,7 @@ def _worker(tmp: Path, model: _ModelServer) -> Iterator[Callable[[], list[int]]]
     process and its children)."""
     from benchmarks.workers import Workers, process_children
 
-    env = _child_env(RIVER_LLM_MODEL="openai/bench-web", RIVER_LLM_BASE_URL=model.base_url,
+    env = child_env(RIVER_LLM_MODEL="openai/bench-web", RIVER_LLM_BASE_URL=model.base_url,
                      RIVER_LLM_API_KEY="bench-web", RIVER_BROKER_URL=settings.CELERY_BROKER_URL)
     workers = Workers(env, tmp, concurrency=2, name=SLUG)
     workers.start()
@@ -285,7 +286,7 @@ def _cpu_of(pids: Sequence[int]) -> float:
     return total
 
 
-class _Client:
+class Client:
     """One keep-alive HTTP/1.1 connection, arriving as from River's TLS proxy."""
 
     def __init__(self, port: int, token: str):
@@ -388,7 +389,7 @@ def _creation(port: int, daphne_pid: int, fx: _Fixtures, size: WebSize) -> Itera
     CPU in Django and DRF alone, timed in this process without a server."""
 
     path, body = f"/api/v1/agents/{fx.runner.pk}/run", {"input_prompt": "Web bench run."}
-    alone = _Client(port, fx.tokens["requester"])
+    alone = Client(port, fx.tokens["requester"])
     single = [alone.request("POST", path, body)[2] for _ in range(5 + size.single_requests)][5:]  # 5 warm-up
     health_count = max(50, size.single_requests * 10)
     cpu_before = _cpu_seconds(daphne_pid)
@@ -401,7 +402,7 @@ def _creation(port: int, daphne_pid: int, fx: _Fixtures, size: WebSize) -> Itera
     start = threading.Barrier(clients + 1)
 
     def client() -> None:
-        conn = _Client(port, fx.tokens["requester"])
+        conn = Client(port, fx.tokens["requester"])
         start.wait()
         while next(tickets, None) is not None:  # one C call: atomic under the GIL
             status, _, took = conn.request("POST", path, body)
@@ -491,7 +492,7 @@ def _resume(port: int, fx: _Fixtures, model: _ModelServer, size: WebSize,
            f"{os.getloadavg()[0]:.1f})")
     yield f"  broker round trip (kombu publish + consume, same Redis): p50 {rtt:.2f} ms, p99 {_ms(broker, 99):.2f} ms"
     p50s = {}
-    approver = _Client(port, fx.tokens["approver"])  # the warm-up waits out section 1's stale messages
+    approver = Client(port, fx.tokens["approver"])  # the warm-up waits out section 1's stale messages
     for k in paused:
         waiting = Execution.objects.filter(agent=fx.gated, status=Execution.Status.AWAITING_APPROVAL).count()
         _copy_paused(template, [f"Refund, waiting {n}" for n in range(waiting, k - 1)])  # + the one approved: K
@@ -556,7 +557,7 @@ def _copy_paused(template, prompts: list[str]) -> list[tuple[int, str]]:
     return [(r.pk, str(a.pk)) for r, a in zip(runs, approvals, strict=True)]
 
 
-def _approve_one(approver: _Client, template, model: _ModelServer) -> tuple[float, float, float]:
+def _approve_one(approver: Client, template, model: _ModelServer) -> tuple[float, float, float]:
     """(POST -> 200, POST -> the worker's model call, the write_back's own time) in seconds.
     Returns once the run is finished and post-processed, so the worker is idle again."""
     from executions.models import Execution, ExecutionStep
