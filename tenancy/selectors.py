@@ -217,3 +217,15 @@ def workspaces_listed(*, user) -> list[Workspace]:
     """The user's workspaces with their organization, by organization then name (the
     frame's workspace switch)."""
     return list(workspaces_for_user(user=user).select_related("organization").order_by("organization__name", "name"))
+
+
+def user_ids_named(*, workspace: Workspace, words) -> QuerySet:
+    """The ids of the workspace's members and its organization's members whose username,
+    first or last name contains every one of ``words`` (the search box's requester
+    match; a query of ids, for a subquery)."""
+    users = get_user_model().objects.filter(
+        Q(memberships__workspace=workspace) | Q(org_memberships__organization_id=workspace.organization_id))
+    for word in words:
+        users = users.filter(Q(username__icontains=word) | Q(first_name__icontains=word)
+                             | Q(last_name__icontains=word))
+    return users.values("pk")
