@@ -189,11 +189,12 @@ EXECUTION_LIST_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trig
                          "outcome")
 
 
-def execution_list_rows(runs: QuerySet[Execution]) -> QuerySet[Execution]:
-    """``runs`` as the runs page lists them: newest first, only the shown columns, the
-    agent's name joined and each run's active time (waits excluded): one query for a page
-    of rows."""
-    return executions_with_active_time(runs.select_related("agent").only(*EXECUTION_LIST_FIELDS).order_by("-pk"))
+def execution_list_rows(runs: QuerySet[Execution], *, sort: str = EXECUTION_SORT_DEFAULT) -> QuerySet[Execution]:
+    """``runs`` as the runs page lists them: in ``sort``'s order (``executions_sorted``;
+    newest first by default), only the shown columns, the agent's name joined and each
+    run's active time (waits excluded): one query for a page of rows."""
+    return executions_with_active_time(executions_sorted(
+        runs.select_related("agent").only(*EXECUTION_LIST_FIELDS), sort=sort))
 
 
 def execution_replays_filter(*, workspace, filters: ExecutionFilters) -> QuerySet[ExecutionReplay]:

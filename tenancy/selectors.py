@@ -229,3 +229,19 @@ def user_ids_named(*, workspace: Workspace, words) -> QuerySet:
         users = users.filter(Q(username__icontains=word) | Q(first_name__icontains=word)
                              | Q(last_name__icontains=word))
     return users.values("pk")
+
+
+# The most people a page's requester field offers.
+REQUESTER_CHOICES_MAX = 500
+
+
+def requester_choices(*, workspace: Workspace) -> list[tuple[str, str]]:
+    """``(id, name)`` of the workspace's members and its organization's admins, by name,
+    at most ``REQUESTER_CHOICES_MAX``: the runs list's requester filter."""
+    users = get_user_model().objects.filter(
+        Q(memberships__workspace=workspace)
+        | Q(org_memberships__organization_id=workspace.organization_id,
+            org_memberships__role=OrganizationMember.OrgRole.ADMIN)).distinct()
+    rows = users.order_by("first_name", "last_name", "username", "pk").values_list(
+        "pk", "username", "first_name", "last_name")[:REQUESTER_CHOICES_MAX]
+    return [(str(pk), f"{first} {last}".strip() or username) for pk, username, first, last in rows]
