@@ -290,11 +290,11 @@ AGENT_SEARCHED_FIELDS = ("name", "description", "domain")
 
 def agent_ids_named(*, workspace, words) -> QuerySet:
     """The ids of ``workspace``'s agents whose name contains every one of ``words`` (the
-    search box's agent match for runs; a query of ids, for a subquery)."""
+    search box's agent match for runs)."""
     agents = Agent.objects.filter(workspace=workspace)
     for word in words:
         agents = agents.filter(name__icontains=word)
-    return agents.values("pk")
+    return agents.values_list("pk", flat=True)
 
 
 def agents_search(*, user, workspace, text: str, limit: int) -> list[Agent]:

@@ -114,7 +114,9 @@ def _run_id_in(text: str) -> int | None:
 
 def _text_condition(text: str, *, workspace=None) -> Q:
     """Runs whose prompt or answer hold every word of ``text``, or whose id it is, or
-    (for the search box, given ``workspace``) whose agent or requester it names."""
+    (for the search box, given ``workspace``) whose agent or requester it names. The
+    agents and people are read first (small, separate queries) and passed as ids, so the
+    planner sees plain index conditions it can combine with the GIN index's."""
     words = query_words(text)
     condition = Q(pk__in=[])
     if words:
@@ -123,11 +125,12 @@ def _text_condition(text: str, *, workspace=None) -> Q:
     if run_id is not None:
         condition |= Q(pk=run_id)
     if workspace is not None and words:
-        # Small subqueries of the workspace's agents and the people who may be requesters;
-        # the runs themselves are already scoped to the workspace.
-        condition |= Q(agent_id__in=Subquery(
-            agent_ids_named(workspace=workspace, words=words)))
-        condition |= Q(requester_id__in=Subquery(user_ids_named(workspace=workspace, words=words)))
+        agents = list(agent_ids_named(workspace=workspace, words=words))
+        if agents:
+            condition |= Q(agent_id__in=agents)
+        people = list(user_ids_named(workspace=workspace, words=words))
+        if people:
+            condition |= Q(requester_id__in=people)
     return condition
 
 

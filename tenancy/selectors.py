@@ -222,13 +222,13 @@ def workspaces_listed(*, user) -> list[Workspace]:
 def user_ids_named(*, workspace: Workspace, words) -> QuerySet:
     """The ids of the workspace's members and its organization's members whose username,
     first or last name contains every one of ``words`` (the search box's requester
-    match; a query of ids, for a subquery)."""
+    match)."""
     users = get_user_model().objects.filter(
         Q(memberships__workspace=workspace) | Q(org_memberships__organization_id=workspace.organization_id))
     for word in words:
         users = users.filter(Q(username__icontains=word) | Q(first_name__icontains=word)
                              | Q(last_name__icontains=word))
-    return users.values("pk")
+    return users.values_list("pk", flat=True).distinct()
 
 
 # The most people a page's requester field offers.
