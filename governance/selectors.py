@@ -163,7 +163,7 @@ def audit_entries_search(*, user, workspace, text: str, limit: int) -> list[Audi
     if not words:
         return []
     candidates = audit_entries_for_user(user=user).filter(workspace_id=workspace.pk).filter(
-        text_match(AUDIT_SEARCHED_FIELDS, AUDIT_SEARCHED_LOOKUPS, words)).order_by("-id").values("pk")[
-        :AUDIT_SEARCH_CANDIDATES]
+        text_match(AUDIT_SEARCHED_FIELDS, AUDIT_SEARCHED_LOOKUPS, words)).annotate(
+        newest=F("pk") + 0).order_by("-newest").values("pk")[:AUDIT_SEARCH_CANDIDATES]  # see executions_search
     rows = AuditLogEntry.objects.filter(pk__in=Subquery(candidates))
     return list(ranked(rows, AUDIT_SEARCHED_FIELDS, words, tiebreak="-pk")[:limit])

@@ -124,7 +124,7 @@ def test_the_frame_has_the_search_box(owner, workspace):
     assert 'role="search"' in page and 'data-search-box' in page and 'action="/search/"' in page
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the GIN index exists on PostgreSQL only")
+@pytest.mark.postgres(reason="the GIN index exists on PostgreSQL only")
 def test_the_runs_search_reads_the_gin_index(found, owner, workspace):
     from common.search import query_words, text_match
     from executions.models import SEARCHED_FIELDS, SEARCHED_LOOKUPS
