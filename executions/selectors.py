@@ -175,8 +175,14 @@ def executions_search(*, user, workspace, text: str, limit: int) -> list[Executi
     # Ordered by an expression of the id, not the id: walking the primary key backwards and
     # testing each row's vector (what the planner picks when it expects many matches) costs
     # a to_tsvector per row passed over; the GIN index's bitmap and a top-N sort do not.
-    candidates = scoped.filter(_text_condition(text, workspace=workspace)).annotate(
-        newest=F("pk") + 0).order_by("-newest").values("pk")[:SEARCH_CANDIDATES]
+    # An agent or person the query names may match most runs: then the backward walk of
+    # the primary key finds the newest matches at once, and is kept.
+    condition = _text_condition(text, workspace=workspace)
+    names_many = any(isinstance(child, tuple) and child[0] in {"agent_id__in", "requester_id__in"}
+                     for child in condition.children)
+    matches = scoped.filter(condition)
+    ordered = matches.order_by("-pk") if names_many else matches.annotate(newest=F("pk") + 0).order_by("-newest")
+    candidates = ordered.values("pk")[:SEARCH_CANDIDATES]
     rows = Execution.objects.filter(pk__in=Subquery(candidates)).select_related("agent", "requester").only(
         "pk", "status", "outcome", "input_prompt", "result", "queued_at", "workspace_id", "agent_id", "agent__name",
         "requester_id", "requester__username", "requester__first_name", "requester__last_name")
