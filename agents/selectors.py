@@ -11,6 +11,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from common.compiled import CompiledQuery
+from common.search import query_words, ranked, text_match
 from datasources.models import DataSource
 from rivercore.errors import InvalidInput, NotFound
 from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, workspaces_for_user
@@ -281,3 +282,27 @@ def memory_consent_given(*, workspace_id: int, user_id: int | None) -> bool:
     if user_id is None:
         return False
     return MemoryConsent.objects.filter(workspace_id=workspace_id, user_id=user_id, personal=True).exists()
+
+
+# What a text search of agents reads (the search box): name, description and domain.
+AGENT_SEARCHED_FIELDS = ("name", "description", "domain")
+
+
+def agent_ids_named(*, workspace, words) -> QuerySet:
+    """The ids of ``workspace``'s agents whose name contains every one of ``words`` (the
+    search box's agent match for runs)."""
+    agents = Agent.objects.filter(workspace=workspace)
+    for word in words:
+        agents = agents.filter(name__icontains=word)
+    return agents.values_list("pk", flat=True)
+
+
+def agents_search(*, user, workspace, text: str, limit: int) -> list[Agent]:
+    """The search box's agents: ``workspace``'s agents (only if the user may read it)
+    whose name, description or domain hold every word of ``text``, best match first."""
+    words = query_words(text)
+    if not words:
+        return []
+    rows = agents_for_user(user=user, workspace_id=workspace.pk).filter(
+        text_match(AGENT_SEARCHED_FIELDS, AGENT_SEARCHED_FIELDS, words))
+    return list(ranked(rows, AGENT_SEARCHED_FIELDS, words, tiebreak="name")[:limit])

@@ -72,6 +72,9 @@ from benchmarks.scale import BASELINE_RUNS as SCALE_BASELINE_RUNS
 from benchmarks.scale import RABBITMQ_URL as SCALE_RABBITMQ_URL
 from benchmarks.scale import REDIS_URL as SCALE_REDIS_URL
 from benchmarks.scale import scale_bench
+from benchmarks.search import RUNS as SEARCH_RUNS
+from benchmarks.search import SMOKE_RUNS as SEARCH_SMOKE
+from benchmarks.search import search_bench
 from benchmarks.startup import startup_bench
 from benchmarks.verdict import targets_judge, verdict
 from benchmarks.web import SMOKE as WEB_SMOKE
@@ -93,8 +96,8 @@ TARGET_OVERHEAD_RATIO = 2.5
 TARGET_TAIL_RATIO = 2.0  # p99 / p50 of the per-turn overhead, one run at a time
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
-SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "cold", "web", "connections", "embedded", "scale",
-            "realwork")
+SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "search", "cold", "web", "connections", "embedded",
+            "scale", "realwork")
 SCALE_DATABASE = "river_bench_scale"
 EMBEDDED_DATABASE = "river_bench_embedded"
 
@@ -371,6 +374,8 @@ class Command(BaseCommand):
                                                              dsn=_dsn(self._params()), lengths=peer_lengths)),
                     "approvals": lambda: self._approval_storm(agent.workspace, user, count=approvals, racers=racers),
                     "startup": lambda: self._lines(startup_bench()),
+                    "search": lambda: self._lines(search_bench(agent=agent, user=user, runs=SEARCH_SMOKE if smoke
+                                                               else SEARCH_RUNS)),
                 }
                 for name, body in in_process.items():
                     if name in chosen:

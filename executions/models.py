@@ -2,15 +2,23 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from common.fields import PydanticJSONField
+from common.search import vector_index
 from rivercore.contracts import StepStatus, TriggerType
 from rivercore.outcome import Outcome
 from rivercore.types.runs import RunStatus
 
 # A run's outcome as choices (rivercore.outcome.Outcome with labels); the API names it RunOutcomeEnum.
 OUTCOME_CHOICES = [(o.value, o.value.replace("_", " ").capitalize()) for o in Outcome]
+
+
+# What a text search of runs reads (executions.selectors.executions_search): the prompt
+# and the answer (the result's summary); the same lookups serve SQLite's LIKE.
+SEARCHED_FIELDS = ("input_prompt", KT("result__summary"))
+SEARCHED_LOOKUPS = ("input_prompt", "result__summary")
 
 
 class Execution(models.Model):
@@ -112,6 +120,8 @@ class Execution(models.Model):
             models.Index(fields=["status", "lease_expires_at"]),
             models.Index(fields=["agent", "-queued_at"]),
             models.Index(fields=["parent_execution_id"], name="execution_parent_idx"),
+            # The search box and the runs list's text filter (common/search.py): prompt and answer.
+            vector_index(*SEARCHED_FIELDS, name="execution_search_idx"),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -24,8 +24,12 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
+from agents.selectors import agent_ids_named
 from common.people import person_label
+from common.search import query_words, ranked, text_match
 from executions.models import (
+    SEARCHED_FIELDS,
+    SEARCHED_LOOKUPS,
     Execution,
     ExecutionEvent,
     ExecutionReplay,
@@ -38,7 +42,7 @@ from rivercore.contracts import StepStatus
 from rivercore.errors import NotFound
 from rivercore.events import RunEventType, event_message
 from rivercore.outcome import Outcome
-from tenancy.selectors import workspaces_for_user
+from tenancy.selectors import user_ids_named, workspaces_for_user
 
 
 def executions_for_user(*, user) -> QuerySet[Execution]:
@@ -58,12 +62,76 @@ class ExecutionFilters:
     until: dt.datetime | None = None
     session_id: int | None = None
     outcomes: tuple[str, ...] | None = None  # any of these (rivercore.outcome.Outcome values)
+    requester_id: int | None = None
+    text: str | None = None  # words of the prompt or the answer (common/search.py), or the run's id
 
     @property
     def any(self) -> bool:
         return any(value is not None for value in
                    (self.status, self.agent_id, self.trigger_type, self.since, self.until, self.session_id,
-                    self.outcomes))
+                    self.outcomes, self.requester_id, self.text))
+
+
+# The orders a list of runs may take: the key a page or the API is given (``-`` first for
+# descending) and the columns it sorts on, the run's id last so pages never overlap.
+# Nothing else reaches order_by.
+EXECUTION_SORTS = {
+    "id": ("pk",),
+    "status": ("status", "pk"),
+    "outcome": ("outcome", "pk"),
+    "agent": ("agent__name", "pk"),
+    "trigger": ("trigger_type", "pk"),
+    "started": ("queued_at", "pk"),
+    "turns": ("turn_count", "pk"),
+    "tokens": ("total_tokens_sort", "pk"),
+    "cost": ("cost_usd", "pk"),
+}
+EXECUTION_SORT_DEFAULT = "-id"
+
+
+def execution_sort_valid(key: str) -> bool:
+    return key.removeprefix("-") in EXECUTION_SORTS
+
+
+def executions_sorted(runs: QuerySet[Execution], *, sort: str = EXECUTION_SORT_DEFAULT) -> QuerySet[Execution]:
+    """``runs`` in the order ``sort`` names (a key of ``EXECUTION_SORTS``, ``-`` first for
+    descending). The caller has checked the key (``execution_sort_valid``); an unknown
+    one is a ValueError, never passed on."""
+    name = sort.removeprefix("-")
+    if name not in EXECUTION_SORTS:
+        raise ValueError(f"unknown sort key {sort!r}")
+    if name == "tokens":
+        runs = runs.annotate(total_tokens_sort=F("tokens_input") + F("tokens_output"))
+    prefix = "-" if sort.startswith("-") else ""
+    return runs.order_by(*(f"{prefix}{column}" for column in EXECUTION_SORTS[name]))
+
+
+def _run_id_in(text: str) -> int | None:
+    """The run id a query names (``123`` or ``#123``), else None."""
+    digits = text.strip().removeprefix("#")
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 18 else None
+
+
+def _text_condition(text: str, *, workspace=None) -> Q:
+    """Runs whose prompt or answer hold every word of ``text``, or whose id it is, or
+    (for the search box, given ``workspace``) whose agent or requester it names. The
+    agents and people are read first (small, separate queries) and passed as ids, so the
+    planner sees plain index conditions it can combine with the GIN index's."""
+    words = query_words(text)
+    condition = Q(pk__in=[])
+    if words:
+        condition |= text_match(SEARCHED_FIELDS, SEARCHED_LOOKUPS, words)
+    run_id = _run_id_in(text)
+    if run_id is not None:
+        condition |= Q(pk=run_id)
+    if workspace is not None and words:
+        agents = list(agent_ids_named(workspace=workspace, words=words))
+        if agents:
+            condition |= Q(agent_id__in=agents)
+        people = list(user_ids_named(workspace=workspace, words=words))
+        if people:
+            condition |= Q(requester_id__in=people)
+    return condition
 
 
 def executions_filter(*, user, workspace=None, filters: ExecutionFilters) -> QuerySet[Execution]:
@@ -86,7 +154,44 @@ def executions_filter(*, user, workspace=None, filters: ExecutionFilters) -> Que
         runs = runs.filter(session_id=filters.session_id)
     if filters.outcomes is not None:
         runs = runs.filter(outcome__in=filters.outcomes)
+    if filters.requester_id is not None:
+        runs = runs.filter(requester_id=filters.requester_id)
+    if filters.text is not None:
+        runs = runs.filter(_text_condition(filters.text))
     return runs
+
+
+# How many of the newest matching runs the search box ranks; older matches are reached
+# from the runs list's text filter ("all matching runs").
+SEARCH_CANDIDATES = 200
+
+
+def executions_search(*, user, workspace, text: str, limit: int) -> list[Execution]:
+    """The search box's runs: ``workspace``'s runs (only if the user may read it) whose
+    prompt or answer hold every word of ``text``, whose agent's name or requester's name
+    or username does, or whose id it is; at most ``limit``, best match first
+    (``SearchRank`` on PostgreSQL) among the newest ``SEARCH_CANDIDATES`` matches."""
+    scoped = executions_for_user(user=user).filter(workspace=workspace)
+    # Ordered by an expression of the id, not the id: walking the primary key backwards and
+    # testing each row's vector (what the planner picks when it expects many matches) costs
+    # a to_tsvector per row passed over; the GIN index's bitmap and a top-N sort do not.
+    # An agent or person the query names may match most runs: then the backward walk of
+    # the primary key finds the newest matches at once, and is kept.
+    condition = _text_condition(text, workspace=workspace)
+    names_many = any(isinstance(child, tuple) and child[0] in {"agent_id__in", "requester_id__in"}
+                     for child in condition.children)
+    matches = scoped.filter(condition)
+    ordered = matches.order_by("-pk") if names_many else matches.annotate(newest=F("pk") + 0).order_by("-newest")
+    candidates = ordered.values("pk")[:SEARCH_CANDIDATES]
+    rows = Execution.objects.filter(pk__in=Subquery(candidates)).select_related("agent", "requester").only(
+        "pk", "status", "outcome", "input_prompt", "result", "queued_at", "workspace_id", "agent_id", "agent__name",
+        "requester_id", "requester__username", "requester__first_name", "requester__last_name")
+    words = query_words(text)
+    if words:
+        rows = ranked(rows, SEARCHED_FIELDS, words)
+    else:
+        rows = rows.order_by("-pk")
+    return list(rows[:limit])
 
 
 # The columns a row of the runs page shows; nothing else is read from the table.
@@ -96,11 +201,12 @@ EXECUTION_LIST_FIELDS = ("pk", "status", "trigger_type", "trigger_source", "trig
                          "outcome")
 
 
-def execution_list_rows(runs: QuerySet[Execution]) -> QuerySet[Execution]:
-    """``runs`` as the runs page lists them: newest first, only the shown columns, the
-    agent's name joined and each run's active time (waits excluded): one query for a page
-    of rows."""
-    return executions_with_active_time(runs.select_related("agent").only(*EXECUTION_LIST_FIELDS).order_by("-pk"))
+def execution_list_rows(runs: QuerySet[Execution], *, sort: str = EXECUTION_SORT_DEFAULT) -> QuerySet[Execution]:
+    """``runs`` as the runs page lists them: in ``sort``'s order (``executions_sorted``;
+    newest first by default), only the shown columns, the agent's name joined and each
+    run's active time (waits excluded): one query for a page of rows."""
+    return executions_with_active_time(executions_sorted(
+        runs.select_related("agent").only(*EXECUTION_LIST_FIELDS), sort=sort))
 
 
 def execution_replays_filter(*, workspace, filters: ExecutionFilters) -> QuerySet[ExecutionReplay]:
@@ -524,3 +630,18 @@ def execution_active_ms(run: Execution, *, now: dt.datetime | None = None) -> in
     if run.segment_open_since is not None and run.status == Execution.Status.RUNNING:
         active += _ms(run.segment_open_since, now or timezone.now())
     return max(active, 0)
+
+
+# What a text search of conversations reads (the search box): the title and the summary.
+SESSION_SEARCHED_FIELDS = ("title", "summary")
+
+
+def sessions_search(*, user, workspace, text: str, limit: int) -> list[Session]:
+    """The search box's conversations: the user's own in ``workspace`` (a conversation is
+    personal) whose title or summary hold every word of ``text``, best match first."""
+    words = query_words(text)
+    if not words:
+        return []
+    rows = sessions_for_user(user=user).filter(workspace=workspace).filter(
+        text_match(SESSION_SEARCHED_FIELDS, SESSION_SEARCHED_FIELDS, words)).select_related("agent")
+    return list(ranked(rows, SESSION_SEARCHED_FIELDS, words, tiebreak="-updated_at")[:limit])

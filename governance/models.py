@@ -4,9 +4,11 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from common.fields import PydanticJSONField
+from common.search import vector_index
 from rivercore.types.governance import ApprovalNotificationConfig, Enforcement, PolicyScope, PolicyType
 
 
@@ -94,6 +96,11 @@ class ApprovalRequest(models.Model):
         return f"{self.tool_name} for run {self.execution_id} ({self.status})"
 
 
+# What a text search of the audit trail reads (governance.selectors.audit_entries_search).
+AUDIT_SEARCHED_FIELDS = ("event_type", "actor_label", Cast("details", output_field=models.TextField()))
+AUDIT_SEARCHED_LOOKUPS = ("event_type", "actor_label", "details")
+
+
 class AuditLogEntry(models.Model):
     """Append-only, HMAC-chained per organization (see governance.audit and docs/audit.md).
 
@@ -146,7 +153,9 @@ class AuditLogEntry(models.Model):
         indexes = [
             models.Index(
                 fields=["organization", "id"], condition=models.Q(seq__isnull=True), name="audit_pending_idx"
-            )
+            ),
+            # The search box (common/search.py): what happened, who, and the details' text.
+            vector_index(*AUDIT_SEARCHED_FIELDS, name="audit_search_idx"),
         ]
 
     def __str__(self) -> str:

@@ -6,9 +6,17 @@ import datetime as dt
 from dataclasses import dataclass
 from uuid import UUID
 
-from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet
+from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery
 
-from governance.models import ApprovalRequest, AuditLogEntry, Policy, WorkspaceSettings
+from common.search import query_words, ranked, text_match
+from governance.models import (
+    AUDIT_SEARCHED_FIELDS,
+    AUDIT_SEARCHED_LOOKUPS,
+    ApprovalRequest,
+    AuditLogEntry,
+    Policy,
+    WorkspaceSettings,
+)
 from rivercore.errors import NotFound
 from rivercore.types.governance import ApprovalNotificationConfig, GovernancePolicySpec, PolicyScope
 from tenancy.selectors import organizations_administered, workspaces_for_user
@@ -141,3 +149,21 @@ def audit_entries_filter(*, user, filters: AuditFilters) -> QuerySet[AuditLogEnt
     if filters.until is not None:
         rows = rows.filter(created_at__lt=filters.until)
     return rows.order_by("-created_at", "-id")
+
+
+# How many of the newest matching entries the search box ranks.
+AUDIT_SEARCH_CANDIDATES = 200
+
+
+def audit_entries_search(*, user, workspace, text: str, limit: int) -> list[AuditLogEntry]:
+    """The search box's audit entries: ``workspace``'s entries the user may read whose
+    action, actor or details hold every word of ``text``; best match first among the
+    newest ``AUDIT_SEARCH_CANDIDATES`` matches (the GIN index ``audit_search_idx``)."""
+    words = query_words(text)
+    if not words:
+        return []
+    candidates = audit_entries_for_user(user=user).filter(workspace_id=workspace.pk).filter(
+        text_match(AUDIT_SEARCHED_FIELDS, AUDIT_SEARCHED_LOOKUPS, words)).annotate(
+        newest=F("pk") + 0).order_by("-newest").values("pk")[:AUDIT_SEARCH_CANDIDATES]  # see executions_search
+    rows = AuditLogEntry.objects.filter(pk__in=Subquery(candidates))
+    return list(ranked(rows, AUDIT_SEARCHED_FIELDS, words, tiebreak="-pk")[:limit])

@@ -153,6 +153,18 @@
     });
   }
 
+  // --- The search box: "/" focuses it, unless the user is typing in a field ---------
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
+    var target = event.target;
+    if (target instanceof Element && target.closest("input, textarea, select, [contenteditable]:not([contenteditable='false'])")) return;
+    var box = document.querySelector("[data-search-box]");
+    if (!box) return;
+    event.preventDefault();
+    box.focus();
+    box.select();
+  });
+
   // --- Main navigation on a phone: the current section scrolled into view -----------
   var current = document.querySelector(".mainnav [aria-current='page']");
   if (current && current.scrollIntoView) current.scrollIntoView({ block: "nearest", inline: "nearest" });

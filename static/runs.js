@@ -68,8 +68,57 @@
       });
   }
 
+  // On the first page of the unfiltered, newest-first list a new run is fetched and put
+  // at the top (the page keeps its length); elsewhere the reader is told and offered a link.
+  var pageSize = parseInt(table.getAttribute("data-page-size") || "25", 10);
+
+  function insertNew(id) {
+    if (newRuns[id]) {
+      return;
+    }
+    newRuns[id] = true;
+    fetch(rowUrl.replace("/0/", "/" + id + "/"), {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (!html || document.getElementById("run-row-" + id)) {
+          return;
+        }
+        var holder = document.createElement("tbody");
+        holder.innerHTML = html.trim();
+        var fresh = holder.firstElementChild;
+        var body = table.tBodies[0];
+        if (!fresh || !body) {
+          return;
+        }
+        // Newest first: before the first row with a smaller id.
+        var rows = body.querySelectorAll("tr[data-run-id]");
+        var before = null;
+        for (var i = 0; i < rows.length; i++) {
+          if (parseInt(rows[i].getAttribute("data-run-id"), 10) < id) {
+            before = rows[i];
+            break;
+          }
+        }
+        body.insertBefore(fresh, before);
+        fresh.classList.add("runs-row-new");
+        localTimes(fresh);
+        var all = body.querySelectorAll("tr[data-run-id]");
+        if (all.length > pageSize) {
+          all[all.length - 1].remove();
+        }
+        if (notice) {
+          notice.textContent = "Run #" + id + " started.";
+        }
+      })
+      .catch(function () { newRuns[id] = false; });
+  }
+
   function announceNew(id) {
-    if (!firstPage || !notice || newRuns[id]) {
+    if (firstPage) {
+      insertNew(id);
+      return;
+    }
+    if (!notice || newRuns[id]) {
       return;
     }
     newRuns[id] = true;

@@ -223,3 +223,31 @@ def workspaces_listed(*, user) -> list[Workspace]:
     """The user's workspaces with their organization, by organization then name (the
     frame's workspace switch)."""
     return list(workspaces_for_user(user=user).select_related("organization").order_by("organization__name", "name"))
+
+
+def user_ids_named(*, workspace: Workspace, words) -> QuerySet:
+    """The ids of the workspace's members and its organization's members whose username,
+    first or last name contains every one of ``words`` (the search box's requester
+    match)."""
+    users = get_user_model().objects.filter(
+        Q(memberships__workspace=workspace) | Q(org_memberships__organization_id=workspace.organization_id))
+    for word in words:
+        users = users.filter(Q(username__icontains=word) | Q(first_name__icontains=word)
+                             | Q(last_name__icontains=word))
+    return users.values_list("pk", flat=True).distinct()
+
+
+# The most people a page's requester field offers.
+REQUESTER_CHOICES_MAX = 500
+
+
+def requester_choices(*, workspace: Workspace) -> list[tuple[str, str]]:
+    """``(id, name)`` of the workspace's members and its organization's admins, by name,
+    at most ``REQUESTER_CHOICES_MAX``: the runs list's requester filter."""
+    users = get_user_model().objects.filter(
+        Q(memberships__workspace=workspace)
+        | Q(org_memberships__organization_id=workspace.organization_id,
+            org_memberships__role=OrganizationMember.OrgRole.ADMIN)).distinct()
+    rows = users.order_by("first_name", "last_name", "username", "pk").values_list(
+        "pk", "username", "first_name", "last_name")[:REQUESTER_CHOICES_MAX]
+    return [(str(pk), f"{first} {last}".strip() or username) for pk, username, first, last in rows]

@@ -7,6 +7,7 @@ import uuid
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery, Window
 from django.db.models.functions import RowNumber
 
+from common.search import query_words, ranked, text_match
 from rivercore.errors import NotFound
 from tenancy.models import Membership
 from tenancy.selectors import organizations_administered, workspaces_for_user
@@ -152,3 +153,18 @@ def trigger_summary_in_workspace(*, workspace_id: int, trigger_id) -> Trigger | 
     """The trigger's id, name and type if it is one of the workspace's, else None (a
     run page names the trigger that started the run; the trigger may be gone)."""
     return Trigger.objects.filter(pk=trigger_id, workspace_id=workspace_id).only("pk", "name", "type").first()
+
+
+# What a text search of triggers reads (the search box): the name and the prompt.
+TRIGGER_SEARCHED_FIELDS = ("name", "prompt")
+
+
+def triggers_search(*, user, workspace, text: str, limit: int) -> list[Trigger]:
+    """The search box's triggers: ``workspace``'s (only if the user may read it) whose name
+    or prompt hold every word of ``text``, best match first."""
+    words = query_words(text)
+    if not words:
+        return []
+    rows = triggers_for_user(user=user, workspace_id=workspace.pk).filter(
+        text_match(TRIGGER_SEARCHED_FIELDS, TRIGGER_SEARCHED_FIELDS, words))
+    return list(ranked(rows, TRIGGER_SEARCHED_FIELDS, words, tiebreak="name")[:limit])

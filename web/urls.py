@@ -15,4 +15,5 @@ urlpatterns = [
     path("", include("web.data")),
     path("", include("web.audit")),
     path("", include("web.preferences")),
+    path("", include("web.search")),
 ]

@@ -21,14 +21,19 @@ from common.api import StrictInput
 from common.days import day_from_text, day_window
 from common.ids import count_query_param, id_query_param, text_query_param, uuid_query_param
 from common.people import PersonRefSerializer
+from common.search import MAX_QUERY_LENGTH
 from executions import services, stateless
 from executions.models import Execution, ExecutionEvent, ExecutionStep
 from executions.selectors import (
+    EXECUTION_SORT_DEFAULT,
+    EXECUTION_SORTS,
     ExecutionFilters,
     execution_children,
     execution_get_for_user,
     execution_run_time,
+    execution_sort_valid,
     executions_filter,
+    executions_sorted,
 )
 from executions.types import PersonOrigin, RunRequest
 from rivercore import limits
@@ -257,7 +262,33 @@ def execution_filters_from_query(*, user, params) -> ExecutionFilters:
         until=until,
         session_id=session,
         outcomes=tuple(outcome_query_param(params["outcome"])) if "outcome" in params else None,
+        requester_id=id_query_param(params=params, name="requester"),
+        text=_text_param(params=params),
     )
+
+
+def _text_param(*, params) -> str | None:
+    """``?q=``: words of the prompt or the answer, or a run id (common/search.py); a 400
+    naming it when empty or longer than ``MAX_QUERY_LENGTH``."""
+    raw = text_query_param(params=params, name="q")
+    if raw is None:
+        return None
+    if len(raw) > MAX_QUERY_LENGTH or not raw.strip():
+        raise InvalidInput("q must be 1 to 200 characters of text.", details={
+            "q": [f"Give 1 to {MAX_QUERY_LENGTH} characters."]})
+    return raw.strip()
+
+
+def sort_query_param(*, params) -> str:
+    """``?sort=``: a key of ``EXECUTION_SORTS``, ``-`` first for descending; newest first
+    when absent; a 400 naming it when unknown (nothing unchecked reaches order_by)."""
+    raw = text_query_param(params=params, name="sort")
+    if raw is None:
+        return EXECUTION_SORT_DEFAULT
+    if not execution_sort_valid(raw):
+        raise InvalidInput("Unknown sort key.", details={
+            "sort": [f"must be one of {', '.join(EXECUTION_SORTS)}, each optionally preceded by -"]})
+    return raw
 
 
 def outcome_query_param(value: str) -> list[str]:
@@ -285,6 +316,12 @@ class ExecutionList(ListAPIView):
         OpenApiParameter("session", int, description="Runs of this conversation."),
         OpenApiParameter("outcome", str, description=(
             "One outcome, or several separated by commas (docs/engine.md, Outcome).")),
+        OpenApiParameter("requester", int, description="Runs this person answers for (a user id)."),
+        OpenApiParameter("q", str, description=(
+            "Every word a prefix of a word of the run's prompt or answer, or the run's id (docs/api.md).")),
+        OpenApiParameter("sort", str, description=(
+            "id, status, outcome, agent, trigger, started, turns, tokens or cost; - first for descending. "
+            "Default: newest first.")),
     ])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
@@ -297,7 +334,11 @@ class ExecutionList(ListAPIView):
         if workspace_id is not None:
             workspace = workspace_get_for_user(user=self.request.user, workspace_id=workspace_id)
         runs = executions_filter(user=self.request.user, workspace=workspace, filters=filters)
-        return runs.select_related("agent_version", "requester").order_by("-queued_at", "-id")
+        sort = sort_query_param(params=params)
+        if sort == EXECUTION_SORT_DEFAULT:
+            # The list's order before sorting was offered, kept for existing clients.
+            return runs.select_related("agent_version", "requester").order_by("-queued_at", "-id")
+        return executions_sorted(runs.select_related("agent_version", "requester"), sort=sort)
 
 
 class ExecutionDetail(APIView):

@@ -48,8 +48,10 @@ def runs(workspace, owner):
     return {
         "triage": triage, "billing": billing, "chat": chat,
         "old_failed": _run(triage, days_ago=10, status=Execution.Status.FAILED),
-        "scheduled": _run(billing, days_ago=3, status=Execution.Status.COMPLETED, trigger_type="scheduled"),
-        "in_chat": _run(triage, status=Execution.Status.COMPLETED, session=chat),
+        "scheduled": _run(billing, days_ago=3, status=Execution.Status.COMPLETED, trigger_type="scheduled",
+                          result={"summary": "Refunds grew by a tenth."}, turn_count=7),
+        "in_chat": _run(triage, status=Execution.Status.COMPLETED, session=chat, requester=owner,
+                        input_prompt="Which refunds were late?", turn_count=2),
     }
 
 
@@ -65,6 +67,11 @@ def _cases(runs) -> list[tuple[str, set[int]]]:
         (f"session={runs['chat'].pk}", {runs["in_chat"].pk}),
         (f"status=completed&agent={runs['triage'].pk}", {runs["in_chat"].pk}),
         ("since=0001-01-01&until=9999-12-31", {runs["old_failed"].pk, runs["scheduled"].pk, runs["in_chat"].pk}),
+        (f"requester={runs['in_chat'].requester_id}", {runs["in_chat"].pk}),
+        ("q=refunds", {runs["scheduled"].pk, runs["in_chat"].pk}),
+        ("q=REFUND+late", {runs["in_chat"].pk}),
+        (f"q=%23{runs['old_failed'].pk}", {runs["old_failed"].pk}),
+        ("q=refunds&sort=-turns", {runs["scheduled"].pk, runs["in_chat"].pk}),
     ]
 
 
@@ -93,6 +100,12 @@ def test_the_page_and_the_api_pick_the_same_runs_for_the_same_filters(runs, work
     ("session=", "session"),
     ("session=99999999999999999999", "session"),
     ("status=sleeping", "status"),
+    ("sort=id;drop", "sort"),
+    ("sort=input_prompt", "sort"),
+    ("sort=", "sort"),
+    ("q=", "q"),
+    ("q=" + "x" * 201, "q"),
+    ("requester=me", "requester"),
 ])
 def test_the_api_refuses_a_bad_filter_naming_it(runs, workspace, owner, api_client_for, query, field):
     response = api_client_for(owner).get(f"/api/v1/executions/?{query}")
@@ -110,6 +123,10 @@ def test_the_api_refuses_a_bad_filter_naming_it(runs, workspace, owner, api_clie
     ("session=%D9%A3", "session"),
     ("session=12abc", "session"),
     ("status=sleeping", "status"),
+    ("sort=-cost_usd", "sort"),
+    ("sort=agent__workspace__name", "sort"),
+    ("q=" + "x" * 201, "q"),
+    ("requester=99999", "requester"),
 ])
 def test_the_page_refuses_a_bad_filter_marking_its_field(runs, workspace, owner, query, field):
     response = _page(owner, workspace).get(f"/runs/?{query}")
@@ -131,3 +148,24 @@ def test_another_workspaces_agent_is_a_404_on_the_api_and_refused_on_the_page(ru
     agent = runs["triage"].pk
     assert api_client_for(outsider).get(f"/api/v1/executions/?agent={agent}").status_code == 404
     assert _page(outsider, other_workspace).get(f"/runs/?agent={agent}").status_code == 400
+
+
+@pytest.mark.parametrize("sort", ["turns", "-turns", "started", "-started", "agent", "-tokens", "cost", "-status"])
+def test_the_page_and_the_api_sort_alike(runs, workspace, owner, api_client_for, sort):
+    page = _page(owner, workspace).get(f"/runs/?sort={sort}")
+    api = api_client_for(owner).get(f"/api/v1/executions/?sort={sort}&workspace={workspace.pk}")
+    page_order = [int(n) for n in re.findall(r'data-run-id="(\d+)"', page.content.decode())]
+    assert page_order == [row["id"] for row in api.json()["results"]]
+    if sort == "-turns":
+        assert page_order[:2] == [runs["scheduled"].pk, runs["in_chat"].pk]
+
+
+def test_a_sorted_column_says_so_and_its_link_keeps_the_filters(runs, workspace, owner):
+    html = _page(owner, workspace).get("/runs/?status=completed&sort=turns").content.decode()
+    assert re.search(r'aria-sort="ascending"><a class="sort-link" href="\?status=completed&amp;sort=-turns"', html)
+
+
+def test_another_workspaces_run_is_never_found_by_text(runs, other_workspace, outsider, api_client_for):
+    assert _page_ids(_page(outsider, other_workspace).get("/runs/?q=refunds")) == set()
+    response = api_client_for(outsider).get(f"/api/v1/executions/?q=%23{runs['in_chat'].pk}")
+    assert response.status_code == 200 and response.json()["count"] == 0

@@ -1,0 +1,94 @@
+"""Text search over a queryset: PostgreSQL full-text search, ``LIKE`` on SQLite.
+
+The search box (``/search/``) and the runs list's text filter read through the owning
+apps' selectors, which all match the same way: the query's words (letters, digits and
+``_``; at most ``MAX_WORDS``), each a prefix of a word of one of the searched fields.
+
+On PostgreSQL the fields form one ``SearchVector`` with the ``simple`` configuration (no
+stemming, no stop words: names, ids and prompts in any language match as typed) and
+the words one prefix ``tsquery`` (``word:* & word:*``). A table that grows (runs, audit
+entries) has a GIN index on exactly that vector (``vector_index``), which the filter's
+expression matches, so a search reads the index instead of every row. On SQLite every
+word must be contained (``icontains``, a ``LIKE``) in one of the fields.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.operations import AddIndexConcurrently
+from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector, SearchVectorExact
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+# The most words of a query that are matched; the rest are ignored.
+MAX_WORDS = 8
+# The longest query the search box and the runs list's text filter accept.
+MAX_QUERY_LENGTH = 200
+CONFIG = "simple"
+_WORD = re.compile(r"\w+")
+
+
+def query_words(text: str) -> list[str]:
+    """The words of ``text`` a search matches, lower-cased, at most ``MAX_WORDS``."""
+    return [word.lower() for word in _WORD.findall(text or "")][:MAX_WORDS]
+
+
+def search_vector(*fields) -> SearchVector:
+    """The vector searched over ``fields`` (names or expressions); ``vector_index`` indexes
+    the same expression."""
+    return SearchVector(*fields, config=CONFIG)
+
+
+def vector_index(*fields, name: str) -> GinIndex:
+    """A functional GIN index on ``search_vector(*fields)``, for ``Meta.indexes``. Only
+    PostgreSQL builds it (the migration that adds it skips other databases)."""
+    return GinIndex(search_vector(*fields), name=name)
+
+
+def _tsquery(words: Sequence[str]) -> SearchQuery:
+    # Each word is letters, digits and underscores only, so the raw query is well formed.
+    return SearchQuery(" & ".join(f"{word}:*" for word in words), search_type="raw", config=CONFIG)
+
+
+def full_text() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def text_match(fields: Sequence, like_fields: Sequence[str], words: Sequence[str]) -> Q:
+    """A condition true for rows whose ``fields`` hold every one of ``words``;
+    ``like_fields`` are the same fields as lookups (``result__summary``) for SQLite."""
+    if full_text():
+        return Q(SearchVectorExact(search_vector(*fields), _tsquery(words)))
+    condition = Q()
+    for word in words:
+        any_field = Q()
+        for field in like_fields:
+            any_field |= Q(**{f"{field}__icontains": word})
+        condition &= any_field
+    return condition
+
+
+def ranked(rows: QuerySet, fields: Sequence, words: Sequence[str], *, tiebreak: str = "-pk") -> QuerySet:
+    """``rows`` best match first: by ``SearchRank`` on PostgreSQL, by ``tiebreak`` alone
+    on SQLite (which has no rank)."""
+    if full_text():
+        return rows.annotate(search_rank=SearchRank(search_vector(*fields), _tsquery(words))).order_by(
+            "-search_rank", tiebreak)
+    return rows.order_by(tiebreak)
+
+
+class AddVectorIndex(AddIndexConcurrently):
+    """A migration's ``AddIndex`` for a ``vector_index``: built concurrently on
+    PostgreSQL (the table stays writable while it builds; the migration must say
+    ``atomic = False``), and skipped on other databases, which search with ``LIKE``."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
