@@ -14,5 +14,6 @@ urlpatterns = [
     path("", include("web.triggers")),
     path("", include("web.data")),
     path("", include("web.audit")),
+    path("", include("web.policies")),
     path("", include("web.preferences")),
 ]
