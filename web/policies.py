@@ -32,6 +32,7 @@ from governance.services import policy_create, policy_delete, policy_update, pol
 from rivercore import limits
 from rivercore.errors import InvalidInput, RiverError
 from rivercore.tools import all_tools, get_tool
+from rivercore.types.datasources import TableInfo
 from rivercore.types.governance import CallFacts, Enforcement, GovernancePolicySpec, PolicyScope, PolicyType
 from tenancy.permissions import POLICY_CREATE
 from tenancy.selectors import workspace_permissions
@@ -96,7 +97,8 @@ def _builder_context(request, workspace) -> dict:
     tables and columns of its data sources' catalogs, and recent runs for the test panel."""
     tables: dict[str, set[str]] = {}
     for source in data_sources_in_workspace(workspace_id=workspace.pk):
-        for table in source.schema_cache or []:
+        for raw in source.schema_cache or []:
+            table = TableInfo.model_validate(raw)
             # The names as policies compare them (see datasources.identifiers).
             tables.setdefault(policy_name_key(table.table_name), set()).update(
                 identifier_key(column.column_name) for column in table.columns)

@@ -147,3 +147,19 @@ def test_test_panel_reports_which_recorded_calls_match(owner, outsider, workspac
         ("run_sql", False, "PROCEED"), ("write_back", True, "BLOCKED")]
     assert _client(outsider).get("/policies/test", query).status_code == 404
     assert not Policy.objects.exists()
+
+
+def test_builder_offers_the_catalogs_tables_and_columns_the_tools_and_agents(transactional_db):
+    from django.contrib.auth import get_user_model
+
+    from demo.seed import ADMIN_USERNAME, demo_seed
+
+    demo_seed()
+    page = _client(get_user_model().objects.get(username=ADMIN_USERNAME)).get("/policies/new/")
+    assert page.status_code == 200
+    builder = page.context["builder"]
+    tickets = next(table for table in builder["tables"] if table["name"] == "tickets")
+    assert "priority" in tickets["columns"]
+    assert "write_back" in builder["tools"] and "act_with_approval" in builder["action_levels"]
+    assert {agent["name"] for agent in builder["agents"]} >= {"Support Analyst", "L1 Support Specialist"}
+    assert 'id="policy-builder-data"' in page.content.decode()
