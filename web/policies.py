@@ -165,6 +165,15 @@ def policy_new(request):
                                                   **_builder_context(request, workspace)}, status=status)
 
 
+def _inferred_type(policy: Policy) -> str | None:
+    """The type the policy's condition implies; the form shows "inferred" when the stored
+    type is that one, so a new condition re-infers it (as a PATCH without a type does)."""
+    try:
+        return policy_validate(conditions=policy.conditions).policy_type.value
+    except RiverError:
+        return None
+
+
 @page_login_required
 @require_http_methods(["GET", "POST"])
 def policy_page(request, policy_id):
@@ -173,7 +182,7 @@ def policy_page(request, policy_id):
     workspace = policy.workspace or _policies_workspace(request)
     initial = {"name": policy.name, "description": policy.description, "enforcement": policy.enforcement,
                "expression": (policy.conditions or {}).get("expression", ""), "enabled": policy.enabled,
-               "policy_type": policy.policy_type}
+               "policy_type": "" if _inferred_type(policy) == policy.policy_type else policy.policy_type}
     form = PolicyForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data

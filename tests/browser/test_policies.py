@@ -37,7 +37,7 @@ def _run(agent, user) -> Execution:
     return Execution.objects.get(pk=execution.pk)
 
 
-def test_build_test_and_edit_a_policy_that_blocks_a_run(signed_in, demo, not_sent):
+def test_build_test_and_edit_a_policy_that_blocks_a_run(signed_in, demo, not_sent, page_errors):
     admin = demo["admin"]
     agent = make_agent(workspace=demo["workspace"], owner=admin, tools=["durable_write"], name="Marker writer")
     before = _run(agent, admin)
@@ -92,6 +92,9 @@ def test_build_test_and_edit_a_policy_that_blocks_a_run(signed_in, demo, not_sen
     status = page.locator("#expression-status")
     expect(status).to_contain_text("unknown name 'tool.writs'")
     expect(expression).to_have_attribute("aria-invalid", "true")
+    # The validator answers a wrong draft with the API's 400, which Chromium logs.
+    assert page_errors and all("status of 400" in error for error in page_errors)
+    page_errors.clear()
     expression.fill(f"agent.id == '{agent.pk}' AND tool.writes == true AND time.hour >= 0")
     expect(status).to_have_text("Valid. Checked as a time window policy.")
     page.get_by_label("Enforcement").select_option("require_approval")
