@@ -180,6 +180,8 @@ def policy_page(request, policy_id):
     """A policy's form (its fields, the builder and the test panel) and its history."""
     policy = _policy_for_manager(request, policy_id)
     workspace = policy.workspace or _policies_workspace(request)
+    if workspace is None:
+        raise Http404("Choose a workspace first.")
     initial = {"name": policy.name, "description": policy.description, "enforcement": policy.enforcement,
                "expression": (policy.conditions or {}).get("expression", ""), "enabled": policy.enabled,
                "policy_type": "" if _inferred_type(policy) == policy.policy_type else policy.policy_type}

@@ -163,3 +163,14 @@ def test_builder_offers_the_catalogs_tables_and_columns_the_tools_and_agents(tra
     assert "write_back" in builder["tools"] and "act_with_approval" in builder["action_levels"]
     assert {agent["name"] for agent in builder["agents"]} >= {"Support Analyst", "L1 Support Specialist"}
     assert 'id="policy-builder-data"' in page.content.decode()
+
+
+def test_organization_policy_is_listed_and_only_an_org_admin_may_change_it(owner, org_admin, workspace):
+    policy = policy_create(actor=org_admin, scope="organization", workspace_id=workspace.pk, name="Org rule",
+                           conditions={"expression": "tool.name == 'write_back'"}, enforcement="warn")
+    assert "Org rule" in _client(owner).get("/policies/").content.decode()
+    refused = _client(owner).post(f"/policies/{policy.pk}/", _form(name="Renamed"))
+    assert refused.status_code == 400 and "Only organization admins" in refused.content.decode()
+    policy.refresh_from_db()
+    assert policy.name == "Org rule"
+    assert not AuditLogEntry.objects.filter(event_type="policy_updated", policy_id=policy.pk).exists()
