@@ -116,3 +116,6 @@ def test_build_test_and_edit_a_policy_that_blocks_a_run(signed_in, demo, not_sen
     assert axe_violations(page) == []
     page.set_viewport_size(PHONE)
     screenshot(page, "policies-list-phone")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    wrap = page.locator("table.policies").evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth")
+    assert wrap, "the list's actions are cut off on a phone"
