@@ -251,6 +251,18 @@ def execution_get_for_user(*, user, execution_id) -> Execution:
         raise NotFound("Execution not found.") from None
 
 
+def executions_recent(*, user, workspace, limit: int) -> list[Execution]:
+    """The workspace's latest runs the user sees, newest first, with their agent."""
+    runs = executions_filter(user=user, workspace=workspace, filters=ExecutionFilters())
+    return list(runs.select_related("agent", "agent_version").order_by("-queued_at", "-pk")[:limit])
+
+
+def execution_tool_calls(*, execution: Execution) -> list[ExecutionStep]:
+    """The run's recorded tool calls (the calls governance was asked about), in order."""
+    return list(ExecutionStep.objects.filter(execution=execution, step_type=ExecutionStep.StepType.TOOL_CALL)
+                .order_by("step_number"))
+
+
 def execution_children_named(*, execution: Execution) -> list[Execution]:
     """``execution_children`` with each child's agent name (the run page's cause part)."""
     return list(execution_children(execution=execution).select_related("agent").only(

@@ -58,6 +58,25 @@ def policy_get_for_user(*, user, policy_id) -> Policy:
         raise NotFound("Policy not found.") from None
 
 
+def policies_for_workspace(*, user, workspace_id: int) -> QuerySet[Policy]:
+    """The policies binding one of the user's workspaces: its own and its organization's
+    (what ``GET /api/v1/policies/?workspace_id=`` lists), by name."""
+    workspace = workspaces_for_user(user=user).filter(pk=workspace_id).first()
+    if workspace is None:
+        raise NotFound("Workspace not found.")
+    return policies_for_user(user=user).filter(
+        Q(workspace_id=workspace_id) | Q(scope=PolicyScope.ORGANIZATION, organization_id=workspace.organization_id)
+    ).order_by("name", "pk")
+
+
+def policy_history(*, user, policy_id) -> QuerySet[AuditLogEntry]:
+    """The audit entries of one policy's changes the user may read, newest first (they
+    outlive the policy: a deleted policy's entries stay)."""
+    return audit_entries_for_user(user=user).filter(
+        policy_id=policy_id, event_type__in=("policy_created", "policy_updated", "policy_deleted")
+    ).order_by("-created_at", "-id")
+
+
 def policy_spec(policy: Policy) -> GovernancePolicySpec:
     return GovernancePolicySpec(
         policy_id=str(policy.pk),

@@ -12,13 +12,15 @@ from functools import cached_property
 
 from governance.approvals import approvals_pending_count
 from governance.notifications import notifications_unread_count
-from tenancy.selectors import workspaces_listed
+from tenancy.permissions import POLICY_CREATE
+from tenancy.selectors import workspace_permissions, workspaces_listed
 
 SESSION_KEY = "river_workspace_id"
 # The first path segment of a page names its section of the main navigation.
 SECTIONS = {
     "": "overview", "agents": "agents", "runs": "runs", "sessions": "sessions", "approvals": "approvals",
-    "triggers": "triggers", "data-sources": "data", "audit": "audit", "notifications": "notifications",
+    "triggers": "triggers", "data-sources": "data", "audit": "audit", "policies": "policies",
+    "notifications": "notifications",
 }
 
 
@@ -48,6 +50,13 @@ class Nav:
     @cached_property
     def unread_notifications(self) -> int:
         return notifications_unread_count(user=self.request.user)
+
+    @cached_property
+    def may_manage_policies(self) -> bool:
+        """Whether the Policies link shows: the user may manage policies here."""
+        if self.workspace is None:
+            return False
+        return POLICY_CREATE in workspace_permissions(user=self.request.user, workspace=self.workspace)
 
     @cached_property
     def section(self) -> str:

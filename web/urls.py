@@ -14,6 +14,7 @@ urlpatterns = [
     path("", include("web.triggers")),
     path("", include("web.data")),
     path("", include("web.audit")),
+    path("", include("web.policies")),
     path("", include("web.preferences")),
     path("", include("web.search")),
 ]
