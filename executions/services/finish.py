@@ -342,7 +342,10 @@ def memory_write(*, execution_id: int):
     """Long-term memory from a finished run: summarised, never the raw log."""
     execution = Execution.objects.only("agent_id", "result").get(pk=execution_id)
     result = execution.result or {}
-    steps = list(execution.steps.filter(step_type__in=[StepType.OBSERVATION, StepType.GOVERNANCE_CHECK])
+    # Not ``execution.steps``: a related manager reads each row's ``execution_id`` back,
+    # which ``only()`` leaves out, so every step would cost a query of its own.
+    steps = list(ExecutionStep.objects.filter(
+        execution_id=execution_id, step_type__in=[StepType.OBSERVATION, StepType.GOVERNANCE_CHECK])
                  .only("step_type", "status", "tool_name", "error").order_by("step_number"))
     learnings, flagged = [], []
     for row in steps:
