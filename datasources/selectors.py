@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ from django.db.models import Func, IntegerField, QuerySet
 from datasources.models import DataSource
 from rivercore.errors import InvalidInput, NotFound
 from rivercore.text import has_unstorable
+from rivercore.types.datasources import TableInfo
 from tenancy.selectors import workspaces_for_user
 
 
@@ -50,12 +53,52 @@ def data_sources_in_workspace(*, workspace_id: int) -> QuerySet[DataSource]:
 
 def data_source_get_in_workspace(*, workspace_id: int, data_source_id) -> DataSource:
     """The data source if it belongs to ``workspace_id``, with its workspace (whose limits a
-    query reads); else 404 (tools resolve ids here)."""
+    query reads); else 404 (tools resolve ids here). The schema cache is left out of the
+    read: ``data_source_tables`` answers from memory, and reading the field loads it."""
     try:
-        return data_sources_in_workspace(workspace_id=workspace_id).select_related("workspace").get(
-            pk=int(data_source_id))
+        return data_sources_in_workspace(workspace_id=workspace_id).select_related("workspace").defer(
+            "schema_cache").get(pk=int(data_source_id))
     except (DataSource.DoesNotExist, TypeError, ValueError):
         raise NotFound(f"Data source {data_source_id} not found.") from None
+
+
+# A process keeps the validated schemas of this many data sources (least recently used
+# dropped). Keyed by the row's id and ``updated_at``, which every write of the schema
+# cache or the classifications moves (``datasources.services``), so a changed schema is
+# read afresh by every process, from the row it reads anyway.
+SCHEMA_CACHE_MAX = 128
+_schemas: OrderedDict[tuple, list[TableInfo]] = OrderedDict()
+_schemas_lock = threading.Lock()
+
+
+def _schema_remembered(key: tuple, build) -> list[TableInfo]:
+    with _schemas_lock:
+        tables = _schemas.get(key)
+        if tables is not None:
+            _schemas.move_to_end(key)
+            return list(tables)
+    tables = build()
+    with _schemas_lock:
+        _schemas[key] = tables
+        while len(_schemas) > SCHEMA_CACHE_MAX:
+            _schemas.popitem(last=False)
+    return list(tables)
+
+
+def data_source_tables(*, data_source: DataSource) -> list[TableInfo]:
+    """The source's cached schema as stored, validated once per process and change
+    (``SCHEMA_CACHE_MAX``) instead of on every query. The tables are shared between
+    callers: read them, never change them. ``schema_cache`` is read (a query when it
+    was deferred) only when the schema is not in memory."""
+    return _schema_remembered((data_source.pk, data_source.updated_at, "stored"), lambda: [
+        TableInfo.model_validate(table) for table in data_source.schema_cache or []])
+
+
+def data_source_prompt_tables(*, data_source: DataSource) -> list[TableInfo]:
+    """The tables of ``data_source_prompt_metadata`` as validated values, remembered like
+    ``data_source_tables`` (a change of the classifications moves ``updated_at`` too)."""
+    return _schema_remembered((data_source.pk, data_source.updated_at, "prompt"), lambda: [
+        TableInfo.model_validate(table) for table in data_source_prompt_metadata(data_source=data_source)["schemas"]])
 
 
 def data_source_prompt_metadata(*, data_source: DataSource) -> dict:

@@ -22,7 +22,7 @@ from datasources import connectors, network
 from datasources.errors import DataSourceUnavailable, HostNotAllowed, QueryFailed, QueryRefused, QueryTimedOut
 from datasources.identifiers import DEFAULT_SCHEMAS, qualified_table_parse, schema_matches, table_resolve
 from datasources.models import DataSource
-from datasources.selectors import sqlite_path_relative, sqlite_path_resolve
+from datasources.selectors import data_source_tables, sqlite_path_relative, sqlite_path_resolve
 from datasources.sqlguard import query_check
 from datasources.types import (
     LIMIT_RANGES,
@@ -431,7 +431,7 @@ def _cached_tables(data_source: DataSource) -> list[TableInfo]:
             "The schema of this data source has not been discovered yet; run discover_schema first.",
             details={"data_source_id": ["schema not discovered"]},
         )
-    return [TableInfo.model_validate(t) for t in data_source.schema_cache or []]
+    return data_source_tables(data_source=data_source)
 
 
 def _scalar_ok(value: Any) -> bool:

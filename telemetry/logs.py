@@ -190,14 +190,18 @@ class JsonFormatter(logging.Formatter):
     passed as ``extra={"river": {...}}`` at the top level, and the exception as text."""
 
     def format(self, record: logging.LogRecord) -> str:
-        RedactingFilter().filter(record)
+        fields = getattr(record, "river", None)
+        if not isinstance(fields, dict):
+            RedactingFilter().filter(record)  # the message is the line's
+        elif record.exc_info and not record.exc_text:
+            # The fields are the line, not the message; every value is redacted below.
+            record.exc_text = self.formatException(record.exc_info)
         line: dict[str, Any] = {
             "level": record.levelname,
             "service": SERVICE,
             "logger": record.name,
             "timestamp": _timestamp(record.created),
         }
-        fields = getattr(record, "river", None)
         if isinstance(fields, dict):
             line.update(fields)
         else:
@@ -243,8 +247,9 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
         },
         "handlers": {
             "console": {"class": "logging.StreamHandler", "formatter": main, "filters": ["redact"]},
-            "turns": {"class": "logging.StreamHandler", "formatter": "json" if main == "json" else "turn_text",
-                      "filters": ["redact"]},
+            # No filter: both turn formatters redact every value of the line themselves, and
+            # the filter would redact the message, which the line does not carry, once more.
+            "turns": {"class": "logging.StreamHandler", "formatter": "json" if main == "json" else "turn_text"},
         },
         "root": {"handlers": ["console"], "level": level},
         "loggers": {

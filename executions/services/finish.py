@@ -267,7 +267,7 @@ def execution_post_process(*, execution_id: int) -> bool:
         agent_health_update(agent_id=execution.agent_id, status=execution.status, execution_id=execution.pk,
                             outcome=execution.outcome)
         if execution.outcome == Outcome.ANSWERED:  # a blocked, rejected or unanswered run teaches nothing
-            _memory_write_best_effort(execution_id)
+            _memory_write_best_effort(execution)
         _notify_outcome(execution)
         run_end_notify(execution)
         run_end_handlers_call(RunEnded(
@@ -283,14 +283,14 @@ def execution_post_process(*, execution_id: int) -> bool:
     return True
 
 
-def _memory_write_best_effort(execution_id: int) -> None:
+def _memory_write_best_effort(execution: Execution) -> None:
     """Memory is best effort: a failure is logged and rolled back to its savepoint,
     and never changes the run or the rest of its post-processing."""
     try:
         with transaction.atomic():
-            memory_write(execution_id=execution_id)
+            memory_write(execution_id=execution.pk, agent_id=execution.agent_id, result=execution.result)
     except Exception:  # noqa: BLE001 - memory is best-effort by design
-        logger.exception("memory write-back failed for execution %s (run status unchanged)", execution_id)
+        logger.exception("memory write-back failed for execution %s (run status unchanged)", execution.pk)
 
 
 # What a run's outcome says about its agent's health: answered is a success; these are
@@ -338,11 +338,16 @@ def _notify_outcome(execution: Execution) -> None:
                    subject=f"execution {execution.pk}")
 
 
-def memory_write(*, execution_id: int):
-    """Long-term memory from a finished run: summarised, never the raw log."""
-    execution = Execution.objects.only("agent_id", "result").get(pk=execution_id)
-    result = execution.result or {}
-    steps = list(execution.steps.filter(step_type__in=[StepType.OBSERVATION, StepType.GOVERNANCE_CHECK])
+def memory_write(*, execution_id: int, agent_id=None, result: dict | None = None):
+    """Long-term memory from a finished run: summarised, never the raw log. The run's
+    agent and result are read unless the caller has them (post-processing has)."""
+    if agent_id is None:
+        agent_id, result = Execution.objects.values_list("agent_id", "result").get(pk=execution_id)
+    result = result or {}
+    # Not ``execution.steps``: a related manager reads each row's ``execution_id`` back,
+    # which ``only()`` leaves out, so every step would cost a query of its own.
+    steps = list(ExecutionStep.objects.filter(
+        execution_id=execution_id, step_type__in=[StepType.OBSERVATION, StepType.GOVERNANCE_CHECK])
                  .only("step_type", "status", "tool_name", "error").order_by("step_number"))
     learnings, flagged = [], []
     for row in steps:
@@ -350,5 +355,5 @@ def memory_write(*, execution_id: int):
             learnings.append(f"{row.tool_name} failed: {row.error[:160]}")
         if row.status == StepStatus.BLOCKED:
             flagged.append(f"{row.tool_name or 'action'} was blocked: {(row.error or '')[:160]}")
-    return agent_memory_record(agent_id=execution.agent_id, execution_id=execution.pk,
+    return agent_memory_record(agent_id=agent_id, execution_id=execution_id,
                                summary=result.get("summary") or "", learnings=learnings, flagged_items=flagged)

@@ -21,7 +21,7 @@ from agents.selectors import (
     version_data_sources_exist,
 )
 from artifacts.selectors import artifact_data_source_ids
-from datasources.selectors import data_source_prompt_metadata, data_sources_in_workspace
+from datasources.selectors import data_source_prompt_tables, data_sources_in_workspace
 from executions.models import Execution
 from governance.selectors import active_policies, active_policies_exist
 from rivercore import context as ctxmod
@@ -75,10 +75,14 @@ def user_context_build(*, execution: Execution) -> UserContext:
 
 def data_source_metadata_build(*, version: AgentVersion) -> list[DataSourceMetadata]:
     """Bound sources with their cached schemas (never fetched live, never credentials)."""
-    return [
-        DataSourceMetadata.model_validate(data_source_prompt_metadata(data_source=source))
-        for source in version.data_sources.all().order_by("pk")
-    ]
+    return [_data_source_metadata(source) for source in version.data_sources.defer("schema_cache").order_by("pk")]
+
+
+def _data_source_metadata(source) -> DataSourceMetadata:
+    """``data_source_prompt_metadata`` as the contract; its schema is validated once per
+    process and change (``data_source_prompt_tables``), not on every run start."""
+    return DataSourceMetadata(data_source_id=source.pk, name=source.name, type=source.type, status=source.status,
+                              access_level=source.access_level, schemas=data_source_prompt_tables(data_source=source))
 
 
 def attached_data_source_metadata_build(*, workspace_id: int, artifact_ids: list[int],
@@ -90,9 +94,8 @@ def attached_data_source_metadata_build(*, workspace_id: int, artifact_ids: list
               if pk not in bound]
     if not wanted:
         return []
-    sources = data_sources_in_workspace(workspace_id=workspace_id).filter(pk__in=wanted).select_related("workspace")
-    return [DataSourceMetadata.model_validate(data_source_prompt_metadata(data_source=source))
-            for source in sources.order_by("pk")]
+    sources = data_sources_in_workspace(workspace_id=workspace_id).filter(pk__in=wanted).defer("schema_cache")
+    return [_data_source_metadata(source) for source in sources.order_by("pk")]
 
 
 MEMORY_LIMIT = 50  # the latest memories a run's request chooses from (memories_relevant)

@@ -190,3 +190,29 @@ def test_a_failing_outcome_notification_never_breaks_post_processing(
     assert agent.consecutive_failures == 1
     # Recorded as every after-commit failure is (telemetry.aftercommit): counted as a fault.
     assert infra_fault_count(component="notifications", operation="run outcome") == faults_before + 1
+
+
+def _memory_write_queries(execution, steps: int) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.models import ExecutionStep
+    from executions.services.finish import memory_write
+
+    first = 1 + max(ExecutionStep.objects.filter(execution=execution).values_list("step_number", flat=True))
+    ExecutionStep.objects.bulk_create([
+        ExecutionStep(execution=execution, step_number=first + n, step_type=kind, tool_name="execute_query",
+                      status="failed" if kind == "observation" else "completed", error="timed out")
+        for n in range(steps) for kind in ["observation", "governance_check"][n % 2:n % 2 + 1]])
+    with CaptureQueriesContext(connection) as queries:
+        memory = memory_write(execution_id=execution.pk)
+    assert memory.learnings  # the failed observations were read
+    return len(queries)
+
+
+def test_memory_write_back_reads_the_steps_in_one_query_however_many(agent, owner, workspace):
+    few = _memory_write_queries(finish(agent, owner), 2)
+    # Another agent: the first one's memory of the same summary would be refreshed instead.
+    many = _memory_write_queries(finish(make_agent(workspace=workspace, owner=owner, name="Other"), owner), 12)
+
+    assert many == few

@@ -166,3 +166,21 @@ def test_no_secret_reaches_any_log_line_from_real_failures(
         crash = next(r for r in records if "segment of execution" in r.get("message", ""))
         assert crash["level"] == "ERROR" and "RuntimeError" in crash["exception"]
         assert all(r["service"] == "river" and r["timestamp"].endswith("Z") for r in records)
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_turn_line_is_redacted_by_its_formatter_alone(logs_as, log_format, settings):
+    settings.RIVER_LLM_API_KEY = "sk-turn-line-secret-0123456789"
+    buffer = logs_as(log_format)
+    turns = logging.getLogger(TURN_LOGGER)
+    assert not any(handler.filters for handler in turns.handlers)  # one redaction, the formatter's
+    try:
+        raise RuntimeError("failed with sk-turn-line-secret-0123456789")
+    except RuntimeError:
+        turns.info("turn %s", 1, exc_info=True, extra={"river": {
+            "turn_number": 1, "tool_calls": [{"arguments": "key=sk-turn-line-secret-0123456789"}]}})
+
+    text = buffer.getvalue()
+    assert "sk-turn-line-secret-0123456789" not in text
+    line = json.loads(text.splitlines()[0])
+    assert line["turn_number"] == 1 and "[REDACTED]" in line["tool_calls"][0]["arguments"]
