@@ -43,7 +43,7 @@ def _row(html: str, run: Execution) -> str:
 
 def test_the_runs_list_shows_each_outcome_and_only_answered_is_green(runs, member):
     html = signed_in(member).get("/runs/").content.decode()
-    assert ">Outcome</th>" in html
+    assert 'data-sort="outcome">Outcome</a></th>' in html  # the column, a sort link
     answered = _row(html, runs["answered"])
     assert 'data-outcome="answered"' in answered and "badge badge-ok run-outcome-badge" in answered
     for name in ("blocked", "rejected", "no_answer"):
