@@ -20,7 +20,7 @@ def test_a_schedule_and_a_webhook_trigger_are_created_and_the_secret_shown_once(
     page.get_by_role("link", name="New trigger").click()
     page.get_by_role("link", name="Schedule").click()
     page.get_by_label("Name", exact=True).fill("Weekday mornings")
-    page.get_by_label("Agent").select_option(label=agent.name)
+    page.get_by_label("Agent", exact=True).select_option(label=agent.name)
     page.get_by_label("When (cron)").fill("0 8 * * 1-5")
     expect(page.locator("#cron-words")).to_have_text("At 08:00, Monday through Friday.")
     check_and_capture(page, "trigger-new-schedule")
@@ -30,7 +30,7 @@ def test_a_schedule_and_a_webhook_trigger_are_created_and_the_secret_shown_once(
 
     page.goto("/triggers/new/?type=event")
     page.get_by_label("Name", exact=True).fill("Urgent tickets")
-    page.get_by_label("Agent").select_option(label=agent.name)
+    page.get_by_label("Agent", exact=True).select_option(label=agent.name)
     page.get_by_label("Webhook endpoint").select_option("__new__")
     page.get_by_label("New endpoint name").fill("helpdesk")
     page.get_by_label("Event type").fill("ticket.created")

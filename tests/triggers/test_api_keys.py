@@ -164,10 +164,10 @@ def test_the_triggers_own_cap_applies_across_keys(owner, workspace, active_agent
     assert refused.status_code == 429 and 1 <= int(refused["Retry-After"]) <= 60
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def one_minute(monkeypatch):
-    """Every invoke in the test falls in the same rate-limit window (no minute boundary
-    crossed mid-test)."""
+    """Every invoke in every test here falls in the same rate-limit window: a test whose
+    calls crossed a minute boundary would see its count start again (it did, in CI)."""
     from types import SimpleNamespace
 
     from django.utils import timezone
