@@ -52,6 +52,7 @@ TARGET_RESUME_P50_MS, TARGET_RESUME_GROWTH = 40, 1.2
 TARGET_FANOUT_P50_MS, TARGET_FANOUT_P99_MS = 30, 250  # event stored -> client, runs active
 WARMUP = 3
 FANOUT_PROMPT = "Fan-out run"  # the fake model makes these runs call a tool FANOUT_TURNS times
+FANOUT_TOOL = "search_catalog"  # a reasoning tool: a catalog read, no data source touched
 FANOUT_MODEL_SECONDS = 1.0  # the fake model's time per reply to a fan-out run, as a provider's
 RECEIPT_WAIT = 15.0  # seconds the WebSocket clients wait, after the last run ended, for events still on their way
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -160,7 +161,7 @@ def _fixtures() -> _Fixtures:
     issued = {name: token_issue(user=user, name="web bench") for name, user in users.items()}
     return _Fixtures(
         workspace=workspace, requester=users["requester"], source=source, sqlite_path=path,
-        runner=_agent(workspace, users["requester"], f"web-{tag}", "automated", ["get_workspace_info"]),
+        runner=_agent(workspace, users["requester"], f"web-{tag}", "automated", [FANOUT_TOOL]),
         gated=_agent(workspace, users["requester"], f"web-gated-{tag}", "act_with_approval", ["write_back"], source),
         tokens={name: t.plaintext for name, t in issued.items()}, token_ids=[t.token.pk for t in issued.values()])
 
@@ -304,7 +305,7 @@ class Client:
 
 class _ModelServer:
     """Chat completions, noting when each run (told apart by its prompt) called. Runs of
-    the fan-out (``FANOUT_PROMPT``) call ``get_workspace_info`` ``fanout_turns`` times,
+    the fan-out (``FANOUT_PROMPT``) call ``FANOUT_TOOL`` ``fanout_turns`` times (each with its own query),
     each reply after ``FANOUT_MODEL_SECONDS``, then answer; every other run answers at
     once. A request for a stream (River streams a watched run's replies) is answered
     with the same reply as server-sent events."""
@@ -329,10 +330,12 @@ class _ModelServer:
                 message: dict = {"role": "assistant", "content": "Done."}
                 if prompt.startswith(FANOUT_PROMPT):
                     time.sleep(FANOUT_MODEL_SECONDS)
-                    if sum(m.get("role") == "tool" for m in messages) < fanout_turns:
+                    turn = sum(m.get("role") == "tool" for m in messages)
+                    if turn < fanout_turns:  # a different question each turn: the loop guard stops identical calls
                         message = {"role": "assistant", "content": None, "tool_calls": [{
                             "id": f"call_{uuid.uuid4().hex[:8]}", "type": "function",
-                            "function": {"name": "get_workspace_info", "arguments": "{}"}}]}
+                            "function": {"name": FANOUT_TOOL,
+                                         "arguments": json.dumps({"query": f"fan-out turn {turn}"})}}]}
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
                 usage = {"prompt_tokens": 40, "completion_tokens": 2, "total_tokens": 42}
                 if body.get("stream"):
@@ -631,11 +634,12 @@ def _fanout(port: int, fx: _Fixtures, size: WebSize, *, daphne_pid: int,
         cpu["web"] += _cpu_seconds(daphne_pid)
 
     began = time.monotonic()
-    received, ended = _fan_once(port, fx.tokens["requester"], ids, start_runs=measured_start,
+    receipts = _fan_once(port, fx.tokens["requester"], ids, start_runs=measured_start,
                                 runs_ended=lambda: runs_ended(60 + count * (size.fanout_turns + 1) * 0.5),
                                 stored_count=ExecutionEvent.objects.filter(execution_id__in=ids).count,
                                 received_all=measured_end)
     took = time.monotonic() - began
+    received, ended = receipts.received, receipts.ended
     stored = {(e, seq): kind for e, seq, kind in ExecutionEvent.objects.filter(execution_id__in=ids)
               .values_list("execution_id", "seq", "event_type")}
     latencies = [lag for key, (_, lag) in received.items() if key in stored]
@@ -652,7 +656,15 @@ def _fanout(port: int, fx: _Fixtures, size: WebSize, *, daphne_pid: int,
                f"({len(pids)} processes, {cpu['worker']:.1f} CPU-s), web (Daphne) "
                f"{cpu['web'] * per_event:.2f} ms ({cpu['web']:.1f} CPU-s); load average "
                f"{os.getloadavg()[0]:.1f}")
+    outcomes = Counter(Execution.objects.filter(pk__in=ids).values_list("status", flat=True))
+    answered = outcomes.get(Execution.Status.COMPLETED, 0)
     yield _check(ended, f"every run ended ({count})", judged=True)
+    yield _check(answered == count, f"{answered} of {count} runs answered after their {size.fanout_turns} tool turns"
+                 + ("" if answered == count else f": {dict(outcomes)}"), judged=True)
+    if receipts.closed_early:
+        codes = Counter(code for _, code, _ in receipts.closed_early)
+        yield (f"  {len(receipts.closed_early)} of {count} sockets closed by the server while their runs went on "
+               f"(close codes {dict(codes)}; runs {sorted(r for r, _, _ in receipts.closed_early)[:10]})")
     yield _check(not lost, f"{lost} of {len(stored)} stored events not received (target: none)"
                  + (f": {dict(missing)}" if lost else ""), judged=True)
     yield _check(p50 <= TARGET_FANOUT_P50_MS, f"p50 {p50:.1f} ms with {count} runs active "
@@ -665,7 +677,7 @@ def _fanout(port: int, fx: _Fixtures, size: WebSize, *, daphne_pid: int,
 def _fan_once(port: int, token: str, run_ids: list[int], *, start_runs: Callable[[], None],
               runs_ended: Callable[[], bool], stored_count: Callable[[], int],
               received_all: Callable[[], None] = lambda: None,
-              ) -> tuple[dict[tuple[int, int], tuple[str, float]], bool]:
+              ) -> FanReceipts:
     """Opens the clients, starts the runs, waits for them to end; returns each event
     received, {(run id, seq): (type, seconds from stored to received)}, and whether the
     runs ended. ``received_all`` is called once the clients hold every stored event (or
@@ -691,7 +703,7 @@ def _fan_once(port: int, token: str, run_ids: list[int], *, start_runs: Callable
                 raise RuntimeError("the WebSocket clients did not say they were done")
             received_all()
             ours.send("close")
-            received = ours.recv()
+            received, closed_early = ours.recv()
         except EOFError:
             child.join(timeout=15)
             raise RuntimeError(f"the WebSocket clients exited ({child.exitcode}) without their receipts; "
@@ -700,7 +712,15 @@ def _fan_once(port: int, token: str, run_ids: list[int], *, start_runs: Callable
         child.join(timeout=15)
         if child.is_alive():
             child.kill()
-    return {(run_id, seq): (kind, at - stored_at) for run_id, seq, kind, stored_at, at in received}, ended
+    return FanReceipts({(run_id, seq): (kind, at - stored_at) for run_id, seq, kind, stored_at, at in received},
+                       ended, closed_early)
+
+
+@dataclass
+class FanReceipts:
+    received: dict[tuple[int, int], tuple[str, float]]  # (run id, seq) -> (type, seconds stored -> received)
+    ended: bool  # every run ended in time
+    closed_early: list[tuple[int, int | None, str | None]]  # (run id, close code, reason) closed by the server
 
 
 def _ws_clients(base: str, token: str, run_ids: list[int], pipe) -> None:
@@ -716,6 +736,8 @@ async def _ws_follow(base: str, token: str, run_ids: list[int], pipe) -> None:
     from websockets.asyncio.client import connect
 
     received: list[tuple[int, int, str, float, float]] = []
+    closed_early: list[tuple[int, int | None, str | None]] = []
+    closing = False
     opening = asyncio.Semaphore(20)
 
     async def open_one(run_id: int):
@@ -723,6 +745,13 @@ async def _ws_follow(base: str, token: str, run_ids: list[int], pipe) -> None:
             return await connect(f"{base}/ws/executions/{run_id}/", subprotocols=["bearer", token], open_timeout=60)
 
     async def follow(sock, run_id: int) -> None:
+        try:
+            await read(sock, run_id)
+        finally:
+            if not closing:  # the server (or the network) closed it while the runs went on
+                closed_early.append((run_id, sock.close_code, sock.close_reason))
+
+    async def read(sock, run_id: int) -> None:
         async for text in sock:
             at = time.time()
             # Only the stored (numbered) events are measured; partial pieces and status blocks are skipped.
@@ -744,10 +773,11 @@ async def _ws_follow(base: str, token: str, run_ids: list[int], pipe) -> None:
         await asyncio.sleep(0.05)
     pipe.send("received")
     await asyncio.to_thread(pipe.recv)  # the parent has read the servers' CPU
+    closing = True
     for sock in sockets:
         await sock.close()
     await asyncio.gather(*readers, return_exceptions=True)
-    pipe.send(received)
+    pipe.send((received, closed_early))
 
 
 # --- standalone: python -m benchmarks.web ---------------------------------------------
