@@ -16,6 +16,8 @@ Neither API writes an audit entry for issuing or revoking, so neither does this 
 
 from __future__ import annotations
 
+from datetime import datetime, time
+
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -71,7 +73,7 @@ class TokenForm(forms.Form):
         day = self.cleaned_data["expires_at"]
         if day is None:
             return None
-        moment = timezone.make_aware(timezone.datetime.combine(day, timezone.datetime.min.time()))
+        moment = timezone.make_aware(datetime.combine(day, time.min))  # the day begins, in River's zone
         if moment <= timezone.now():
             raise forms.ValidationError("Must be in the future.")
         return moment

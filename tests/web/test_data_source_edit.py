@@ -203,7 +203,7 @@ def test_delete_confirm_names_the_agents_and_their_active_versions(owner, worksp
     body = _client(owner).get(f"/data-sources/{pg_source.pk}/delete").content.decode()
     assert "1 agent uses it" in body
     assert "Ticket triage" in body and "Unrelated" not in body
-    assert "including the active version" in body
+    assert 'badge-warn">active version<' in body
     assert AgentVersion.objects.get(agent=uses).data_sources.filter(pk=pg_source.pk).exists()
 
 
