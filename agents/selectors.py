@@ -306,3 +306,30 @@ def agents_search(*, user, workspace, text: str, limit: int) -> list[Agent]:
     rows = agents_for_user(user=user, workspace_id=workspace.pk).filter(
         text_match(AGENT_SEARCHED_FIELDS, AGENT_SEARCHED_FIELDS, words))
     return list(ranked(rows, AGENT_SEARCHED_FIELDS, words, tiebreak="name")[:limit])
+
+
+# --- who uses a data source -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataSourceUse:
+    """An agent with at least one version that binds a data source."""
+
+    agent: Agent
+    versions: tuple[int, ...]  # the binding versions' numbers, newest first
+    active: bool  # its current (deployed) version is one of them
+
+
+def data_source_uses(*, data_source: DataSource) -> list[DataSourceUse]:
+    """The agents of the source's workspace whose versions bind ``data_source``, by name:
+    what deleting it takes from them (the binding rows go with the source)."""
+    rows = (AgentVersion.data_sources.through.objects.filter(datasource_id=data_source.pk)
+            .select_related("agentversion__agent").order_by("agentversion__agent__name", "-agentversion__version"))
+    found: dict = {}
+    for row in rows:
+        version = row.agentversion
+        agent, numbers, pks = found.setdefault(version.agent_id, (version.agent, [], set()))
+        numbers.append(version.version)
+        pks.add(version.pk)
+    return [DataSourceUse(agent=agent, versions=tuple(numbers), active=agent.current_version_id in pks)
+            for agent, numbers, pks in found.values()]

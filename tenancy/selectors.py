@@ -191,6 +191,14 @@ def access_tokens_for_user(*, user) -> QuerySet[AccessToken]:
     return AccessToken.objects.filter(user=user).order_by("-created_at", "-id")
 
 
+def access_token_get_for_user(*, user, token_id) -> AccessToken:
+    """One of the user's own tokens; another's, or none, is NotFound (404)."""
+    try:
+        return access_tokens_for_user(user=user).get(pk=int(token_id))
+    except (AccessToken.DoesNotExist, TypeError, ValueError, OverflowError):
+        raise NotFound("Token not found.") from None
+
+
 def user_is_service_principal(*, user) -> bool:
     """True for a trigger's run-as identity (tenancy.ServicePrincipal): it never signs in
     and never approves."""

@@ -32,11 +32,10 @@ from agents.selectors import agent_get_for_user
 from common.api import StrictInput
 from common.ids import id_query_param, uuid_query_param
 from rivercore import limits
-from rivercore.errors import InvalidInput, NotFound, PermissionDenied
+from rivercore.errors import InvalidInput, NotFound
 from tenancy.models import Membership
 from tenancy.permissions import AGENT_CREATE, ROLE_ORDER
 from tenancy.selectors import (
-    is_org_admin,
     organizations_administered,
     require_permission,
     workspace_get_for_user,
@@ -249,16 +248,6 @@ class ApiKeyCreateSerializer(StrictInput):
 API_KEY_ID = OpenApiParameter("api_key_id", OpenApiTypes.INT, OpenApiParameter.PATH)
 
 
-def _manageable_key(request, api_key_id) -> ApiKey:
-    key = selectors.api_key_get_for_user(user=request.user, api_key_id=api_key_id)
-    if key.workspace_id is None:
-        if not is_org_admin(user=request.user, organization_id=key.organization_id):
-            raise PermissionDenied("Only an organization admin manages an organization's keys.")
-    else:
-        require_permission(user=request.user, workspace=key.workspace, permission=AGENT_CREATE)
-    return key
-
-
 class ApiKeyList(ListAPIView):
     """Keys of the caller's workspaces and of the organizations they administer (never the secret)."""
 
@@ -297,7 +286,7 @@ class ApiKeyDetail(GenericAPIView):
 
     @extend_schema(responses={204: None}, description="Revoke the key (it stays listed, with revoked_at).")
     def delete(self, request, api_key_id):
-        apikeys.api_key_revoke(key=_manageable_key(request, api_key_id))
+        apikeys.api_key_revoke(key=selectors.api_key_get_manageable(user=request.user, api_key_id=api_key_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

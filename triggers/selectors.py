@@ -8,9 +8,10 @@ from django.db.models import F, OuterRef, Q, QuerySet, Subquery, Window
 from django.db.models.functions import RowNumber
 
 from common.search import query_words, ranked, text_match
-from rivercore.errors import NotFound
+from rivercore.errors import NotFound, PermissionDenied
 from tenancy.models import Membership
-from tenancy.selectors import organizations_administered, workspaces_for_user
+from tenancy.permissions import AGENT_CREATE
+from tenancy.selectors import is_org_admin, organizations_administered, require_permission, workspaces_for_user
 from triggers.models import ApiKey, Trigger, TriggerFiring, WebhookEndpoint
 
 
@@ -127,6 +128,26 @@ def api_key_get_for_user(*, user, api_key_id) -> ApiKey:
         return api_keys_for_user(user=user).get(pk=int(api_key_id))
     except (ApiKey.DoesNotExist, TypeError, ValueError, OverflowError):
         raise NotFound("API key not found.") from None
+
+
+def api_keys_of_workspace(*, user, workspace) -> QuerySet[ApiKey]:
+    """The keys ``api_keys_for_user`` lists that serve ``workspace``: its own, and its
+    organization's organization-wide keys when the user administers that organization."""
+    return api_keys_for_user(user=user).filter(
+        Q(workspace_id=workspace.pk) | Q(workspace__isnull=True, organization_id=workspace.organization_id))
+
+
+def api_key_get_manageable(*, user, api_key_id) -> ApiKey:
+    """A key the user may revoke: one of their workspaces' (404 otherwise) where they hold
+    ``agent:create`` (what issuing it takes), or an organization's key when they
+    administer that organization (403 otherwise)."""
+    key = api_key_get_for_user(user=user, api_key_id=api_key_id)
+    if key.workspace_id is None:
+        if not is_org_admin(user=user, organization_id=key.organization_id):
+            raise PermissionDenied("Only an organization admin manages an organization's keys.")
+    else:
+        require_permission(user=user, workspace=key.workspace, permission=AGENT_CREATE)
+    return key
 
 
 def webhook_endpoints_for_user(*, user) -> QuerySet[WebhookEndpoint]:

@@ -1,6 +1,7 @@
 """Pages of data sources: the list with catalog search, adding one (with a connection
-test right after), a source's page with its schema browser and sampled values, and
-testing or rediscovering it.
+test right after), a source's page with its schema browser and sampled values, testing
+or rediscovering it, editing it and deleting it (after a confirm step that names the
+agents whose versions bind it).
 
 Everything goes through the datasources services, so a page refuses what the API
 refuses (a host on a private or link-local network, a SQLite file outside the
@@ -11,14 +12,16 @@ text and cut (``SAMPLE_VALUES`` per column, ``SAMPLE_CHARS`` each).
 
 from __future__ import annotations
 
+import pydantic
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import path
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from agents.selectors import data_source_uses
 from datasources.catalog import catalog_search
 from datasources.models import DataSource
 from datasources.selectors import (
@@ -27,10 +30,18 @@ from datasources.selectors import (
     data_sources_searchable,
     data_sources_with_table_count,
 )
-from datasources.services import data_source_create, data_source_discover, data_source_test
+from datasources.services import (
+    data_source_create,
+    data_source_delete,
+    data_source_discover,
+    data_source_test,
+    data_source_update,
+)
+from datasources.types import LIMIT_RANGES, DataSourceChanges
+from rivercore import limits
 from rivercore.errors import RiverError
 from rivercore.types.datasources import TableInfo
-from tenancy.permissions import DATA_SOURCE_CREATE, DATA_SOURCE_VIEW
+from tenancy.permissions import DATA_SOURCE_CREATE, DATA_SOURCE_DELETE, DATA_SOURCE_UPDATE, DATA_SOURCE_VIEW
 from tenancy.selectors import workspace_permissions
 from web.page_tools import (
     errors_onto_form,
@@ -74,8 +85,10 @@ class DataSourceForm(forms.Form):
 
     REQUIRED_FOR = {DataSource.Type.POSTGRESQL: ("host", "database", "user"), DataSource.Type.SQLITE: ("path",)}
 
-    name = forms.CharField(max_length=200, help_text="How agents and people will call it, for example Sales DB.")
-    description = forms.CharField(required=False, max_length=4000, widget=forms.Textarea(attrs={"rows": 2}),
+    name = forms.CharField(max_length=limits.NAME,
+                           help_text="How agents and people will call it, for example Sales DB.")
+    description = forms.CharField(required=False, max_length=limits.DESCRIPTION,
+                                  widget=forms.Textarea(attrs={"rows": 2}),
                                   help_text="What is in it: agents read this to pick the right source.")
     type = forms.ChoiceField(choices=DataSource.Type.choices, widget=forms.RadioSelect, initial="postgresql",
                              label="Kind of database")
@@ -196,6 +209,7 @@ def data_source_page(request, data_source_id):
         "source": source, "page": tables, "query": query_without_page(request), "table_filter": needle,
         "config": config, "table_total": len(source.schema_cache or []),
         "classifications": source.classifications or {},
+        "may_edit": DATA_SOURCE_UPDATE in granted, "may_delete": DATA_SOURCE_DELETE in granted,
     })
 
 
@@ -220,10 +234,135 @@ def data_source_rediscover(request, data_source_id):
     return redirect("data-source-page", data_source_id=source.pk)
 
 
+# --- editing and deleting ------------------------------------------------------------------
+
+
+def _limit_field(name: str, label: str, unit: str) -> forms.IntegerField:
+    low, high = LIMIT_RANGES[name]
+    return forms.IntegerField(required=False, min_value=low, max_value=high, label=label,
+                              help_text=f"{low:,} to {high:,} {unit}. Empty: the workspace's value.")
+
+
+class DataSourceEditForm(DataSourceForm):
+    """The add form for one existing source: its kind stays (the other kind's settings are
+    not offered), the login and password are never filled in (empty keeps what is stored,
+    a value replaces it), and the source's limits are editable. What it sends is the
+    ``PATCH /api/v1/data-sources/{id}/`` body, checked by the same ``DataSourceChanges``
+    and ``data_source_update``."""
+
+    POSTGRESQL_FIELDS = ("host", "port", "database", "sslmode", "user", "password")
+    SQLITE_FIELDS = ("path", "create_file")
+
+    query_row_limit = _limit_field("query_row_limit", "Rows per query at most", "rows")
+    observation_byte_limit = _limit_field("observation_byte_limit", "Bytes of a result the model reads at most",
+                                          "bytes")
+    query_timeout_seconds = _limit_field("query_timeout_seconds", "Query timeout (seconds)", "seconds")
+
+    def __init__(self, *args, source: DataSource, **kwargs):
+        self.source = source
+        super().__init__(*args, initial=self._initial(source), **kwargs)
+        del self.fields["type"]
+        other_kind = self.SQLITE_FIELDS if source.type == DataSource.Type.POSTGRESQL else self.POSTGRESQL_FIELDS
+        for name in other_kind:
+            del self.fields[name]
+        if source.type == DataSource.Type.POSTGRESQL:
+            self.fields["user"].required = False
+            self.fields["user"].help_text = "Empty: keep the stored login (never shown). A value replaces it."
+            self.fields["password"].help_text = "Empty: keep the stored password (never shown). A value replaces it."
+        workspace = source.workspace
+        for name, default in (("query_row_limit", workspace.query_row_limit),
+                              ("observation_byte_limit", workspace.observation_byte_limit),
+                              ("query_timeout_seconds", workspace.query_timeout_seconds)):
+            self.fields[name].help_text = self.fields[name].help_text.replace(
+                "the workspace's value", f"the workspace's value ({default:,})")
+
+    @staticmethod
+    def _initial(source: DataSource) -> dict:
+        config = source.connection_config or {}
+        return {"name": source.name, "description": source.description, "access_level": source.access_level,
+                **{key: config.get(key) for key in ("host", "port", "database", "sslmode", "path")},
+                **{name: getattr(source, name) for name in LIMIT_RANGES}}
+
+    def full_clean(self):
+        forms.Form.full_clean(self)
+
+    def changes(self) -> tuple[dict, bool]:
+        """(the PATCH body, whether to create a missing SQLite file)."""
+        data = self.cleaned_data
+        values = {key: data[key] for key in ("name", "description", "access_level", *LIMIT_RANGES)}
+        if self.source.type == DataSource.Type.POSTGRESQL:
+            values["connection_config"] = {"host": data["host"], "port": data["port"], "database": data["database"],
+                                           "sslmode": data["sslmode"] or None}
+            replaced = {key: data[key] for key in ("user", "password") if data[key]}
+            if replaced:
+                values["credentials"] = replaced
+            return values, False
+        values["connection_config"] = {"path": data["path"]}
+        return values, bool(data.get("create_file"))
+
+
+def _source_for(request, data_source_id, permission: str) -> DataSource:
+    source, granted = _source_or_404(request, data_source_id)
+    require(granted, permission)
+    return source
+
+
+def _edit_saved(request, source: DataSource, form: DataSourceEditForm) -> DataSource | None:
+    values, create_file = form.changes()
+    try:
+        changes = DataSourceChanges.model_validate(values)
+        saved = data_source_update(data_source=source, changes=changes, create_file=create_file)
+    except RiverError as exc:
+        errors_onto_form(form, exc, FIELD_MAP)
+    except pydantic.ValidationError:
+        form.add_error(None, "Nothing was saved: a value has the wrong type.")
+    else:
+        return saved
+    return None
+
+
+@page_login_required
+@require_http_methods(["GET", "POST"])
+def data_source_edit(request, data_source_id):
+    """GET shows the settings; POST applies them through ``data_source_update`` (the API's
+    PATCH: the host policy is checked before anything connects). A changed connection is
+    tested right after, like a new source."""
+    source = _source_for(request, data_source_id, DATA_SOURCE_UPDATE)
+    form = DataSourceEditForm(request.POST or None, source=source)
+    if request.method == "POST":
+        saved = _edit_saved(request, source, form) if form.is_valid() else None
+        if saved is not None:
+            if saved.status == DataSource.Status.UNTESTED:
+                _tested(request, saved, saved=True)
+            else:
+                messages.success(request, f"{saved.name} is saved.")
+            return redirect("data-source-page", data_source_id=saved.pk)
+        source.refresh_from_db()
+    return render(request, "datasources/edit.html", {"form": form, "source": source},
+                  status=400 if request.method == "POST" else 200)
+
+
+@page_login_required
+@require_http_methods(["GET", "POST"])
+def data_source_delete_page(request, data_source_id):
+    """GET asks to confirm and names the agents whose versions bind the source; POST
+    deletes it as ``DELETE /api/v1/data-sources/{id}/`` does: those versions lose it."""
+    source = _source_for(request, data_source_id, DATA_SOURCE_DELETE)
+    if request.method == "GET":
+        return render(request, "datasources/delete.html", {"source": source,
+                                                           "uses": data_source_uses(data_source=source)})
+    name = source.name
+    data_source_delete(data_source=source)
+    messages.success(request, f"{name} is deleted.")
+    return redirect("data-sources")
+
+
 urlpatterns = [
     path("data-sources/", data_sources_list, name="data-sources"),
     path("data-sources/new/", data_source_new, name="data-source-new"),
     path("data-sources/<str:data_source_id>/", data_source_page, name="data-source-page"),
     path("data-sources/<str:data_source_id>/test", data_source_check, name="data-source-check"),
     path("data-sources/<str:data_source_id>/discover", data_source_rediscover, name="data-source-rediscover"),
+    path("data-sources/<str:data_source_id>/edit", data_source_edit, name="data-source-edit"),
+    path("data-sources/<str:data_source_id>/delete", data_source_delete_page, name="data-source-delete"),
 ]
