@@ -287,6 +287,28 @@ def test_an_editor_may_not_edit_an_admin_trigger_but_may_disable_it(owner, edito
     assert not trigger.enabled and trigger.run_as.responsible == owner
 
 
+def test_an_editor_takes_over_an_admin_trigger_by_lowering_its_role(owner, editor, workspace, agent):
+    trigger = trigger_create(actor=owner, workspace=workspace, agent=agent, name="Admin job", trigger_type="manual",
+                             run_as_role="admin")
+    response = _client(editor).post(f"/triggers/{trigger.pk}/edit",
+                                    _form(trigger, prompt="Mine now", run_as_role="editor"))
+    assert response.status_code == 302
+    trigger.refresh_from_db()
+    assert trigger.prompt == "Mine now" and trigger.run_as.responsible == editor
+    changes = _audits().get().details["changes"]
+    assert changes["run_as_role"] == {"from": "admin", "to": "editor"}
+    assert changes["responsible"] == {"from": owner.pk, "to": editor.pk}
+
+
+def test_the_apis_patch_writes_the_same_audit_entry(owner, api_client_for, schedule):
+    response = api_client_for(owner).patch(f"/api/v1/triggers/{schedule.pk}/", {"prompt": "Via the API"},
+                                           format="json")
+    assert response.status_code == 200
+    entry = _audits().get()
+    assert entry.actor == owner and entry.details["changes"] == {"prompt": {"from": "Daily digest",
+                                                                            "to": "Via the API"}}
+
+
 # --- hostile input ------------------------------------------------------------------------
 
 
