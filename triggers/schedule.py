@@ -54,6 +54,20 @@ def schedule_slot_latest(*, config: ScheduledConfig, now: datetime) -> datetime:
     return croniter(config.cron, start).get_prev(datetime).astimezone(UTC)
 
 
+def schedule_slots_next(*, config: ScheduledConfig, now: datetime, count: int = 3) -> list[datetime]:
+    """The next ``count`` slots of ``config`` after ``now``, as aware times in the
+    trigger's zone, read by croniter as ``schedule_slot_latest`` reads them (so across a
+    daylight-saving change they are the slots the task fires). Empty for an expression
+    no date matches (stored before such expressions were refused)."""
+    from croniter import CroniterBadDateError
+
+    slots = croniter(config.cron, now.astimezone(ZoneInfo(config.timezone)).replace(microsecond=0))
+    try:
+        return [slots.get_next(datetime) for _ in range(count)]
+    except CroniterBadDateError:
+        return []
+
+
 def schedule_sync(*, trigger: Trigger) -> None:
     """Create or update the beat entry of a scheduled trigger (enabled as the trigger is).
     Caller holds the trigger's transaction."""

@@ -1,7 +1,9 @@
 """Pages of triggers: the list (every type, with its latest firing), a form per type,
 a trigger's page with its firings (paginated, with the reason a firing started
-nothing), enabling or disabling it, deleting it, and rotating its webhook endpoint's
-signing secret.
+nothing), editing it (what the API's PATCH may change, through the same service),
+enabling or disabling it, deleting it, and rotating its webhook endpoint's signing
+secret. A schedule shows its next run times in its own time zone, on its page and,
+as the cron and zone are typed, on its forms (``triggers/schedule-preview``).
 
 A webhook's signing secret and an API key are shown once, on the page that answers the
 form that created (or rotated) them, and never again (River keeps the secret encrypted and only a
@@ -10,23 +12,30 @@ digest of the key). That page is not cached.
 
 from __future__ import annotations
 
+import json
+import zoneinfo
 from datetime import timedelta
+from functools import lru_cache
 
 from django import forms
 from django.contrib import messages
 from django.db import transaction
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.views.decorators.http import require_GET, require_POST
+from django.utils.formats import date_format
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agents.selectors import agent_choices, agent_in_workspace
 from rivercore.errors import RiverError
+from rivercore.outcome import Outcome
 from tenancy.permissions import AGENT_CREATE, ROLE_ORDER
 from tenancy.selectors import workspace_permissions
 from triggers import apikeys, webhooks
 from triggers.models import TriggerFiring, WebhookScheme
+from triggers.schedule import schedule_slots_next
 from triggers.selectors import (
     trigger_firings,
     trigger_get_for_user,
@@ -38,14 +47,25 @@ from triggers.selectors import (
 from triggers.services import (
     DEFAULT_RUN_AS_ROLE,
     NAME_MAX,
+    schedule_config_check,
+    trigger_authority_check,
     trigger_create,
     trigger_delete,
     trigger_update,
     webhook_endpoint_authority_check,
 )
-from triggers.types import API_TYPE_NAMES, TERMINAL_STATUSES, TriggerType, config_public, type_from_api
+from triggers.types import (
+    API_TYPE_NAMES,
+    TERMINAL_STATUSES,
+    ScheduledConfig,
+    TriggerType,
+    config_public,
+    trigger_config_parse,
+    type_from_api,
+)
 from web.page_tools import (
     errors_onto_form,
+    mark_invalid_fields,
     or_404,
     page_login_required,
     paginate,
@@ -140,6 +160,8 @@ class TriggerForm(forms.Form):
                 help_text="Five fields: minute hour day-of-month month day-of-week. 0 8 * * 1-5 is 08:00 on "
                           "weekdays; */15 * * * * is every 15 minutes."),
             "timezone": forms.CharField(max_length=64, initial="UTC", label="Time zone",
+                                        widget=forms.TextInput(attrs={"list": "time-zones", "autocomplete": "off",
+                                                                      "spellcheck": "false"}),
                                         help_text="An IANA time zone, for example Europe/Berlin or UTC."),
         }
 
@@ -197,6 +219,11 @@ class TriggerForm(forms.Form):
                 label="When that run ends as", widget=forms.CheckboxSelectMultiple, initial=["completed"],
                 choices=[(status.value, status.value.replace("_", " ").capitalize())
                          for status in sorted(TERMINAL_STATUSES)]),
+            "on_outcomes": forms.MultipleChoiceField(
+                required=False, label="And only when its outcome is", widget=forms.CheckboxSelectMultiple,
+                choices=[(outcome.value, outcome.value.replace("_", " ").capitalize()) for outcome in Outcome],
+                help_text="Optional: for example only Answered, so a blocked or rejected run stops the chain. "
+                          "None ticked: any outcome."),
         }
 
     # -- the service's arguments
@@ -234,7 +261,8 @@ class TriggerForm(forms.Form):
         if self.api_type == "threshold":
             return {"expression": data["expression"], "cooldown_seconds": data["cooldown_seconds"]}
         if self.api_type == "workflow":
-            return {"upstream_agent": data["upstream_agent"], "on_statuses": list(data["on_statuses"])}
+            return {"upstream_agent": data["upstream_agent"], "on_statuses": list(data["on_statuses"]),
+                    "on_outcomes": list(data["on_outcomes"]) or None}
         return {}
 
     def field_map(self) -> dict[str, str]:
@@ -260,7 +288,8 @@ def trigger_new(request):
         initial["endpoint"] = endpoints[0] if endpoints else NEW_ENDPOINT
     form = TriggerForm(request.POST or None, api_type=api_type, agents=agents, endpoints=endpoints, initial=initial)
     context = {"form": form, "api_type": api_type, "types": TYPE_LABELS, "workspace": workspace,
-               "type_label": _type_label(api_type), "type_help": TYPE_LABELS[api_type][1]}
+               "type_label": _type_label(api_type), "type_help": TYPE_LABELS[api_type][1],
+               "next_runs": None, "time_zones": _time_zone_names() if api_type == "schedule" else ()}
     if request.method != "POST":
         return render(request, "triggers/new.html", context)
     if not form.is_valid():
@@ -324,6 +353,169 @@ def cron_describe(request):
     return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
 
+# --- editing ----------------------------------------------------------------------------
+
+# Fields of the create form an edit does not have: a trigger keeps its agent, an edit
+# re-points an event trigger only to an existing endpoint (PATCH's rule), and API keys
+# are issued on their own.
+CREATE_ONLY_FIELDS = ("agent", "new_endpoint", "new_endpoint_scheme", "new_endpoint_secret", "issue_key")
+
+
+def _trigger_initial(trigger) -> dict:
+    """The edit form's values: the trigger as the API shows it."""
+    config = config_public(trigger.config)
+    initial = {"name": trigger.name, "prompt": trigger.prompt, "enabled": trigger.enabled,
+               "run_as_role": getattr(trigger, "run_as_role", None), **config}
+    if trigger.api_type == "api":
+        schema = config.get("input_schema")
+        initial["input_schema"] = json.dumps(schema, indent=2) if schema is not None else ""
+    if trigger.api_type == "workflow":
+        initial["on_outcomes"] = config.get("on_outcomes") or []
+    return initial
+
+
+def _config_compared(api_type: str, config: dict):
+    """A config as two of them are compared (normalised by the type's model, lists as
+    sets); the raw dict when it does not parse, so it counts as a change and the service
+    names what is wrong."""
+    try:
+        parsed = trigger_config_parse(trigger_type=type_from_api(api_type), config=config)
+    except RiverError:
+        return config
+    return {key: sorted(map(str, value)) if isinstance(value, list) else value
+            for key, value in parsed.model_dump(mode="json").items()}
+
+
+class TriggerEditForm(TriggerForm):
+    """The create form's fields a PATCH may change, filled with the trigger's values.
+    ``changes`` is what the edit sends ``trigger_update``: only what differs, so
+    unticking Enabled alone is the disable anyone who manages triggers may do."""
+
+    def __init__(self, *args, trigger, agents, endpoints, **kwargs):
+        super().__init__(*args, api_type=trigger.api_type, agents=agents, endpoints=endpoints,
+                         initial=_trigger_initial(trigger), **kwargs)
+        self.trigger = trigger
+        for name in CREATE_ONLY_FIELDS:
+            self.fields.pop(name, None)
+        self.type_fields = [name for name in self.type_fields if name in self.fields]
+        if "endpoint" in self.fields:
+            current = self.initial.get("endpoint")
+            slugs = list(endpoints) if current in endpoints or not current else [current, *endpoints]
+            self.fields["endpoint"].choices = [(slug, slug) for slug in slugs]
+        if "upstream_agent" in self.fields:
+            self.fields["upstream_agent"].choices = [
+                ("", "— choose an agent —"), *[(pk, name) for pk, name in agents if pk != str(trigger.agent_id)]]
+
+    def changes(self) -> dict:
+        data, initial = self.cleaned_data, self.initial
+        changes = {}
+        if data["name"] != initial["name"]:
+            changes["name"] = data["name"]
+        if data["prompt"] != (initial["prompt"] or "").strip():
+            changes["prompt"] = data["prompt"]
+        if data["run_as_role"] != initial["run_as_role"]:
+            changes["run_as_role"] = data["run_as_role"]
+        if bool(data["enabled"]) != initial["enabled"]:
+            changes["enabled"] = bool(data["enabled"])
+        config = self.config()
+        if _config_compared(self.api_type, config) != _config_compared(self.api_type,
+                                                                       config_public(self.trigger.config)):
+            changes["config"] = config
+        return changes
+
+
+def _edit_context(request, trigger, form) -> dict:
+    try:  # say up front when only disabling is open to this user (the service decides on save)
+        trigger_authority_check(actor=request.user, trigger=trigger)
+        authority_note = ""
+    except RiverError as exc:
+        details = exc.details if isinstance(exc.details, dict) else {}
+        authority_note = " ".join([exc.message, *details.get("run_as_role", [])])
+    config = config_public(trigger.config)
+    return {"trigger": trigger, "form": form, "api_type": trigger.api_type, "authority_note": authority_note,
+            "type_label": _type_label(trigger.api_type), "type_help": TYPE_LABELS[trigger.api_type][1],
+            "next_runs": _next_runs(config) if trigger.type == TriggerType.SCHEDULED else None,
+            "time_zones": _time_zone_names() if trigger.type == TriggerType.SCHEDULED else ()}
+
+
+@page_login_required
+@require_http_methods(["GET", "POST"])
+def trigger_edit(request, trigger_id):
+    """Change what ``PATCH /api/v1/triggers/{id}/`` may change, through ``trigger_update``
+    (its checks, its re-binding, its audit entry). 404 outside the user's workspaces, 403
+    without ``agent:create`` there (the API's rules)."""
+    trigger = or_404(trigger_get_for_user, user=request.user, trigger_id=trigger_id)
+    require(workspace_permissions(user=request.user, workspace=trigger.workspace), AGENT_CREATE)
+    form = TriggerEditForm(request.POST if request.method == "POST" else None, trigger=trigger,
+                           agents=agent_choices(workspace=trigger.workspace),
+                           endpoints=webhook_endpoint_slugs(workspace_id=trigger.workspace_id, limit=200))
+    if request.method != "POST":
+        return render(request, "triggers/edit.html", _edit_context(request, trigger, form))
+    if not form.is_valid():
+        mark_invalid_fields(form)
+        return render(request, "triggers/edit.html", _edit_context(request, trigger, form), status=400)
+    changes = form.changes()
+    if not changes:
+        messages.info(request, f"Nothing changed in {trigger.name}.")
+        return redirect("trigger-page", trigger_id=trigger.pk)
+    try:
+        trigger = trigger_update(actor=request.user, trigger=trigger, **changes)
+    except RiverError as exc:
+        errors_onto_form(form, exc, form.field_map())
+        mark_invalid_fields(form)
+        return render(request, "triggers/edit.html", _edit_context(request, trigger, form), status=exc.status_code)
+    messages.success(request, f"Trigger {trigger.name} saved.")
+    return redirect("trigger-page", trigger_id=trigger.pk)
+
+
+# --- a schedule's next runs --------------------------------------------------------------
+
+NEXT_RUNS = 3
+
+
+def _slot_text(slot) -> str:
+    """A slot in its own zone: ``Sun 8 Mar 2026, 09:00 EDT`` (``UTC+04`` for a zone
+    whose abbreviation is only its offset)."""
+    zone = slot.tzname() or ""
+    if zone[:1] in "+-":
+        zone = f"UTC{zone}"
+    return f"{date_format(slot, 'D j M Y, H:i')} {zone}".strip()
+
+
+def _next_runs(config) -> list[dict]:
+    """The next run times of a schedule (``config`` as the API shows it), each as
+    ``{"at": ISO 8601 with offset, "text": …}``; empty when no date matches."""
+    try:
+        parsed = ScheduledConfig.model_validate(config)
+    except ValueError:
+        return []
+    slots = schedule_slots_next(config=parsed, now=timezone.now(), count=NEXT_RUNS)
+    return [{"at": slot.isoformat(), "text": _slot_text(slot)} for slot in slots]
+
+
+@lru_cache(maxsize=1)
+def _time_zone_names() -> tuple[str, ...]:
+    """The IANA zones the time-zone field suggests (its ``<datalist>``)."""
+    return tuple(sorted(name for name in zoneinfo.available_timezones() if "/" in name or name == "UTC"))
+
+
+@require_GET
+@page_login_required
+def schedule_preview(request):
+    """The next run times of the cron expression and time zone typed so far, as JSON for
+    the schedule form's script. Refused (400) with the errors a save would give
+    (``triggers.services.schedule_config_check``: the API's, naming ``config.cron`` or
+    ``config.timezone``)."""
+    config = {key: request.GET[key][:1000] for key in ("cron", "timezone") if key in request.GET}
+    try:
+        parsed = schedule_config_check(config=config)
+    except RiverError as exc:
+        error = {"code": exc.code, "message": exc.message, "details": exc.details or {}}
+        return JsonResponse({"valid": False, "error": error}, status=exc.status_code)
+    return JsonResponse({"valid": True, "cron": parsed.cron, "timezone": parsed.timezone,
+                         "words": cron_words(parsed.cron), "next": _next_runs(parsed.model_dump())})
+
+
 # --- a trigger's page -------------------------------------------------------------------
 
 
@@ -354,6 +546,7 @@ def trigger_page(request, trigger_id):
         "hook_url": request.build_absolute_uri(f"/api/v1/hooks/{endpoint.pk}") if endpoint else "",
         "invoke_url": request.build_absolute_uri(f"/api/v1/triggers/{trigger.pk}/invoke"),
         "reasons": TriggerFiring.Reason,
+        "next_runs": _next_runs(config) if trigger.type == TriggerType.SCHEDULED else None,
     })
 
 
@@ -438,7 +631,9 @@ urlpatterns = [
     path("triggers/", triggers_list, name="triggers"),
     path("triggers/new/", trigger_new, name="trigger-new"),
     path("triggers/cron-words", cron_describe, name="trigger-cron-words"),
+    path("triggers/schedule-preview", schedule_preview, name="trigger-schedule-preview"),
     path("triggers/<str:trigger_id>/", trigger_page, name="trigger-page"),
+    path("triggers/<str:trigger_id>/edit", trigger_edit, name="trigger-edit"),
     path("triggers/<str:trigger_id>/enabled", trigger_enabled, name="trigger-enabled"),
     path("triggers/<str:trigger_id>/delete", trigger_delete_page, name="trigger-delete"),
     path("triggers/<str:trigger_id>/endpoint/rotate", trigger_endpoint_rotate, name="trigger-endpoint-rotate"),
