@@ -17,4 +17,5 @@ urlpatterns = [
     path("", include("web.policies")),
     path("", include("web.preferences")),
     path("", include("web.search")),
+    path("", include("web.results")),
 ]
