@@ -407,14 +407,6 @@ def execution_question_open(*, execution_id: int) -> dict | None:
             .order_by("-step_number").values("input", "step_number").first())
 
 
-def execution_observations_latest(*, execution_id: int, tool_names: list[str], limit: int) -> list[dict]:
-    """``{"tool_name", "output"}`` of the run's latest completed observations of these
-    tools, newest first, at most ``limit``."""
-    return list(ExecutionStep.objects.filter(execution_id=execution_id, step_type=ExecutionStep.StepType.OBSERVATION,
-                                             tool_name__in=tool_names, status=StepStatus.COMPLETED.value)
-                .order_by("-step_number").values("tool_name", "output")[:limit])
-
-
 def sessions_filter(*, user, workspace, archived: bool, agent_id=None) -> QuerySet[Session]:
     """``workspace``'s open (or archived) conversations the user may see, newest activity
     first, with their agent's name: the conversations page's rows."""
@@ -657,3 +649,49 @@ def sessions_search(*, user, workspace, text: str, limit: int) -> list[Session]:
     rows = sessions_for_user(user=user).filter(workspace=workspace).filter(
         text_match(SESSION_SEARCHED_FIELDS, SESSION_SEARCHED_FIELDS, words)).select_related("agent")
     return list(ranked(rows, SESSION_SEARCHED_FIELDS, words, tiebreak="-updated_at")[:limit])
+
+
+QUERY_TOOL, CHART_TOOL = "execute_query", "recommend_visualization"
+
+
+def execution_query_results(*, execution_ids: list[int], step_number: int | None = None) -> dict[int, dict]:
+    """Per run, a completed ``execute_query`` observation (the run's latest, or the one at
+    ``step_number``) as ``{"step_number", "query", "result", "advice"}``: the SQL from its
+    arguments, the stored (already capped) result, and the ``recommend_visualization``
+    answer that followed it before the run's next query, if any. Two queries for any
+    number of runs; the caller has scoped ``execution_ids`` to the user."""
+    marks = (ExecutionStep.objects.filter(execution_id__in=execution_ids,
+                                          step_type=ExecutionStep.StepType.OBSERVATION,
+                                          tool_name__in=[QUERY_TOOL, CHART_TOOL], status=StepStatus.COMPLETED.value)
+             .order_by("execution_id", "step_number").values_list("execution_id", "tool_name", "step_number"))
+    by_run: dict[int, list[tuple[str, int]]] = {}
+    for run_id, tool, number in marks:
+        by_run.setdefault(run_id, []).append((tool, number))
+    chosen: dict[int, tuple[int, int | None]] = {}
+    for run_id, steps in by_run.items():
+        queries = [n for tool, n in steps if tool == QUERY_TOOL and (step_number is None or n == step_number)]
+        if not queries:
+            continue
+        query_step = queries[-1]
+        later = [n for tool, n in steps if tool == QUERY_TOOL and n > query_step]
+        charts = [n for tool, n in steps if tool == CHART_TOOL and query_step < n < (later[0] if later else n + 1)]
+        chosen[run_id] = (query_step, charts[-1] if charts else None)
+    if not chosen:
+        return {}
+    wanted = Q()
+    for run_id, numbers in chosen.items():
+        wanted |= Q(execution_id=run_id, step_number__in=[n for n in numbers if n is not None])
+    rows = ExecutionStep.objects.filter(wanted).values("execution_id", "step_number", "input", "output")
+    found = {(row["execution_id"], row["step_number"]): row for row in rows}
+    results: dict[int, dict] = {}
+    for run_id, (query_step, chart_step) in chosen.items():
+        row = found.get((run_id, query_step))
+        result = (row["output"] or {}).get("result") if row and isinstance(row["output"], dict) else None
+        if not isinstance(result, dict):
+            continue
+        arguments = row["input"] if isinstance(row["input"], dict) else {}
+        chart = found.get((run_id, chart_step)) if chart_step is not None else None
+        advice = (chart["output"] or {}).get("result") if chart and isinstance(chart["output"], dict) else None
+        results[run_id] = {"step_number": query_step, "query": str(arguments.get("query") or ""), "result": result,
+                           "advice": advice if isinstance(advice, dict) else None}
+    return results

@@ -2,11 +2,12 @@
 
 The page is server-rendered in parts (``PARTS``): the head (status, progress, Cancel), the
 cause (trigger, person, parent and delegated runs), the cards (approval requests and an
-open question) and the outcome (summary, result table, chart). ``static/run.js`` renders
-the activity feed from the run's stored events, embedded in the page, then follows the
-run's WebSocket from the last embedded sequence number and re-fetches a part
-(``run_parts``) when an event changes it. The page therefore reads the same after the
-run ended as while it ran: everything comes from the event log and the steps.
+open question) and the outcome (summary, and the last query's result as a paged table with
+a chart: web/results.py). ``static/run.js`` renders the activity feed from the run's stored
+events, embedded in the page, then follows the run's WebSocket from the last embedded
+sequence number and re-fetches a part (``run_parts``) when an event changes it. The page
+therefore reads the same after the run ended as while it ran: everything comes from the
+event log and the steps.
 
 Each view looks the run up through ``execution_get_for_user`` (another workspace's run is
 a 404), and writes through one service: ``execution_cancel``, ``execution_respond``.
@@ -28,7 +29,6 @@ from executions.selectors import (
     execution_children_named,
     execution_events_first,
     execution_get_for_user,
-    execution_observations_latest,
     execution_question_open,
     execution_run_time,
 )
@@ -40,13 +40,11 @@ from tenancy.selectors import service_principal_of, users_by_id, workspace_permi
 from triggers.selectors import trigger_summary_in_workspace
 from web.approval_card import approval_card
 from web.page_tools import page_login_required
+from web.results import results_for_runs
 
 PARTS = ("head", "cause", "cards", "outcome")
 # Events embedded in the page; the WebSocket replays any after them.
 FEED_EMBEDDED = 1000
-RESULT_ROWS = 100
-CHART_TYPES = {"bar", "line", "pie"}
-QUERY_TOOL, CHART_TOOL = "execute_query", "recommend_visualization"
 
 
 def _run_or_404(user, execution_id) -> Execution:
@@ -131,39 +129,9 @@ def run_cards(user, execution: Execution, *, answer_error: dict | None = None, a
 
 
 def _outcome(execution: Execution) -> dict:
-    """The run's last query result as a table and the chart recommend_visualization asked
-    for, from their observation steps (at most a few rows read: newest first)."""
-    latest: dict[str, dict] = {}
-    observed = execution_observations_latest(execution_id=execution.pk, tool_names=[QUERY_TOOL, CHART_TOOL], limit=20)
-    for step in observed:
-        result = (step["output"] or {}).get("result") if isinstance(step["output"], dict) else None
-        if isinstance(result, dict):
-            latest.setdefault(step["tool_name"], result)
-    table = None
-    query = latest.get(QUERY_TOOL)
-    if query and isinstance(query.get("columns"), list) and isinstance(query.get("rows"), list):
-        rows = [row for row in query["rows"] if isinstance(row, list)]
-        table = {"columns": [str(c) for c in query["columns"]], "rows": rows[:RESULT_ROWS],
-                 "total": query.get("total_rows", len(rows)), "shown": min(len(rows), RESULT_ROWS)}
-    return {"table": table, "chart": _chart(table, latest.get(CHART_TOOL)),
+    """The run's summary and its last query's result (table, chart, SQL: web/results.py)."""
+    return {"result": results_for_runs(execution_ids=[execution.pk]).get(execution.pk),
             "summary": (execution.result or {}).get("summary", "") if execution.is_terminal else ""}
-
-
-def _chart(table: dict | None, advice: dict | None) -> dict | None:
-    """Chart.js's data for the recommended chart, when it names two of the table's columns."""
-    if not table or not advice or advice.get("recommended_type") not in CHART_TYPES:
-        return None
-    columns = table["columns"]
-    x, y = advice.get("x_axis"), advice.get("y_axis")
-    if x not in columns or y not in columns:
-        return None
-    xi, yi = columns.index(x), columns.index(y)
-    points = [(row[xi], row[yi]) for row in table["rows"] if len(row) > max(xi, yi)]
-    if (advice.get("config") or {}).get("sort") == "x_ascending":
-        points.sort(key=lambda p: str(p[0]))
-    return {"type": advice["recommended_type"], "title": str(advice.get("title") or ""), "x": x, "y": y,
-            "labels": [str(p[0]) for p in points],
-            "values": [p[1] if isinstance(p[1], int | float) else None for p in points]}
 
 
 def _parts_context(request, execution: Execution, parts, **card_state) -> dict:

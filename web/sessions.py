@@ -40,6 +40,7 @@ from tenancy.permissions import AGENT_EXECUTE
 from tenancy.selectors import workspace_permissions
 from web.context import current_workspace
 from web.page_tools import mark_invalid_fields, page_login_required
+from web.results import results_for_runs
 from web.run import run_cards
 
 SESSIONS_PER_PAGE = 25
@@ -151,11 +152,24 @@ def _conversation(user, session: Session) -> dict:
         })
     context: dict = {"cards": [], "question": None}
     active = session_active_execution(session=session)
+    active_result = _attach_results(entries, active)
     if active is not None and active.status in WAITING:
         context.update(run_cards(user, active))
     may_steer = AGENT_EXECUTE in workspace_permissions(user=user, workspace=session.workspace)
     return {**context, "session": session, "entries": entries, "active": active, "execution": active,
-            "may_steer": may_steer, "older": len(rows) == ENTRIES_SHOWN}
+            "may_steer": may_steer, "older": len(rows) == ENTRIES_SHOWN, "active_result": active_result}
+
+
+def _attach_results(entries: list[dict], active: Execution | None) -> dict | None:
+    """Each answer's query result (table, chart, SQL: web/results.py), read for all the
+    answers at once, and the ended active run's (when no entry shows it yet)."""
+    answered = [entry["row"].execution_id for entry in entries
+                if entry["row"].role != "user" and entry["row"].execution_id and not entry["handoff"]]
+    extra = active.pk if active is not None and active.is_terminal and active.pk not in answered else None
+    results = results_for_runs(execution_ids=answered + ([extra] if extra is not None else []))
+    for entry in entries:
+        entry["result"] = results.get(entry["row"].execution_id) if entry["row"].role != "user" else None
+    return results.get(extra) if extra is not None else None
 
 
 def _last_session_seq(session: Session) -> int:

@@ -18,4 +18,5 @@ urlpatterns = [
     path("", include("web.preferences")),
     path("", include("web.search")),
     path("", include("web.api_keys")),
+    path("", include("web.results")),
 ]

@@ -302,8 +302,8 @@ def test_a_chart_and_a_table_for_an_analysts_answer(signed_in, demo):
     _start_from_agent_page(page, demo["agents"][SUPPORT_ANALYST], "How many tickets are there per priority?")
     expect(page.locator("#run-part-head .run-status-badge")).to_have_text("Completed")
     expect(page.locator("#run-part-outcome .run-result table tbody tr")).to_have_count(4)
-    expect(page.locator("#run-chart-canvas")).to_be_visible()
-    assert page.evaluate("Boolean(window.Chart && Chart.getChart('run-chart-canvas'))")
+    expect(page.locator("#run-part-outcome .run-result svg.result-chart-svg")).to_be_visible()
+    expect(page.locator("#run-part-outcome .run-result svg rect.result-series-0")).to_have_count(4)
     reasoning = page.locator("#run-feed .run-event-turn_reasoning").first
     reasoning.get_by_role("button", name=re.compile("^Why")).click()
     expect(reasoning.locator(".run-why")).to_contain_text("river-offline/planner")
