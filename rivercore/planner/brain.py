@@ -304,7 +304,8 @@ def _final(convo: Conversation, tables: list[Table], note: str | None = None,
             lines.insert(0, task_explain_results({"query_result_columns": columns, "query_result_sample":
                                                   rows[:SAMPLE_ROWS], "total_rows": total})["explanation"])
         if generated is not None and isinstance(generated.body, dict):
-            lines.append(f"How: {generated.body.get('explanation', '')} Query: {generated.body.get('query', '')}"
+            # The SQL itself stays in the run's steps (the pages show it behind "Show query").
+            lines.append(f"How: {generated.body.get('explanation', '')}"
                          + (f" (data source {source})." if source else ""))
         if written is not None and not written.problem and isinstance(written.body, dict):
             body = written.body
