@@ -132,7 +132,7 @@ def audit_export(request, fmt: str):
     org_admin = is_org_admin(user=request.user, organization_id=workspace.organization_id)
     form, rows = _filtered(request, workspace, org_admin)
     if rows is None:
-        problems = "; ".join(f"{form.fields[name].label if name in form.fields else name}: {' '.join(errors)}"
+        problems = "; ".join(f"{form[name].label if name in form.fields else 'Filters'}: {' '.join(errors)}"
                              for name, errors in form.errors.items())
         return HttpResponse(f"Nothing was exported: the filters have errors. {problems}", status=400,
                             content_type="text/plain; charset=utf-8")
