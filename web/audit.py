@@ -34,6 +34,9 @@ ACTIONS = {
     "agent_lifecycle_changed": "Agent activated, paused or archived",
     "agent_health_changed": "Agent health changed",
     "approval_requested": "Approval requested",
+    "approval_approved": "Approved",
+    "approval_edited": "Approved with edited arguments",
+    "approval_rejected": "Rejected",
     "approval_auto_approved": "Approved automatically",
     "approval_expired": "Approval expired",
     "approved_action_failed": "Approved action failed",
@@ -41,6 +44,9 @@ ACTIONS = {
     "delegation_started": "Work handed to another agent",
     "prompt_injection_detected": "Prompt injection detected",
     "organization_deleted": "Organization deleted",
+    "policy_created": "Policy created",
+    "policy_updated": "Policy changed",
+    "policy_deleted": "Policy deleted",
 }
 
 
