@@ -49,8 +49,8 @@ def test_nested_values_render_as_key_value_lists_with_raw_json_behind_a_toggle()
     assert '<dt title="status">Status</dt><dd><span class="struct-text">open</span>' in html
     assert '<ol class="struct-list"><li><span class="struct-number">3</span>' in html
     assert '<span class="struct-bool">no</span>' in html and '<span class="struct-null">none</span>' in html
-    raw = re.search(r'<details class="struct-raw"><summary>Raw JSON.*?<pre class="struct-raw-text">(.*?)</pre>',
-                    html, re.S)
+    raw = re.search(r'<details class="struct-raw"><summary>Raw JSON.*?'
+                    r'<pre class="struct-raw-text" tabindex="0">(.*?)</pre>', html, re.S)
     assert raw and "&quot;table_name&quot;: &quot;tickets&quot;" in raw.group(1)
     assert '\n  &quot;filters&quot;: {\n' in raw.group(1)  # pretty-printed
 
