@@ -9,11 +9,11 @@
    way (River.live in static/live.js: the shared backoff). Events that change the page's
    server-rendered parts (status and progress, the approval and question cards, the
    outcome, the cause) make it fetch those parts again.
-   Each reasoning, tool and result line has a "Why?" panel, read from
-   GET /api/v1/executions/{id}/steps/{n}/why with the page's session.
+   Each reasoning, tool and result line has a "Why?" panel, rendered by the server from
+   what GET /api/v1/executions/{id}/steps/{n}/why answers (/runs/{id}/steps/{n}/why).
 
-   No dependencies but static/live.js (the socket, local times), htmx (for the cards'
-   forms) and Chart.js (the result's chart).
+   No dependencies but static/live.js (the socket, local times) and htmx (for the cards'
+   forms); the result's chart is SVG drawn by the server (web/results.py).
    River's CSP allows no inline script: this file is the page's behaviour. */
 (function () {
   "use strict";
@@ -183,94 +183,17 @@
   }
 
   // --- the Why panel -----------------------------------------------------------------------
+  // Rendered by the server (web/run.py run_step_why, templates/runs/_why.html): the same
+  // structured views as the audit page, with each value's raw JSON behind a toggle.
 
-  function section(panel, title) {
-    var box = el("section", "run-why-section");
-    box.appendChild(el("h4", null, title));
-    panel.appendChild(box);
-    return box;
-  }
-
-  function pair(list, term, value) {
-    if (value === undefined || value === null || value === "") { return; }
-    list.appendChild(el("dt", null, term));
-    list.appendChild(el("dd", null, value));
-  }
-
-  function jsonDetails(parent, summary, value) {
-    var box = el("details");
-    box.appendChild(el("summary", null, summary));
-    box.appendChild(el("pre", null, JSON.stringify(value, null, 2)));
-    parent.appendChild(box);
-  }
-
-  function messageText(message) {
-    if (!message) { return ""; }
-    if (typeof message.content === "string") { return message.content; }
-    return JSON.stringify(message.content || message);
-  }
-
-  function fillWhy(panel, data) {
+  function fillWhy(panel, html) {
+    var doc = new DOMParser().parseFromString(html, "text/html");
+    var content = doc.querySelector(".run-why-content");
     panel.textContent = "";
-    var step = data.step || {};
-    var model = data.model_call;
-    var box = section(panel, "The model");
-    if (model) {
-      var facts = el("dl", "kv");
-      pair(facts, "Model", model.model + (model.tier ? " (" + model.tier + ")" : ""));
-      pair(facts, "Took", duration(model.duration_ms));
-      box.appendChild(facts);
-      var messages = model.messages || [];
-      var asked = messages.filter(function (m) { return m && m.role !== "system"; }).slice(-2);
-      if (asked.length) {
-        box.appendChild(el("p", "run-why-label", "What it was given last"));
-        asked.forEach(function (m) {
-          box.appendChild(el("pre", "run-why-text", (m.role || "") + ": " + messageText(m).slice(0, 2000)));
-        });
-      }
-      var output = model.output || {};
-      box.appendChild(el("p", "run-why-label", "What it answered"));
-      var said = typeof output.content === "string" && output.content ? output.content : "";
-      var calls = (output.tool_calls || []).map(function (c) { return c.name || (c["function"] || {}).name; });
-      box.appendChild(el("pre", "run-why-text", (said || "(no text)") +
-        (calls.length ? "\nCalled: " + calls.join(", ") : "")));
-      jsonDetails(box, "Full model input (" + messages.length + " messages)", messages);
-    } else {
-      box.appendChild(el("p", "muted", "No model call was recorded for this turn (recordings are pruned after a while, and runner notices have none)."));
+    if (!content) {
+      throw new Error("no explanation in the answer");
     }
-    if (data.governance && data.governance.length) {
-      var gov = section(panel, "Governance");
-      data.governance.forEach(function (verdict) {
-        var list = el("dl", "kv");
-        pair(list, "Verdict", verdict.decision);
-        pair(list, "Policy", verdict.policy || "none matched");
-        pair(list, "Reason", verdict.reason);
-        pair(list, "Enforcement", verdict.enforcement);
-        gov.appendChild(list);
-      });
-    }
-    if (data.approval) {
-      var approval = data.approval;
-      var ap = section(panel, "Approval");
-      var facts2 = el("dl", "kv");
-      pair(facts2, "Outcome", approval.status);
-      pair(facts2, "Approver", approval.approver ? approval.approver.username : (approval.status === "pending" ?
-        "nobody yet" : "nobody"));
-      pair(facts2, "Comment", approval.comment);
-      ap.appendChild(facts2);
-      if (approval.edits) { jsonDetails(ap, "Edited arguments", approval.edits); }
-    }
-    if (data.tool) {
-      var tool = section(panel, "The tool: " + data.tool.name);
-      var facts3 = el("dl", "kv");
-      pair(facts3, "Status", data.tool.status);
-      pair(facts3, "Error", data.tool.error);
-      tool.appendChild(facts3);
-      if (data.tool.input) { jsonDetails(tool, "Arguments", data.tool.input); }
-      if (data.tool.result) { jsonDetails(tool, "Result", data.tool.result); }
-    }
-    panel.appendChild(el("p", "muted run-why-foot", "Step " + step.step_number + " (" +
-      String(step.step_type || "").replace(/_/g, " ") + ") of turn " + step.turn + "."));
+    panel.appendChild(document.importNode(content, true));
   }
 
   feed.addEventListener("click", function (evt) {
@@ -287,13 +210,13 @@
     }
     panel.textContent = "Loading…";
     fetch(whyUrl.replace("/steps/0/", "/steps/" + button.getAttribute("data-step") + "/"),
-          {credentials: "same-origin", headers: {"Accept": "application/json"}})
+          {credentials: "same-origin", headers: {"Accept": "text/html"}})
       .then(function (response) {
         if (!response.ok) { throw new Error("HTTP " + response.status); }
-        return response.json();
+        return response.text();
       })
-      .then(function (data) {
-        fillWhy(panel, data);
+      .then(function (html) {
+        fillWhy(panel, html);
         panel.setAttribute("data-loaded", "1");
       })
       .catch(function () {
@@ -318,38 +241,6 @@
   var wanted = {};
   var fetching = false;
   var timer = null;
-  var chart = null;
-
-  function drawChart() {
-    var data = readJson("run-chart-data");
-    var canvas = document.getElementById("run-chart-canvas");
-    if (chart) {
-      chart.destroy();
-      chart = null;
-    }
-    if (!data || !canvas || typeof window.Chart !== "function") {
-      return;
-    }
-    var palette = ["#0b5cad", "#17753a", "#8a5a00", "#b3261e", "#3d4ec2", "#4f5b67", "#6a3fa0", "#00707a"];
-    chart = new window.Chart(canvas, {
-      type: data.type,
-      data: {
-        labels: data.labels,
-        datasets: [{
-          label: data.y, data: data.values,
-          backgroundColor: data.type === "pie" ? palette : "#0b5cad",
-          borderColor: data.type === "line" ? "#0b5cad" : undefined, fill: false
-        }]
-      },
-      options: {
-        responsive: true, maintainAspectRatio: false, animation: false,
-        plugins: {legend: {display: data.type === "pie"}},
-        scales: data.type === "pie" ? {} : {
-          x: {title: {display: true, text: data.x}}, y: {title: {display: true, text: data.y}, beginAtZero: true}
-        }
-      }
-    });
-  }
 
   function mergeCards(current, fresh) {
     // A card whose state did not change is kept as it is (someone may be editing it).
@@ -385,7 +276,6 @@
     }
     localTimes(fresh);
     if (window.htmx) { window.htmx.process(fresh); }
-    if (name === "outcome") { drawChart(); }
   }
 
   function refreshParts() {
@@ -452,7 +342,6 @@
   feed.setAttribute("aria-live", "polite");
   feed.setAttribute("aria-relevant", "additions");
   localTimes(document);
-  drawChart();
 
   function state(text) {
     if (connection) { connection.textContent = text; }

@@ -27,6 +27,7 @@ from django.urls import path, reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
+from common.spreadsheet import csv_cell
 from executions.selectors import execution_get_for_user, execution_query_results
 from rivercore.errors import NotFound
 from web.page_tools import page_login_required
@@ -35,7 +36,6 @@ from web.result_chart import chart_choose, chart_geometry
 ROWS_PER_PAGE = 25
 SORT_DIRECTIONS = ("asc", "desc")
 # A spreadsheet reads a cell starting with one of these as a formula (CSV injection).
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def result_rows(result: dict) -> tuple[list[str], list[list]]:
@@ -183,19 +183,6 @@ def result_part(request, execution_id: int, step_number: int):
     return render(request, "results/page.html", context)
 
 
-def csv_text(value) -> str:
-    """A cell as CSV text; text a spreadsheet would run as a formula gets a leading
-    apostrophe (numbers stay numbers: -5 is a value, "-5+A1" is not)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
-
-
 @page_login_required
 @require_GET
 def result_csv(request, execution_id: int, step_number: int):
@@ -205,8 +192,8 @@ def result_csv(request, execution_id: int, step_number: int):
     columns, rows = result_rows(found["result"])
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow([csv_text(name) for name in columns])
-    writer.writerows([csv_text(value) for value in row] for row in rows)
+    writer.writerow([csv_cell(name) for name in columns])
+    writer.writerows([csv_cell(value) for value in row] for row in rows)
     response = HttpResponse("\ufeff" + buffer.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="run-{execution_id}-query-{step_number}.csv"'
     return response

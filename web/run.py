@@ -32,6 +32,7 @@ from executions.selectors import (
     execution_question_open,
     execution_run_time,
 )
+from executions.why import step_why
 from governance.approvals import approval_resolver, approvals_of_execution
 from rivercore.errors import NotFound, RiverError
 from rivercore.events import event_message
@@ -180,6 +181,57 @@ def run_parts(request, execution_id):
     return render(request, "runs/_parts.html", {**_parts_context(request, execution, parts), "parts": parts})
 
 
+# The step's own fields the Why panel lists under "Step details" (its input and output
+# are the tool's arguments and result, shown in their own section when there is one).
+STEP_NUMBER_MAX = 2**31 - 1
+STEP_FACTS = ("step_type", "status", "tool_name", "tool_category", "governance_decision", "error", "duration_ms",
+              "model_used", "model_tier", "provider", "tokens", "call_id")
+
+
+def _message_view(message) -> dict:
+    """One message the model was given: its role, and its content as text or a structure."""
+    message = message if isinstance(message, dict) else {"content": message}
+    content = message.get("content")
+    return {"role": str(message.get("role") or ""), "text": content if isinstance(content, str) else "",
+            "value": None if isinstance(content, str) else (content or message)}
+
+
+def _model_view(call: dict | None) -> dict | None:
+    if not call:
+        return None
+    messages = call.get("messages") or []
+    asked = [m for m in messages if not (isinstance(m, dict) and m.get("role") == "system")][-2:]
+    output = call.get("output") if isinstance(call.get("output"), dict) else {}
+    tool_calls = output.get("tool_calls") if isinstance(output.get("tool_calls"), list) else []
+    return {**call, "asked": [_message_view(m) for m in asked], "said": output.get("content") or "",
+            "called": [c.get("name") or (c.get("function") or {}).get("name")
+                       for c in tool_calls if isinstance(c, dict)],
+            "message_count": len(messages)}
+
+
+def why_context(why: dict) -> dict:
+    """What ``runs/_why.html`` shows of ``step_why``'s answer (the API's, unchanged)."""
+    step = why["step"]
+    tool = why.get("tool")
+    facts = {name: step[name] for name in STEP_FACTS if step.get(name) not in (None, "", {}, [])}
+    if not tool:  # no tool section: the step's own input and output belong here
+        facts.update({name: step[name] for name in ("input", "output") if step.get(name) not in (None, "", {}, [])})
+    approval = why.get("approval")
+    return {"why": why, "step": step, "facts": facts, "model": _model_view(why.get("model_call")), "tool": tool,
+            "approval": approval, "edited": bool(approval and isinstance(approval.get("edits"), dict))}
+
+
+@page_login_required
+@require_GET
+def run_step_why(request, execution_id, step_number):
+    """The Why panel of one step, fetched by run.js: ``step_why`` (what
+    ``GET /api/v1/executions/{id}/steps/{n}/why`` answers) as structured views."""
+    execution = _run_or_404(request.user, execution_id)
+    if step_number > STEP_NUMBER_MAX:  # beyond the column's range: no such step
+        raise Http404("No such step.")
+    return render(request, "runs/_why.html", why_context(step_why(execution=execution, step_number=step_number)))
+
+
 class AnswerForm(forms.Form):
     answer = forms.CharField(max_length=4000, required=False, strip=True)
 
@@ -260,6 +312,7 @@ def run_cancel(request, execution_id):
 urlpatterns = [
     path("runs/<int:execution_id>/", run_page, name="run-page"),
     path("runs/<int:execution_id>/parts", run_parts, name="run-parts"),
+    path("runs/<int:execution_id>/steps/<int:step_number>/why", run_step_why, name="run-step-why"),
     path("runs/<int:execution_id>/answer", run_answer, name="run-answer"),
     path("runs/<int:execution_id>/cancel", run_cancel, name="run-cancel"),
 ]
