@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -560,14 +561,22 @@ def _write_table(*, data_source: DataSource, table_name: Any) -> TableInfo:
     return next(t for t in cached if t.table_name == resolved)
 
 
-def write_back_execute(
-    *, data_source: DataSource, table_name: str, operation: str, data: Any, conditions: dict | None = None
-) -> WriteResult:
-    """Insert, update or delete rows with a parameterized statement in its own transaction.
+@dataclass(frozen=True)
+class WritePlan:
+    """A write-back call checked against the cached schema: the table, its canonical
+    column names, and the rows and conditions the connector's statements are built from."""
 
-    The table and every column must exist in the cached schema; update and delete need
-    at least one condition (``{column: value}``, a list value means IN, null means IS
-    NULL), so a mass change of a whole table is impossible through this path."""
+    table: TableInfo
+    operation: str
+    rows: list[dict]
+    conditions: dict | None
+
+
+def write_plan(
+    *, data_source: DataSource, table_name: str, operation: str, data: Any, conditions: dict | None = None
+) -> WritePlan:
+    """Check a write-back call (the rules of ``write_back_execute``) without touching the
+    database it writes to. Shared by the write and its effect preview (datasources.effects)."""
     if data_source.access_level != DataSource.AccessLevel.READ_WRITE:
         raise PermissionDenied("This data source is read only; write-back is not allowed.")
     storable_check(data, "data")
@@ -631,6 +640,20 @@ def write_back_execute(
             rows = [values]
         else:
             rows = []
+    return WritePlan(table=table, operation=operation, rows=rows, conditions=where)
+
+
+def write_back_execute(
+    *, data_source: DataSource, table_name: str, operation: str, data: Any, conditions: dict | None = None
+) -> WriteResult:
+    """Insert, update or delete rows with a parameterized statement in its own transaction.
+
+    The table and every column must exist in the cached schema; update and delete need
+    at least one condition (``{column: value}``, a list value means IN, null means IS
+    NULL), so a mass change of a whole table is impossible through this path."""
+    plan = write_plan(data_source=data_source, table_name=table_name, operation=operation, data=data,
+                      conditions=conditions)
+    table, rows, where = plan.table, plan.rows, plan.conditions
     connector = _connector(data_source)
     try:
         # One transaction per attempt; transient errors are retried (datasources.write_retry).
