@@ -11,6 +11,10 @@ class ExecutionsConfig(AppConfig):
         from governance.runs import run_control_install
 
         run_control_install(ExecutionRunControl())  # how approvals resume and end runs
+        from executions.services.previews import ExecutionEffectPreviewer
+        from governance.previews import effect_previewer_install
+
+        effect_previewer_install(ExecutionEffectPreviewer())  # how approvals preview a call's effect
         import executions.tasks  # noqa: F401 - registers the tasks the services send by name
         from executions.runhost import run_host_post_processor_set
         from executions.services import execution_post_process

@@ -31,6 +31,7 @@ from governance import services
 from governance.approvals import approval_get_for_user, approvals_for_user
 from governance.audit import audit_verify
 from governance.models import ApprovalRequest, AuditLogEntry, Policy
+from governance.previews import MAX_ROWS_CEILING, EffectApproval, approval_preview_refresh, stored_preview
 from governance.resolution import approval_resolve
 from governance.selectors import audit_entries_for_user, policies_for_user, policy_get_for_user
 from rivercore import limits
@@ -297,19 +298,36 @@ class ApprovalSerializer(serializers.ModelSerializer):
     # The run's requester: the person answerable for it, who may not resolve this request
     # unless the workspace allows self-approval.
     requester = PersonRefSerializer(source="run_started_by", read_only=True, allow_null=True)
+    # Issue 29 §1: the call's effect, and that of the arguments being edited (docs/approvals.md).
+    preview = serializers.SerializerMethodField()
+    preview_edit = serializers.SerializerMethodField()
 
     class Meta:
         model = ApprovalRequest
         fields = ["id", "workspace", "execution_id", "agent_id", "tool_name", "proposed_payload",
                   "reasoning_summary", "risk_context", "confidence_score", "auto_approve_eligible",
                   "approver_roles", "requester", "status", "expires_at", "resolution", "resolved_by",
-                  "resolution_comment", "resolved_at", "created_at"]
+                  "resolution_comment", "resolved_at", "created_at", "preview", "preview_edit"]
+
+    @extend_schema_field(serializers.JSONField(allow_null=True))
+    def get_preview(self, approval) -> dict | None:
+        shown = stored_preview(approval.preview)
+        return shown.public() if shown else None
+
+    @extend_schema_field(serializers.JSONField(allow_null=True))
+    def get_preview_edit(self, approval) -> dict | None:
+        shown = stored_preview(approval.preview_edit)
+        return shown.public() if shown else None
 
 
 class ResolveInput(serializers.Serializer):
     status = serializers.ChoiceField(choices=[s.value for s in ResolutionStatus])
     modified_args = serializers.JSONField(required=False, default=None)
     resolution_comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+    # Issue 29 §1: the fingerprint of the preview the approver saw, and a row ceiling.
+    preview_fingerprint = serializers.RegexField(r"^[0-9a-f]{64}$", required=False, default=None, allow_null=True)
+    max_rows = serializers.IntegerField(required=False, default=None, allow_null=True, min_value=0,
+                                        max_value=MAX_ROWS_CEILING)
 
     def validate(self, attrs):
         if attrs["status"] == ResolutionStatus.EDITED_APPROVED and not isinstance(attrs.get("modified_args"), dict):
@@ -348,7 +366,30 @@ class ApprovalResolve(APIView):
         approval = approval_resolve(
             user=request.user, approval_id=approval_id, status=data["status"],
             modified_args=data.get("modified_args"), comment=data.get("resolution_comment", ""),
+            effect=EffectApproval(fingerprint=data.get("preview_fingerprint"), max_rows=data.get("max_rows")),
         )
+        return Response(ApprovalSerializer(approval).data)
+
+
+class PreviewInput(serializers.Serializer):
+    modified_args = serializers.JSONField()
+
+    def validate_modified_args(self, value):
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("An object is required.")
+        return value
+
+
+class ApprovalPreview(APIView):
+    """Issue 29 §1: the effect of the call with edited arguments (rolled back), kept on
+    the request as ``preview_edit``; only people who may resolve it may ask."""
+
+    @extend_schema(request=PreviewInput, responses=ApprovalSerializer)
+    def post(self, request, approval_id):
+        body = PreviewInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        approval = approval_preview_refresh(user=request.user, approval_id=approval_id,
+                                            modified_args=body.validated_data["modified_args"])
         return Response(ApprovalSerializer(approval).data)
 
 
@@ -356,6 +397,7 @@ urlpatterns = [
     path("approvals/", ApprovalList.as_view(), name="approval-list"),
     path("approvals/<str:approval_id>/", ApprovalDetail.as_view(), name="approval-detail"),
     path("approvals/<str:approval_id>/resolve", ApprovalResolve.as_view(), name="approval-resolve"),
+    path("approvals/<str:approval_id>/preview", ApprovalPreview.as_view(), name="approval-preview"),
     path("workspaces/<int:workspace_id>/approval-settings", WorkspaceApprovalSettings.as_view(),
          name="workspace-approval-settings"),
     path("policies/", PolicyListCreate.as_view(), name="policy-list"),

@@ -69,6 +69,7 @@ def approval_request_open(
         approver_roles=list(approver_roles),
         run_started_by_id=run_started_by_id,
         expires_at=timezone.now() + timedelta(minutes=escalation_timeout_minutes),
+        preview=payload.get("preview") or {},  # issue 29 §1: the call's effect (governance.previews)
     )
     audit_record(
         organization_id=workspace.organization_id, workspace_id=workspace_id, event_type="approval_requested",

@@ -30,6 +30,9 @@ class Policy(models.Model):
     conditions = models.JSONField(default=dict)
     enforcement = models.CharField(max_length=20, choices=_choices(Enforcement))
     enabled = models.BooleanField(default=True)
+    # With enforcement require_approval: a request this policy opens may be approved
+    # only when the call's effect could be previewed (docs/approvals.md "Effect preview").
+    require_preview = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -87,6 +90,11 @@ class ApprovalRequest(models.Model):
     resolution_comment = models.TextField(blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # The effect of the proposed call (rivercore.types.previews.EffectPreview as JSON;
+    # {} for a request opened before previews), and of the arguments an approver is
+    # editing, re-previewed (governance.previews; docs/approvals.md "Effect preview").
+    preview = models.JSONField(default=dict, blank=True)
+    preview_edit = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

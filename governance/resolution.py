@@ -16,6 +16,7 @@ from governance.approvals import (
     approvals_overdue,
 )
 from governance.models import ApprovalRequest
+from governance.previews import EffectApproval, approval_effect_terms, effect_terms_record
 from governance.runs import RunLock, run_control
 from rivercore.errors import Conflict
 from rivercore.steps import edited_arguments
@@ -27,7 +28,7 @@ RESOLVE_ATTEMPTS = 5
 
 
 def approval_resolve(*, user, approval_id, status: str, modified_args: dict | None = None,
-                     comment: str = "") -> ApprovalRequest:
+                     comment: str = "", effect: EffectApproval | None = None) -> ApprovalRequest:
     """Approve, reject or edit-and-approve a paused call, then resume its run.
 
     Exactly once: the request row is locked and must still be pending; the audit
@@ -47,6 +48,9 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
         modified_args = edited_arguments(approval.tool_name, modified_args)
     else:
         modified_args = None  # only an edit carries arguments
+    # Issue 29 §1: the effect must still be the previewed one (checked outside the transaction).
+    terms = approval_effect_terms(user=user, approval=approval, status=status, modified_args=modified_args,
+                                  effect=effect)
 
     def decide_and_resume() -> ApprovalRequest:
         with transaction.atomic():
@@ -54,6 +58,7 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
             decided = approval_decide(
                 approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment
             )
+            effect_terms_record(decided, terms)  # issue 29 §1: the write holds to them
             control.resume_after_resolution(
                 decided.execution_id, call_id=decided.tool_call_id,
                 resolution={**decided.resolution, "approval_id": str(decided.pk), "tool_name": decided.tool_name},

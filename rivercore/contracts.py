@@ -194,6 +194,7 @@ class ApprovalRequestPayload(BaseModel):
     risk_context: str = ""
     confidence_score: float | None = None
     auto_approve_eligible: bool = False
+    preview: dict[str, Any] | None = None  # the call's effect (rivercore.previews), for a write
 
 
 class InteractionType(StrEnum):

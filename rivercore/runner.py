@@ -61,6 +61,7 @@ from rivercore.llm import (
 )
 from rivercore.observation import observation_byte_limit, observation_fit
 from rivercore.ports import blocking_call, drive
+from rivercore.previews import effect_preview
 from rivercore.state import RUNNER_MODEL, RunState, call_hash, step
 from rivercore.steps import tool_message
 from rivercore.text import json_storable, text_storable
@@ -727,6 +728,7 @@ class Engine:
             confidence_score=confidence,
             auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
         )
+        payload.preview = await self._effect_preview(state, call, tool, args, verdict)  # issue 29 §1
         condition = await self._io(gate.auto_approved, self.policy, state, call.name, {
             "confidence_score": confidence, "tool": {"name": call.name}, "args": args})
         if condition:
@@ -742,6 +744,21 @@ class Engine:
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING,
                   output={**policy, "approval_request": payload.model_dump(mode="json")}, **common)
         return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
+
+    async def _effect_preview(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
+                              verdict: GovernanceResult) -> dict[str, Any] | None:
+        """The call's effect for the approval card (rivercore.previews), computed off the
+        loop. None for a call that writes nothing, and in a replay (an injected tool
+        runner): a replay never touches the data it would write."""
+        if not tool.writes or self.tool_runner is not run_tool:
+            return None
+        ctx = ToolContext(execution_id=state.request.execution_id, user=state.request.user_context,
+                          agent=state.request.agent_config, data_sources=state.request.data_source_metadata,
+                          input_prompt=state.request.input_prompt, llm=None,
+                          extras={**(self.hooks.tool_context_extras() if self.hooks else {}), "call_id": call.id})
+        preview = await self._io(effect_preview, tool, ctx, args)
+        preview.policy_id = str(verdict.policy_id) if verdict.policy_id else None
+        return preview.model_dump(mode="json")
 
     def _blocked(self, state: RunState, call: LLMToolCall, args: dict[str, Any], verdict: GovernanceResult,
                  record: bool = True) -> bool:
@@ -792,6 +809,11 @@ class Engine:
 
         extras = {**(self.hooks.tool_context_extras() if self.hooks else {}), "llm_usage": count_usage,
                   "call_id": call.id}
+        # What the approver agreed to (the previewed effect, a row ceiling): the tool
+        # checks it in the write's own transaction (docs/approvals.md "Effect preview").
+        approved_effect = (state.resolutions.get(call.id) or {}).get("effect_terms")
+        if approved_effect:
+            extras["approved_effect"] = approved_effect
         ctx = ToolContext(
             execution_id=request.execution_id, user=request.user_context, agent=request.agent_config,
             data_sources=request.data_source_metadata, input_prompt=request.input_prompt, llm=self.llm,

@@ -85,6 +85,10 @@ class Tool:
     # another agent's run): the engine records the observation, then the final answer
     # (the output's ``message``), and dispatches none of the turn's later calls.
     ends_run: bool = False
+    # The effect of a call, computed before a person approves it and always undone
+    # (rivercore.previews; docs/approvals.md "Effect preview"). None: the tool cannot
+    # say what it would change, and its approval card says so.
+    preview: Callable[[ToolContext, Any], Any] | None = None
 
     def function_schema(self) -> dict[str, Any]:
         """The tool in OpenAI function-calling format, from its pydantic input model.

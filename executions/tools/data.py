@@ -17,6 +17,7 @@ from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
 
 from artifacts.selectors import artifact_files_usage
+from datasources import effects
 from datasources import services as ds_services
 from datasources.catalog import CatalogMatch, catalog_search
 from datasources.connectors import SUPPORTED_TYPES
@@ -25,10 +26,12 @@ from datasources.selectors import data_source_files_usage, data_source_get_in_wo
 from datasources.types import DataSourceChanges
 from executions.selectors import execution_storage_usage
 from executions.tools.fenced import fenced_in_transaction
+from governance.previews import approved_write_audit
 from governance.selectors import approval_notification_config
 from rivercore.errors import Conflict, InvalidInput, NotFound, PermissionDenied, RiverError
 from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
 from rivercore.types.datasources import TableInfo
+from rivercore.types.previews import EffectPreview
 from tenancy import permissions as perms
 from tenancy.selectors import require_permission, user_active_get, workspace_get_for_user
 
@@ -262,6 +265,9 @@ class WriteBackOutput(BaseModel):
 def write_back(ctx: ToolContext, args: WriteBackInput) -> WriteBackOutput:
     _require_bound(ctx, args.data_source_id)
     source = _data_source(ctx, args.data_source_id)
+    terms = ctx.extras.get("approved_effect")
+    if terms:  # approved after a preview: committed only if the effect is still the previewed one
+        return write_back_checked(ctx, source, args, terms)
     result = tool_db_call(
         lambda: ds_services.write_back_execute(
             data_source=source,
@@ -272,6 +278,37 @@ def write_back(ctx: ToolContext, args: WriteBackInput) -> WriteBackOutput:
         )
     )
     return WriteBackOutput(success=result.success, rows_affected=result.rows_affected, message=result.message)
+
+
+def write_back_preview(ctx: ToolContext, args: WriteBackInput) -> EffectPreview:
+    """The rows the write would change, computed in a transaction that is rolled back."""
+    _require_bound(ctx, args.data_source_id)
+    source = _data_source(ctx, args.data_source_id)
+    return tool_db_call(lambda: effects.write_back_preview(
+        data_source=source, table_name=args.table_name, operation=args.operation, data=args.data,
+        conditions=args.conditions))
+
+
+def write_back_checked(ctx: ToolContext, source, args: WriteBackInput, terms: dict) -> WriteBackOutput:
+    """The approved write, checked against the preview and the ceiling in its own
+    transaction; its audit entry names the fingerprint and the rows it changed."""
+    agreed = effects.EffectTerms(fingerprint=terms.get("fingerprint"), max_rows=terms.get("max_rows"))
+
+    def apply() -> EffectPreview:
+        try:
+            return effects.write_back_apply_checked(
+                data_source=source, table_name=args.table_name, operation=args.operation, data=args.data,
+                conditions=args.conditions, terms=agreed)
+        except (effects.EffectChanged, effects.CeilingExceeded) as exc:
+            # Nothing was written; not retried (the same data gives the same answer).
+            raise ToolError(ToolErrorKind.FAILED, exc.message, {"code": exc.code, **exc.details}) from None
+
+    applied = tool_db_call(apply)
+    approved_write_audit(execution_id=ctx.execution_id, call_id=str(ctx.extras.get("call_id") or ""),
+                         effect=applied, terms=terms)
+    verb = {"insert": "Inserted", "update": "Updated", "delete": "Deleted"}[args.operation]
+    return WriteBackOutput(success=True, rows_affected=applied.rows_affected,
+                           message=f"{verb} {applied.rows_affected} row(s) in {applied.target} (the approved effect).")
 
 
 # --- workspace / storage -----------------------------------------------------------------------
@@ -382,7 +419,8 @@ def search_catalog(ctx: ToolContext, args: SearchCatalogInput) -> SearchCatalogO
 # --- registration ------------------------------------------------------------------------------
 
 
-def _execution_tool(name, description, input_model, output_model, handler, permission, *, writes=False):
+def _execution_tool(name, description, input_model, output_model, handler, permission, *, writes=False,
+                    preview=None):
     return register(
         Tool(
             name=name,
@@ -394,6 +432,7 @@ def _execution_tool(name, description, input_model, output_model, handler, permi
             permission=permission,
             writes=writes,
             idempotent=not writes,
+            preview=preview,
         )
     )
 
@@ -457,6 +496,7 @@ WRITE_BACK = _execution_tool(
     write_back,
     perms.DATA_SOURCE_UPDATE,
     writes=True,
+    preview=write_back_preview,
 )
 GET_WORKSPACE_INFO = _execution_tool(
     "get_workspace_info",

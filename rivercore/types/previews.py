@@ -52,6 +52,7 @@ class EffectPreview(BaseModel):
     index: list[list[str]] = Field(default_factory=list)
     stale: StaleNote | None = None
     arguments: dict[str, Any] | None = None  # the arguments this preview is of
+    policy_id: str | None = None  # the policy that asked for the approval, if one did
 
     def public(self) -> dict[str, Any]:
         """The preview as the API and the card show it (without the digest index)."""

@@ -1,0 +1,260 @@
+"""Issue 29 §1 end to end, on a PostgreSQL source and a SQLite source: a write_back
+that pauses for approval carries its effect; the API shows it; an edited call is
+previewed again; approval commits only if the effect is still the previewed one (a
+stale preview writes nothing and the run keeps waiting with a fresh preview); the
+approver's ceiling holds in the write's transaction; the write's audit entry names
+the fingerprint and the rows it changed."""
+
+from __future__ import annotations
+
+import sqlite3
+from unittest import mock
+
+import pytest
+
+from datasources.services import data_source_discover
+from executions import services, tasks
+from executions.models import Execution
+from governance import tasks as governance_tasks
+from governance.models import ApprovalRequest, AuditLogEntry, Policy
+from governance.resolution import approval_resolve
+from rivercore.errors import Conflict
+from tests.datasources.fixtures import *  # noqa: F403
+from tests.datasources.fixtures import pg_admin_connect, pg_count, sqlite_count
+from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
+
+CLOSE = {"table_name": "tickets", "operation": "update", "data": {"status": "closed"},
+         "conditions": {"status": "open", "priority": "high"}}
+CLOSED = "SELECT count(*) FROM tickets WHERE status = 'closed'"
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def source(request):
+    if request.param == "postgresql":
+        tables = request.getfixturevalue("pg_tables")
+        data_source = request.getfixturevalue("pg_source")
+
+        def change(sql):
+            with pg_admin_connect(tables) as conn:
+                conn.execute(sql)
+
+        data_source.count = lambda sql: pg_count(tables, sql)
+    else:
+        path = request.getfixturevalue("sqlite_file")
+        data_source = request.getfixturevalue("sqlite_source")
+
+        def change(sql):
+            conn = sqlite3.connect(path)
+            conn.execute(sql)
+            conn.commit()
+            conn.close()
+
+        data_source.count = lambda sql: sqlite_count(path, sql)
+    data_source_discover(data_source=data_source)
+    data_source.change = change
+    return data_source
+
+
+@pytest.fixture
+def quiet():
+    with mock.patch.object(tasks.run_segment, "delay"), mock.patch.object(tasks.post_process, "delay"), \
+            mock.patch.object(governance_tasks.notify_approval, "delay"):
+        yield
+
+
+def paused(workspace, owner, source, args=None):
+    agent = make_agent(workspace=workspace, owner=owner, tools=["write_back"], action_level="act_with_approval",
+                       require_approval_for=["write_back"], approver_roles=["admin", "editor"],
+                       data_sources=[source])
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Close the open high tickets"))
+    call = {"data_source_id": source.pk, **(args or CLOSE)}
+    services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([tool_reply("write_back", call)]))
+    return execution, ApprovalRequest.objects.get(execution_id=execution.pk)
+
+
+def resume(execution):
+    return services.execution_run_segment(execution_id=execution.pk,
+                                          llm=ScriptedLLM([text_reply("Done."), text_reply("Done.")]))
+
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quiet")]
+
+
+def test_the_paused_write_carries_its_effect_and_the_api_shows_it(workspace, owner, editor, source,
+                                                                    api_client_for):
+    execution, approval = paused(workspace, owner, source)
+
+    body = api_client_for(editor).get(f"/api/v1/approvals/{approval.pk}/").json()
+    preview = body["preview"]
+    assert preview["rows_affected"] == 3
+    assert preview["summary"] == "3 rows will change in tickets: status open → closed."
+    assert preview["changes"][0] == {"key": {"id": 1}, "before": {"status": "open"}, "after": {"status": "closed"}}
+    assert preview["truncated"] is False and len(preview["fingerprint"]) == 64
+    assert "index" not in preview
+    assert source.count(CLOSED) == 1  # the preview was rolled back
+
+
+def test_a_matching_preview_is_written_and_audited(workspace, owner, editor, source):
+    execution, approval = paused(workspace, owner, source)
+    approval_resolve(user=editor, approval_id=approval.pk, status="approved")
+    assert resume(execution) == "success"
+
+    assert source.count(CLOSED) == 4
+    entry = AuditLogEntry.objects.get(approval_id=approval.pk, event_type="approved_write_applied")
+    assert entry.details["preview_fingerprint"] == approval.preview["fingerprint"]
+    assert entry.details["applied_fingerprint"] == approval.preview["fingerprint"]
+    assert entry.details["rows_affected"] == 3
+    assert entry.details["keys"] == [{"id": 1}, {"id": 2}, {"id": 3}]
+
+
+def test_a_stale_preview_decides_nothing_and_the_run_waits_with_a_fresh_one(workspace, owner, editor, source,
+                                                                             api_client_for):
+    execution, approval = paused(workspace, owner, source)
+    old = approval.preview["fingerprint"]
+    # Another connection changes the rows between the pause and the approval.
+    source.change("UPDATE tickets SET status = 'pending' WHERE id IN (1, 2, 3)")
+    source.change("UPDATE tickets SET priority = 'high' WHERE id = 4")
+
+    response = api_client_for(editor).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
+                                           format="json")
+
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "preview_stale"
+    assert "3 rows no longer match, 1 new row matches" in error["message"]
+    approval.refresh_from_db()
+    assert approval.status == ApprovalRequest.Status.PENDING
+    assert Execution.objects.get(pk=execution.pk).status == Execution.Status.AWAITING_APPROVAL
+    assert approval.preview["fingerprint"] != old and approval.preview["rows_affected"] == 1
+    assert approval.preview["stale"]["no_longer_match"] == 3 and approval.preview["stale"]["new_matches"] == 1
+    assert source.count(CLOSED) == 1  # nothing written
+    assert AuditLogEntry.objects.filter(approval_id=approval.pk, event_type="approval_preview_stale").count() == 1
+
+    # Approving what is shown now goes through.
+    fresh = approval.preview["fingerprint"]
+    response = api_client_for(editor).post(f"/api/v1/approvals/{approval.pk}/resolve",
+                                           {"status": "approved", "preview_fingerprint": fresh}, format="json")
+    assert response.status_code == 200
+    assert resume(execution) == "success"
+    assert source.count(CLOSED) == 2
+
+
+def test_a_change_after_the_approval_is_caught_in_the_write_transaction(workspace, owner, editor, source):
+    execution, approval = paused(workspace, owner, source)
+    approval_resolve(user=editor, approval_id=approval.pk, status="approved")
+    source.change("UPDATE tickets SET status = 'pending' WHERE id = 2")  # before the resume writes
+
+    assert resume(execution) == "failed"
+    assert source.count("SELECT count(*) FROM tickets WHERE status = 'open'") == 3  # nothing written
+    execution.refresh_from_db()
+    assert execution.error["details"]["error"]["details"]["code"] == "preview_stale"
+    assert not AuditLogEntry.objects.filter(approval_id=approval.pk, event_type="approved_write_applied").exists()
+
+
+def test_an_edited_call_is_previewed_before_it_is_approved(workspace, owner, editor, source, api_client_for):
+    execution, approval = paused(workspace, owner, source)
+    client = api_client_for(editor)
+    edited = {"data_source_id": source.pk, **CLOSE, "conditions": {"id": [1, 2]}}
+
+    # Approving unpreviewed edits is refused, and the preview is computed for the card.
+    refused = client.post(f"/api/v1/approvals/{approval.pk}/resolve",
+                          {"status": "edited_approved", "modified_args": {**edited, "conditions": {"id": [5]}}},
+                          format="json")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "preview_required"
+
+    shown = client.post(f"/api/v1/approvals/{approval.pk}/preview", {"modified_args": edited}, format="json")
+    assert shown.status_code == 200
+    assert shown.json()["preview_edit"]["rows_affected"] == 2
+    assert shown.json()["preview"]["rows_affected"] == 3  # the proposed call's preview is kept
+    assert source.count(CLOSED) == 1
+
+    done = client.post(f"/api/v1/approvals/{approval.pk}/resolve",
+                       {"status": "edited_approved", "modified_args": edited,
+                        "preview_fingerprint": shown.json()["preview_edit"]["fingerprint"]}, format="json")
+    assert done.status_code == 200
+    assert resume(execution) == "success"
+    assert source.count("SELECT count(*) FROM tickets WHERE status = 'closed' AND id IN (1, 2)") == 2
+    assert source.count("SELECT count(*) FROM tickets WHERE status = 'open' AND id = 3") == 1
+
+
+def test_the_ceiling_refuses_a_larger_effect(workspace, owner, editor, source, api_client_for):
+    execution, approval = paused(workspace, owner, source)
+    client = api_client_for(editor)
+
+    refused = client.post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved", "max_rows": 2},
+                          format="json")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "row_ceiling_exceeded"
+
+    # Within the ceiling at approval, over it by the time the write runs: nothing written.
+    assert client.post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved", "max_rows": 3},
+                       format="json").status_code == 200
+    approval.refresh_from_db()
+    assert approval.resolution["effect_terms"] == {"fingerprint": approval.preview["fingerprint"], "max_rows": 3}
+    with mock.patch("datasources.effects._check", lambda effect, terms: _ceiling_only(effect, terms, 2)):
+        assert resume(execution) == "failed"
+    assert source.count(CLOSED) == 1
+
+
+def _ceiling_only(effect, terms, max_rows):
+    from datasources.effects import CeilingExceeded
+
+    if effect.rows_affected > max_rows:
+        raise CeilingExceeded(effect, max_rows=max_rows)
+
+
+def test_bad_ceilings_and_fingerprints_are_400s(workspace, owner, editor, source, api_client_for):
+    _, approval = paused(workspace, owner, source)
+    client = api_client_for(editor)
+    for body in ({"status": "approved", "max_rows": -1}, {"status": "approved", "max_rows": "x"},
+                 {"status": "approved", "preview_fingerprint": "'; DROP TABLE tickets; --"}):
+        response = client.post(f"/api/v1/approvals/{approval.pk}/resolve", body, format="json")
+        assert response.status_code == 400, body
+    assert client.post(f"/api/v1/approvals/{approval.pk}/preview", {"modified_args": [1]},
+                       format="json").status_code == 400
+    approval.refresh_from_db()
+    assert approval.status == ApprovalRequest.Status.PENDING
+
+
+def test_hostile_edits_are_never_run_by_the_preview(workspace, owner, editor, source, api_client_for):
+    _, approval = paused(workspace, owner, source)
+    client = api_client_for(editor)
+    for hostile in ({"table_name": "tickets; DROP TABLE customers"},
+                    {"table_name": "tickets", "conditions": {"1=1; DROP TABLE customers; --": 1}},
+                    {"data": {"status": "x', priority = 'y"}, "conditions": {"id": "1 OR 1=1"}}):
+        edited = {"data_source_id": source.pk, **CLOSE, **hostile}
+        response = client.post(f"/api/v1/approvals/{approval.pk}/preview", {"modified_args": edited}, format="json")
+        assert response.status_code == 200
+        preview = response.json()["preview_edit"]
+        assert preview["available"] is False or preview["rows_affected"] == 0
+    assert source.count("SELECT count(*) FROM customers") == 3
+    assert source.count("SELECT count(*) FROM tickets WHERE status = 'open'") == 4
+
+
+def test_only_approvers_may_preview_and_outsiders_get_404(workspace, owner, member, outsider, source,
+                                                          api_client_for):
+    _, approval = paused(workspace, owner, source)
+    edited = {"data_source_id": source.pk, **CLOSE}
+    assert api_client_for(member).post(f"/api/v1/approvals/{approval.pk}/preview", {"modified_args": edited},
+                                       format="json").status_code == 403
+    assert api_client_for(outsider).post(f"/api/v1/approvals/{approval.pk}/preview", {"modified_args": edited},
+                                         format="json").status_code == 404
+    assert api_client_for(owner).post(f"/api/v1/approvals/{approval.pk}/preview", {"modified_args": edited},
+                                      format="json").status_code == 403  # the requester
+
+
+def test_a_policy_can_require_a_preview(workspace, owner, editor, source):
+    execution, approval = paused(workspace, owner, source)
+    policy = Policy.objects.create(organization=workspace.organization, workspace=workspace, scope="workspace",
+                                   name="Writes need a preview", policy_type="tool_restriction",
+                                   conditions={"expression": "tool.name == 'write_back'"},
+                                   enforcement="require_approval", require_preview=True)
+    approval.preview = {"available": False, "kind": "none", "reason": "no preview: the effect is unknown",
+                        "policy_id": str(policy.pk)}
+    approval.save(update_fields=["preview"])
+    with pytest.raises(Conflict) as raised:
+        approval_resolve(user=editor, approval_id=approval.pk, status="approved")
+    assert raised.value.code == "preview_required"
+    approval_resolve(user=editor, approval_id=approval.pk, status="rejected", comment="no preview")
+    approval.refresh_from_db()
+    assert approval.status == ApprovalRequest.Status.REJECTED
