@@ -33,6 +33,7 @@ from governance.models import ApprovalRequest, Policy
 from rivercore.errors import Conflict, InvalidInput
 from rivercore.ports import Installed
 from rivercore.steps import edited_arguments
+from rivercore.tools import get_tool
 from rivercore.types.governance import ResolutionStatus
 from rivercore.types.previews import EffectPreview, stale_note
 
@@ -91,6 +92,10 @@ def approval_effect_terms(*, user, approval: ApprovalRequest, status: str, modif
     field = "preview_edit" if edited else "preview"
     shown = stored_preview(getattr(approval, field))
     arguments = modified_args if edited else approval.proposed_payload
+    tool = get_tool(approval.tool_name)
+    if tool is None or tool.preview is None:  # nothing to hold the write to, except a ceiling
+        _preview_requirement_check(approval, stored_preview(approval.preview))
+        return {"fingerprint": None, "max_rows": effect.max_rows} if effect.max_rows is not None else None
     if edited and (shown is None or shown.arguments != arguments):
         fresh = effect_previewer().preview(approval, arguments)
         _store(approval, field=field, preview=fresh)

@@ -22,10 +22,12 @@ from django.views.decorators.http import require_GET, require_POST
 from common.people import person_label
 from governance.approvals import approval_get_for_user, may_resolve, self_approval_refused
 from governance.models import ApprovalRequest
+from governance.previews import MAX_ROWS_CEILING, EffectApproval
 from governance.resolution import approval_resolve
 from rivercore.errors import NotFound, RiverError
 from rivercore.tools import get_tool
 from rivercore.types.governance import ResolutionStatus
+from web.approval_preview import effect_card
 from web.page_tools import page_login_required
 
 
@@ -35,6 +37,9 @@ class ResolveForm(forms.Form):
                                           (ResolutionStatus.EDITED_APPROVED.value, "Edit and approve")])
     resolution_comment = forms.CharField(required=False, max_length=4000)
     modified_args = forms.CharField(required=False, max_length=100_000, strip=False)
+    # Issue 29 §1: the preview the approver saw, and their row ceiling (web.approval_preview).
+    preview_fingerprint = forms.RegexField(r"^[0-9a-f]{64}$", required=False)
+    max_rows = forms.IntegerField(required=False, min_value=0, max_value=MAX_ROWS_CEILING)
 
     def clean(self):
         data = super().clean()
@@ -120,6 +125,7 @@ def approval_card(
         "proposed_items": [(key, _shown(value)) for key, value in sorted((approval.proposed_payload or {}).items())],
         "error": error,
         "edit_open": bool(error) and submitted.get("decision") == ResolutionStatus.EDITED_APPROVED,
+        "effect": effect_card(approval=approval, submitted=submitted),  # issue 29 §1
     }
 
 
@@ -153,6 +159,8 @@ def approval_resolve_card(request, approval_id):
             approval = approval_resolve(
                 user=request.user, approval_id=approval.pk, status=data["decision"],
                 modified_args=data["modified_args"], comment=data["resolution_comment"],
+                effect=EffectApproval(fingerprint=data.get("preview_fingerprint") or None,
+                                      max_rows=data.get("max_rows")),
             )
         except RiverError as exc:
             status_code = exc.status_code

@@ -7,6 +7,7 @@ urlpatterns = [
     path("", include("web.frame")),
     path("", include("web.approvals")),
     path("", include("web.approval_card")),
+    path("", include("web.approval_preview")),  # issue 29 §1: effect previews on the card
     path("", include("web.runs")),
     path("", include("web.run")),
     path("", include("web.sessions")),

@@ -11,6 +11,7 @@ text: their tables are queried with ``execute_query``.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -23,7 +24,9 @@ from artifacts.selectors import artifact_get_by_name, artifact_get_in_workspace,
 from artifacts.services import artifact_create_from_run, artifact_files_remove
 from executions.tools.data import tool_db_call, tool_user, tool_workspace
 from executions.tools.fenced import fenced_in_transaction
+from rivercore.errors import NotFound
 from rivercore.tools import Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, register
+from rivercore.types.previews import EffectPreview, digest
 from tenancy import permissions as perms
 
 T = TypeVar("T")
@@ -121,6 +124,40 @@ class SaveArtifactOutput(BaseModel):
     message: str
 
 
+DIFF_LINES_KEPT = 400
+
+
+def save_artifact_preview(ctx: ToolContext, args: SaveArtifactInput) -> EffectPreview:
+    """The file the call would save and its diff against the latest version of that
+    name (issue 29 §1). The fingerprint covers the version it would replace, so a
+    version saved meanwhile makes the preview stale."""
+    try:
+        previous = artifact_get_by_name(workspace_id=ctx.user.workspace_id, name=args.name)
+    except NotFound:
+        previous = None
+    old = ""
+    if previous is not None:
+        raw = _call_store(lambda: artifact_read(artifact=previous, max_bytes=settings.RIVER_ARTIFACT_MAX_BYTES))
+        old = raw.decode("utf-8-sig", errors="replace")
+    lines = list(difflib.unified_diff(old.splitlines(), args.content.splitlines(), lineterm="",
+                                      fromfile=f"{args.name} (version {previous.version})" if previous else "/dev/null",
+                                      tofile=f"{args.name} (new version)"))
+    added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+    removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+    size = len(args.content.encode("utf-8", errors="replace"))
+    if previous is None:
+        summary = f"Creates {args.name} (version 1, {size} bytes, {added} lines)."
+    else:
+        summary = (f"Replaces {args.name} version {previous.version} with version {previous.version + 1}: "
+                   f"+{added} −{removed} lines.")
+    state = {"target": args.name, "previous_version": previous.version if previous else None,
+             "previous": digest(old) if previous else None}
+    return EffectPreview(
+        kind="file", target=args.name, operation="save", previous_version=state["previous_version"],
+        diff="\n".join(lines[:DIFF_LINES_KEPT]), truncated=len(lines) > DIFF_LINES_KEPT, summary=summary,
+        fingerprint=digest({**state, "content": digest(args.content)}), index=[[args.name, digest(state)]])
+
+
 def save_artifact(ctx: ToolContext, args: SaveArtifactInput) -> SaveArtifactOutput:
     if args.name.lower().endswith(".xlsx"):
         raise ToolError(ToolErrorKind.VALIDATION, "save_artifact writes text files; use .csv for a table.",
@@ -128,8 +165,12 @@ def save_artifact(ctx: ToolContext, args: SaveArtifactInput) -> SaveArtifactOutp
     workspace = tool_workspace(ctx)
     user = tool_user(ctx)
     created: list[Artifact] = []
+    terms = ctx.extras.get("approved_effect") or {}
 
     def create(ctx: ToolContext, args: SaveArtifactInput) -> Artifact:
+        if terms.get("fingerprint") and save_artifact_preview(ctx, args).fingerprint != terms["fingerprint"]:
+            raise ToolError(ToolErrorKind.FAILED, "Another version of the file was saved after the preview was "
+                            "approved; nothing was saved.", {"code": "preview_stale"})
         artifact = _call_store(lambda: artifact_create_from_run(
             workspace=workspace, execution_id=ctx.execution_id, created_by=user, name=args.name,
             content=args.content))
@@ -175,5 +216,6 @@ SAVE_ARTIFACT = register(
         handler=save_artifact,
         permission=perms.AGENT_EXECUTE,
         writes=True,
+        preview=save_artifact_preview,
     )
 )

@@ -72,7 +72,13 @@ def digest(value: Any) -> str:
 
 
 def stale_note(old: EffectPreview, new: EffectPreview) -> StaleNote:
-    """How ``new`` differs from ``old``, by row key and before-values."""
+    """How ``new`` differs from ``old``, by row key and before-values (a file: its
+    previous version)."""
+    if new.kind == "file":
+        version = f"version {new.previous_version}" if new.previous_version else "a first version"
+        return StaleNote(changed=1, previous_fingerprint=old.fingerprint,
+                         message=f"The file changed since the preview: {version} is there now. "
+                                 "Review the new preview.")
     before = dict((key, value) for key, value in old.index)
     after = dict((key, value) for key, value in new.index)
     gone = len(before.keys() - after.keys())
