@@ -53,6 +53,7 @@ class PolicySerializer(serializers.ModelSerializer):
         fields = [
             "id", "organization_id", "workspace_id", "scope", "name", "description", "policy_type",
             "conditions", "expression", "enforcement", "enabled", "created_by_id", "created_at", "updated_at",
+            "require_preview",
         ]
 
     def get_expression(self, policy: Policy) -> str:
@@ -73,6 +74,7 @@ class PolicyWriteSerializer(serializers.Serializer):
     conditions = serializers.JSONField(help_text='{"expression": "..."} or the keyed form')
     enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"))
     enabled = serializers.BooleanField(required=False, default=True)
+    require_preview = serializers.BooleanField(required=False, default=False)  # issue 29 §1
 
 
 class PolicyUpdateSerializer(serializers.Serializer):
@@ -82,6 +84,7 @@ class PolicyUpdateSerializer(serializers.Serializer):
     conditions = serializers.JSONField(required=False)
     enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"), required=False)
     enabled = serializers.BooleanField(required=False)
+    require_preview = serializers.BooleanField(required=False)  # issue 29 §1
 
     def validate(self, attrs):
         fixed = sorted({"scope", "workspace_id", "organization_id"} & set(self.initial_data))

@@ -164,19 +164,22 @@ def _preview_requirement_check(approval: ApprovalRequest, shown: EffectPreview |
 
 
 def _store(approval: ApprovalRequest, *, field: str, preview: EffectPreview, stale: bool = False) -> ApprovalRequest:
-    """Keep a fresh preview on a still-pending request (its row locked) and audit it."""
+    """Keep a fresh preview on a still-pending request (its row locked). A preview that
+    went stale is audited (the data moved under a pending decision); a preview of an
+    edit is not (it decides nothing)."""
     with transaction.atomic():
         row = ApprovalRequest.objects.select_for_update(of=("self",)).select_related("workspace").get(pk=approval.pk)
         _require_pending(row)
         setattr(row, field, preview.model_dump(mode="json"))
         row.save(update_fields=[field])
-        audit_record(
-            organization_id=row.workspace.organization_id, workspace_id=row.workspace_id,
-            event_type="approval_preview_stale" if stale else "approval_previewed", execution_id=row.execution_id,
-            agent_id=row.agent_id, approval_id=row.pk,
-            details={"tool_name": row.tool_name, "edited": field == "preview_edit",
-                     "fingerprint": preview.fingerprint, "rows_affected": preview.rows_affected,
-                     "stale": preview.stale.model_dump(mode="json") if preview.stale else None},
-        )
+        if stale:
+            audit_record(
+                organization_id=row.workspace.organization_id, workspace_id=row.workspace_id,
+                event_type="approval_preview_stale", execution_id=row.execution_id, agent_id=row.agent_id,
+                approval_id=row.pk,
+                details={"tool_name": row.tool_name, "edited": field == "preview_edit",
+                         "fingerprint": preview.fingerprint, "rows_affected": preview.rows_affected,
+                         "stale": preview.stale.model_dump(mode="json") if preview.stale else None},
+            )
     setattr(approval, field, getattr(row, field))
     return approval

@@ -128,6 +128,7 @@ def policy_create(
     workspace_id: int | None = None,
     organization_id: int | None = None,
     enabled: bool = True,
+    require_preview: bool = False,
 ) -> Policy:
     """Create a policy. Workspace scope needs ``policy:create`` there; organization
     scope needs an organization admin. A workspace id alone identifies the
@@ -160,6 +161,7 @@ def policy_create(
             conditions=shape.conditions,
             enforcement=enforcement,
             enabled=bool(enabled),
+            require_preview=bool(require_preview),  # issue 29 §1 (docs/approvals.md "Effect preview")
             created_by=actor if getattr(actor, "pk", None) else None,
         )
         _audit(policy=policy, actor=actor, event_type=POLICY_CREATED, details=_snapshot(policy))
@@ -179,6 +181,7 @@ def policy_update(
     enforcement=_UNSET,
     policy_type=_UNSET,
     enabled=_UNSET,
+    require_preview=_UNSET,
 ) -> Policy:
     """Change a policy's fields; scope and workspace are fixed at creation.
     New conditions without a policy type re-infer the type from the expression."""
@@ -194,6 +197,8 @@ def policy_update(
         updates["enforcement"] = _choice(enforcement, Enforcement, "enforcement").value
     if enabled is not _UNSET:
         updates["enabled"] = bool(enabled)
+    if require_preview is not _UNSET:
+        updates["require_preview"] = bool(require_preview)
     if conditions is not _UNSET or policy_type is not _UNSET:
         shape = policy_validate(
             conditions=found.conditions if conditions is _UNSET else conditions,

@@ -164,7 +164,10 @@ def approval_resolve_card(request, approval_id):
             )
         except RiverError as exc:
             status_code = exc.status_code
-            error = {"message": exc.message, "details": exc.details if isinstance(exc.details, dict) else {}}
+            details = exc.details if isinstance(exc.details, dict) else {}
+            # Field messages only (a stale preview's details carry the preview, shown on the card).
+            error = {"message": exc.message,
+                     "details": {field: msgs for field, msgs in details.items() if isinstance(msgs, list)}}
             approval.refresh_from_db()
     card = approval_card(user=request.user, approval=approval, error=error, submitted=request.POST if error else None)
     template = "approvals/_card.html" if request.headers.get("HX-Request") else "approvals/detail.html"

@@ -90,7 +90,7 @@ def stale_note(old: EffectPreview, new: EffectPreview) -> StaleNote:
     if added:
         parts.append(f"{added} new row{'s' if added != 1 else ''} match{'es' if added == 1 else ''}")
     if changed:
-        parts.append(f"{changed} row{'s' if changed != 1 else ''} changed since the preview")
+        parts.append(f"{changed} row{'s have' if changed != 1 else ' has'} different values now")
     if not parts:
         parts.append("the data changed since the preview")
     message = "The data changed since the preview: " + ", ".join(parts) + ". Review the new preview."

@@ -243,12 +243,15 @@ def test_only_approvers_may_preview_and_outsiders_get_404(workspace, owner, memb
                                       format="json").status_code == 403  # the requester
 
 
-def test_a_policy_can_require_a_preview(workspace, owner, editor, source):
+def test_a_policy_can_require_a_preview(workspace, owner, editor, source, api_client_for):
     execution, approval = paused(workspace, owner, source)
-    policy = Policy.objects.create(organization=workspace.organization, workspace=workspace, scope="workspace",
-                                   name="Writes need a preview", policy_type="tool_restriction",
-                                   conditions={"expression": "tool.name == 'write_back'"},
-                                   enforcement="require_approval", require_preview=True)
+    created = api_client_for(owner).post("/api/v1/policies/", {
+        "name": "Writes need a preview", "scope": "workspace", "workspace_id": workspace.pk,
+        "conditions": {"expression": "tool.name == 'write_back'"}, "enforcement": "require_approval",
+        "require_preview": True}, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["require_preview"] is True
+    policy = Policy.objects.get(pk=created.json()["id"])
     approval.preview = {"available": False, "kind": "none", "reason": "no preview: the effect is unknown",
                         "policy_id": str(policy.pk)}
     approval.save(update_fields=["preview"])
