@@ -155,11 +155,20 @@ def storm_resolve(*, base_url: str, tokens: list[str], paused: list[Paused], dat
     def racer(number: int, token: str) -> None:
         with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"},
                           timeout=timeout_seconds) as client:
+            bodies = [decision_for(item, number, data_source_id=data_source_id) for item in paused]
+            for item, body in zip(paused, bodies, strict=True):
+                if body["status"] == ResolutionStatus.EDITED_APPROVED:
+                    # Edited arguments are previewed before they are approved, as an
+                    # approver does on the card (docs/approvals.md "Effect preview"): before
+                    # the race, and not counted as a resolution.
+                    shown = client.post(f"/api/v1/approvals/{item.approval_id}/preview",
+                                        json={"modified_args": body["modified_args"]})
+                    if shown.status_code == 200 and shown.json().get("preview_edit"):
+                        body["preview_fingerprint"] = shown.json()["preview_edit"]["fingerprint"]
             start.wait(timeout=timeout_seconds)
-            for item in paused:
+            for item, body in zip(paused, bodies, strict=True):
                 sent = time.perf_counter()
-                response = client.post(f"/api/v1/approvals/{item.approval_id}/resolve",
-                                       json=decision_for(item, number, data_source_id=data_source_id))
+                response = client.post(f"/api/v1/approvals/{item.approval_id}/resolve", json=body)
                 took = time.perf_counter() - sent
                 with lock:
                     result.latencies.append(took)
