@@ -728,7 +728,6 @@ class Engine:
             confidence_score=confidence,
             auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
         )
-        payload.preview = await self._effect_preview(state, call, tool, args, verdict)  # issue 29 §1
         condition = await self._io(gate.auto_approved, self.policy, state, call.name, {
             "confidence_score": confidence, "tool": {"name": call.name}, "args": args})
         if condition:
@@ -741,6 +740,7 @@ class Engine:
                 await self._io(self.hooks.auto_approved, state, call_id=call.id, tool_name=call.name,
                                arguments=args, condition=condition)
             return None
+        payload.preview = await self._effect_preview(state, call, tool, args, verdict)  # issue 29 §1
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING,
                   output={**policy, "approval_request": payload.model_dump(mode="json")}, **common)
         return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
