@@ -514,8 +514,8 @@ def _version_errors_onto_forms(form, formset, rows: list[int], exc: RiverError) 
     rules = details.pop("approval_rules", None)
     for key, found in (rules.items() if isinstance(rules, dict) else []):
         parts = key.split(".")
-        if parts[0] == "auto_approve_conditions" and len(parts) == 3 and parts[1].isdigit() \
-                and int(parts[1]) < len(rows) and parts[2] in ("tool", "condition"):
+        if formset is not None and parts[0] == "auto_approve_conditions" and len(parts) == 3 \
+                and parts[1].isdigit() and int(parts[1]) < len(rows) and parts[2] in ("tool", "condition"):
             for message in found if isinstance(found, list) else [found]:
                 formset.forms[rows[int(parts[1])]].add_error(parts[2], str(message))
         else:
@@ -633,7 +633,7 @@ def _agent_save(request, workspace, form) -> Agent | None:
             version = agent_version_create(agent=agent, actor=request.user, **form.version_config())
             return agent_version_deploy(agent=agent, version=version, actor=request.user)
     except RiverError as exc:
-        errors_onto_form(form, exc, VERSION_FIELD_MAP)
+        _version_errors_onto_forms(form, None, [], exc)
         return None
 
 

@@ -170,3 +170,15 @@ def test_policies_and_versions_share_one_builder_script():
         text = (static / page).read_text()
         assert "River.conditions" in text or "conditions.builder" in text
         assert "function quote" not in text and "function fill" not in text
+
+
+def test_a_new_agents_approval_rules_errors_land_on_their_fields(editor):
+    response = _client(editor).post("/agents/new/", {
+        "name": "Refunds", "business_function": "finance", "goal": "Check.", "instructions": "Look.",
+        "action_level": "read_only", "governance_level": "standard", "tools": ["execute_query"],
+        "require_approval_for": ["write_back"], "approver_roles": ["admin"], "escalation_timeout_minutes": "60",
+        "max_turns": "10", "token_budget": "50000"})
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert re.search(r'id="id_require_approval_for_error">write_back is not among', page)
+    assert 'id="id_approver_roles_error"' not in page
