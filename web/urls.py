@@ -7,6 +7,7 @@ urlpatterns = [
     path("", include("web.frame")),
     path("", include("web.approvals")),
     path("", include("web.approval_card")),
+    path("", include("web.start_run")),
     path("", include("web.runs")),
     path("", include("web.run")),
     path("", include("web.sessions")),
