@@ -117,9 +117,11 @@
     var zone;
     try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone; } catch (e) { return; }
     if (!zone || !/^[A-Za-z0-9_+\-\/]{1,64}$/.test(zone)) { return; }
-    if (document.cookie.split("; ").indexOf("river_tz=" + zone) >= 0) { return; }
-    document.cookie = "river_tz=" + zone + "; path=/; max-age=31536000; SameSite=Lax" +
-      (window.location.protocol === "https:" ? "; Secure" : "");
+    try {  // a document without cookies (a sandboxed frame, about:blank) throws here: nothing to remember
+      if (document.cookie.split("; ").indexOf("river_tz=" + zone) >= 0) { return; }
+      document.cookie = "river_tz=" + zone + "; path=/; max-age=31536000; SameSite=Lax" +
+        (window.location.protocol === "https:" ? "; Secure" : "");
+    } catch (e) { return; }
   })();
   River.number = {
     format: function (value) { return Number(value).toLocaleString("en-US"); }
