@@ -27,6 +27,8 @@ from rivercore.types.governance import DecisionChannel, ResolutionStatus
 
 SALT = "river.governance.approval-link"
 # An e-mail link decides one way only: edits need the card and its editor.
+USED_MESSAGE = ("Each link decides once, and this one was already used. "
+                "Open the request in River to see what was decided.")
 LINK_DECISIONS = (ResolutionStatus.APPROVED.value, ResolutionStatus.REJECTED.value)
 
 
@@ -83,7 +85,7 @@ def approval_link_read(*, token: str, user) -> ApprovalLink:
         raise LinkRefused("This link was sent to someone else. Sign in as them, or open the request in River.",
                           code="link_other_user", status_code=403)
     if ApprovalLinkUse.objects.filter(nonce=link.nonce).exists():
-        raise LinkRefused("This link was already used.", code="link_used", status_code=410)
+        raise LinkRefused(USED_MESSAGE, code="link_used", status_code=410)
     return link
 
 
@@ -103,7 +105,7 @@ def approval_link_decide(*, user, token: str, comment: str = "") -> ApprovalRequ
                 return approval_resolve(user=user, approval_id=link.approval_id, status=link.decision,
                                         comment=comment, channel=DecisionChannel.EMAIL)
         except IntegrityError:
-            raise LinkRefused("This link was already used.", code="link_used", status_code=410) from None
+            raise LinkRefused(USED_MESSAGE, code="link_used", status_code=410) from None
 
     attempts = 1 if connection.in_atomic_block else 5
     return retry_transient(decide, backoff=Backoff(attempts=attempts, base_seconds=0.02, cap_seconds=0.5),

@@ -31,9 +31,10 @@ class ConfirmForm(forms.Form):
 
 
 def _page(request, *, status: int, **context):
-    response = render(request, "approvals/link_confirm.html", context, status=status)
-    response["Referrer-Policy"] = "no-referrer"  # the token is in this page's address
-    return response
+    # The token is in this page's address: the site's Referrer-Policy (same-origin) keeps it
+    # from other sites; no-referrer would make the browser send "Origin: null" with the
+    # confirm form, which CSRF protection rightly refuses.
+    return render(request, "approvals/link_confirm.html", context, status=status)
 
 
 def _problem(request, exc: RiverError, *, title: str):

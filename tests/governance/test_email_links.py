@@ -79,7 +79,7 @@ def test_opening_a_link_never_decides(paused, owner):
         assert response.status_code == 200
     html = response.content.decode()
     assert "Confirm: approve" in html and str(paused.tool_name) in html
-    assert response["Referrer-Policy"] == "no-referrer" and "no-store" in response["Cache-Control"]
+    assert response["Referrer-Policy"] == "same-origin" and "no-store" in response["Cache-Control"]
     assert ApprovalRequest.objects.get(pk=paused.pk).status == PENDING
     assert decisions(paused) == [] and not ApprovalLinkUse.objects.exists()
 
