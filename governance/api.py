@@ -35,7 +35,7 @@ from governance.resolution import approval_resolve
 from governance.selectors import audit_entries_for_user, policies_for_user, policy_get_for_user
 from rivercore import limits
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
-from rivercore.types.governance import PolicyScope, ResolutionStatus
+from rivercore.types.governance import DecisionChannel, PolicyScope, ResolutionStatus
 from tenancy.selectors import organizations_administered, workspace_get_for_user, workspaces_for_user
 
 # --- policies ----------------------------------------------------------------------
@@ -348,6 +348,7 @@ class ApprovalResolve(APIView):
         approval = approval_resolve(
             user=request.user, approval_id=approval_id, status=data["status"],
             modified_args=data.get("modified_args"), comment=data.get("resolution_comment", ""),
+            channel=DecisionChannel.API,
         )
         return Response(ApprovalSerializer(approval).data)
 

@@ -20,7 +20,7 @@ from governance.audit import audit_record
 from governance.models import ApprovalRequest
 from governance.notifications import approval_notifications_resolve, approval_notify
 from rivercore.errors import Conflict, NotFound, PermissionDenied
-from rivercore.types.governance import ResolutionStatus
+from rivercore.types.governance import DecisionChannel, ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
 from tenancy.selectors import (
@@ -269,7 +269,8 @@ _STATUS_FOR = {
 
 
 def approval_decide(
-    *, approval_id, user, status: str, modified_args: dict | None = None, comment: str = ""
+    *, approval_id, user, status: str, modified_args: dict | None = None, comment: str = "",
+    channel: str = DecisionChannel.API,
 ) -> ApprovalRequest:
     """Record one decision. Caller runs this inside a transaction and queues the
     resume after it; a second decision on the same request gets 409.
@@ -294,6 +295,7 @@ def approval_decide(
     _decision_timed(approval)
     approval_notifications_resolve(approval=approval)
     details = {"tool_name": approval.tool_name, "resolution": status, "comment": comment or ""}
+    details["channel"] = str(channel)  # issue 29 §4: where the decision was made
     if status == ResolutionStatus.EDITED_APPROVED:
         details["diff"] = args_diff(approval.proposed_payload, modified_args or {})
     audit_record(

@@ -278,3 +278,51 @@ class PolicyCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}@{self.window_start:%Y-%m-%d %H:%M} = {self.value}"
+
+
+# --- deciding from e-mail and Slack (governance.email_links, governance.slack) ------------
+
+
+class ApprovalLinkUse(models.Model):
+    """A signed e-mail decision link that was used: one row per link (its nonce), written
+    in the decision's transaction, so a link decides at most once."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    approval_id = models.UUIDField(db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    decision = models.CharField(max_length=20)
+    used_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.decision} link for {self.approval_id} used by {self.user_id}"
+
+
+class SlackLinkCode(models.Model):
+    """A one-time code a person asked for in River to link their Slack account: kept as
+    its SHA-256 only, valid for minutes, used once (``/river link CODE`` in Slack)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    code_hash = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"Slack link code of {self.user_id}"
+
+
+class SlackIdentity(models.Model):
+    """A Slack user verified to be this River user (they sent a code only River showed
+    them). The only way a Slack click becomes a River user's decision."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_identity")
+    team_id = models.CharField(max_length=32)
+    slack_user_id = models.CharField(max_length=32)
+    slack_user_name = models.CharField(max_length=120, blank=True)
+    linked_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team_id", "slack_user_id"], name="uniq_slack_identity")]
+
+    def __str__(self) -> str:
+        return f"Slack {self.team_id}/{self.slack_user_id} is user {self.user_id}"

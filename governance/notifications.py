@@ -94,13 +94,25 @@ def _email(*, recipients: list[str], subject: str, body: str) -> None:
         raise NotificationError(f"email delivery failed: {type(exc).__name__}") from None
 
 
-def slack_post(*, webhook_url: str, text: str) -> None:
-    """POST one message to a Slack incoming webhook; NotificationError on any failure."""
+def _approval_emails(*, approval: ApprovalRequest, recipients: list[str], subject: str, body: str) -> None:
+    """Issue 29 §4: each recipient who may decide gets signed Approve/Reject links."""
+    from governance.email_links import approval_emails_send
+
+    try:
+        approval_emails_send(approval=approval, recipients=recipients, subject=subject, body=body, absolute=_absolute)
+    except Exception as exc:  # noqa: BLE001 - any backend failure is retried by the task
+        raise NotificationError(f"email delivery failed: {type(exc).__name__}") from None
+
+
+def slack_post(*, webhook_url: str, text: str, blocks: list | None = None, extra: dict | None = None) -> None:
+    """POST one message to a Slack incoming webhook (or an interaction's response_url,
+    with ``extra`` such as ``replace_original``); NotificationError on any failure."""
     if not webhook_url.startswith(("https://", "http://")):
         raise NotificationError("slack webhook URL is not http(s)")
+    message = {"text": text, **({"blocks": blocks} if blocks else {}), **(extra or {})}
     request = urllib.request.Request(  # noqa: S310 - scheme checked above
         webhook_url,
-        data=json.dumps({"text": text}).encode(),
+        data=json.dumps(message).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
@@ -266,10 +278,14 @@ def approval_channel_deliver(*, approval_id: UUID | str, channel: str, reminder:
     config = approval_notification_config(workspace_id=approval.workspace_id)
     title, body = _approval_text(approval, reminder=reminder, link=True)
     if channel == EMAIL and config.email.enabled and config.email.recipients:
-        _email(recipients=config.email.recipients, subject=title, body=body)
+        _approval_emails(approval=approval, recipients=config.email.recipients, subject=title, body=body)
         return True
     if channel == SLACK and config.slack.enabled and config.slack.webhook_url:
-        slack_post(webhook_url=config.slack.webhook_url, text=f"*{title}*\n{body}")
+        # Issue 29 §4: the message carries Approve and Reject buttons (governance.slack).
+        from governance.slack import approval_message_blocks
+
+        slack_post(webhook_url=config.slack.webhook_url, text=f"*{title}*\n{body}",
+                   blocks=approval_message_blocks(approval=approval, title=title, body=body))
         return True
     return False
 

@@ -19,7 +19,7 @@ from governance.models import ApprovalRequest
 from governance.runs import RunLock, run_control
 from rivercore.errors import Conflict
 from rivercore.steps import edited_arguments
-from rivercore.types.governance import ResolutionStatus
+from rivercore.types.governance import DecisionChannel, ResolutionStatus
 
 logger = logging.getLogger("river.governance")
 
@@ -27,7 +27,7 @@ RESOLVE_ATTEMPTS = 5
 
 
 def approval_resolve(*, user, approval_id, status: str, modified_args: dict | None = None,
-                     comment: str = "") -> ApprovalRequest:
+                     comment: str = "", channel: str = DecisionChannel.API) -> ApprovalRequest:
     """Approve, reject or edit-and-approve a paused call, then resume its run.
 
     Exactly once: the request row is locked and must still be pending; the audit
@@ -52,7 +52,8 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
         with transaction.atomic():
             control.lock(approval.execution_id)
             decided = approval_decide(
-                approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment
+                approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment,
+                channel=channel,
             )
             control.resume_after_resolution(
                 decided.execution_id, call_id=decided.tool_call_id,

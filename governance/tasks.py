@@ -75,3 +75,25 @@ def expire_approvals() -> int:
 
     approvals_remind_due(before_minutes=settings.RIVER_APPROVAL_REMINDER_MINUTES)
     return approvals_expire_due()
+
+
+@shared_task(
+    bind=True,
+    name="governance.slack_respond",
+    autoretry_for=(NotificationError,),
+    retry_backoff=True,
+    retry_backoff_max=120,
+    retry_jitter=True,
+    max_retries=4,
+)
+def slack_respond(self, response_url: str, message: dict) -> None:
+    """Answer a Slack click through its response_url (replace the approval message with
+    the decision, or tell the clicker why not). Retried; the URL is never logged."""
+    from governance.slack import slack_respond_now
+
+    try:
+        slack_respond_now(response_url=response_url, message=message)
+    except NotificationError as exc:
+        logger.warning("a Slack interaction's answer failed (attempt %d of %d): %s",
+                       self.request.retries + 1, self.max_retries + 1, exc)
+        raise

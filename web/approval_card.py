@@ -25,7 +25,7 @@ from governance.models import ApprovalRequest
 from governance.resolution import approval_resolve
 from rivercore.errors import NotFound, RiverError
 from rivercore.tools import get_tool
-from rivercore.types.governance import ResolutionStatus
+from rivercore.types.governance import DecisionChannel, ResolutionStatus
 from web.page_tools import page_login_required
 
 
@@ -153,6 +153,7 @@ def approval_resolve_card(request, approval_id):
             approval = approval_resolve(
                 user=request.user, approval_id=approval.pk, status=data["decision"],
                 modified_args=data["modified_args"], comment=data["resolution_comment"],
+                channel=DecisionChannel.INBOX,
             )
         except RiverError as exc:
             status_code = exc.status_code

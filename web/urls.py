@@ -8,6 +8,8 @@ urlpatterns = [
     path("", include("web.approvals")),
     path("", include("web.approval_card")),
     path("", include("web.start_run")),
+    path("", include("web.approval_links")),
+    path("", include("web.slack_settings")),
     path("", include("web.runs")),
     path("", include("web.run")),
     path("", include("web.sessions")),

@@ -24,6 +24,16 @@ class ResolutionStatus(StrEnum):
     EDITED_APPROVED = "edited_approved"
 
 
+class DecisionChannel(StrEnum):
+    """Where an approver decided (named in the decision's audit entry): the REST API,
+    the approval card in River's pages, a signed e-mail link, a Slack button."""
+
+    API = "api"
+    INBOX = "inbox"
+    EMAIL = "email"
+    SLACK = "slack"
+
+
 class PolicyType(StrEnum):
     BUDGET = "budget"
     RATE_LIMIT = "rate_limit"
