@@ -19,7 +19,13 @@ from common.compiled import CompiledQuery
 from governance.audit import audit_record
 from governance.models import ApprovalRequest
 from governance.notifications import approval_notifications_resolve, approval_notify
-from governance.quorum import approval_quorum_fields, quorum_outcome_details, quorum_round_check, quorum_vote
+from governance.quorum import (
+    approval_quorum_fields,
+    quorum_not_yet_approved_by,
+    quorum_outcome_details,
+    quorum_round_check,
+    quorum_vote,
+)
 from rivercore.errors import Conflict, NotFound, PermissionDenied
 from rivercore.types.agents import ApprovalRules
 from rivercore.types.governance import ResolutionStatus
@@ -250,6 +256,7 @@ def approvals_pending_count(*, user, workspace: Workspace) -> int:
     pending = ApprovalRequest.objects.filter(workspace=workspace, status=ApprovalRequest.Status.PENDING)
     if not workspace.allow_self_approval and getattr(user, "pk", None) is not None:
         pending = pending.exclude(run_started_by_id=user.pk)
+    pending = quorum_not_yet_approved_by(pending, user=user)  # a vote given waits on others, not on them
     if ORG_ADMIN_ROLE in roles:
         return pending.count()
     return sum(1 for approver_roles in pending.values_list("approver_roles", flat=True)

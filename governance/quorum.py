@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from governance import expressions
@@ -192,6 +193,16 @@ def quorum_outcome_details(approval: ApprovalRequest) -> dict:
 
 
 # --- reading -----------------------------------------------------------------------
+
+
+def quorum_not_yet_approved_by(pending: QuerySet, *, user) -> QuerySet:
+    """``pending`` without the requests ``user`` already approved in their current round
+    (for the frame's badge: those wait on other people now). One subquery, no statement."""
+    if getattr(user, "pk", None) is None:
+        return pending
+    given = ApprovalVote.objects.filter(approval=OuterRef("pk"), user_id=user.pk, round=OuterRef("quorum_round"),
+                                        decision__in=APPROVALS_COUNTED)
+    return pending.exclude(Exists(given))
 
 
 def quorum_state(approval: ApprovalRequest, *, user=None) -> dict | None:

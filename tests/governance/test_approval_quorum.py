@@ -198,6 +198,18 @@ class TestTwoPersonRule:
         mine = Notification.objects.get(user=owner, approval_id=approval.pk)
         assert mine.read_at is None and mine.resolved_at is None
 
+    def test_the_badge_leaves_out_what_you_already_approved(self, workspace, owner, editor, api_client_for):
+        from governance.approvals import approvals_pending_count
+
+        agent = quorum_agent(workspace, owner, quorum=[{"approvals": 2}])
+        _, approval = pause(agent)
+        assert approvals_pending_count(user=editor, workspace=workspace) == 1
+
+        resolve(api_client_for(editor), approval, {"status": "approved"})
+
+        assert approvals_pending_count(user=editor, workspace=workspace) == 0
+        assert approvals_pending_count(user=owner, workspace=workspace) == 1
+
     def test_a_request_with_one_approver_records_no_votes(self, workspace, owner, editor, api_client_for):
         agent = quorum_agent(workspace, owner)
         _, approval = pause(agent)
