@@ -31,6 +31,7 @@ from governance import services
 from governance.approvals import approval_get_for_user, approvals_for_user
 from governance.audit import audit_verify
 from governance.models import ApprovalRequest, AuditLogEntry, Policy
+from governance.quorum import quorum_state
 from governance.resolution import approval_resolve
 from governance.selectors import audit_entries_for_user, policies_for_user, policy_get_for_user
 from rivercore import limits
@@ -52,6 +53,7 @@ class PolicySerializer(serializers.ModelSerializer):
         fields = [
             "id", "organization_id", "workspace_id", "scope", "name", "description", "policy_type",
             "conditions", "expression", "enforcement", "enabled", "created_by_id", "created_at", "updated_at",
+            "required_approvals",
         ]
 
     def get_expression(self, policy: Policy) -> str:
@@ -72,6 +74,8 @@ class PolicyWriteSerializer(serializers.Serializer):
     conditions = serializers.JSONField(help_text='{"expression": "..."} or the keyed form')
     enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"))
     enabled = serializers.BooleanField(required=False, default=True)
+    # Quorum: distinct approvers for a require_approval policy (checked by the service).
+    required_approvals = serializers.IntegerField(required=False, default=1, min_value=1, max_value=10)
 
 
 class PolicyUpdateSerializer(serializers.Serializer):
@@ -81,6 +85,7 @@ class PolicyUpdateSerializer(serializers.Serializer):
     conditions = serializers.JSONField(required=False)
     enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"), required=False)
     enabled = serializers.BooleanField(required=False)
+    required_approvals = serializers.IntegerField(required=False, min_value=1, max_value=10)
 
     def validate(self, attrs):
         fixed = sorted({"scope", "workspace_id", "organization_id"} & set(self.initial_data))
@@ -293,23 +298,63 @@ class WorkspaceApprovalSettings(APIView):
 # --- approval requests ---------------------------------------------------------------
 
 
+class ApprovalVoteSerializer(serializers.Serializer):
+    user = PersonRefSerializer(read_only=True, allow_null=True)
+    decision = serializers.CharField(read_only=True)
+    comment = serializers.CharField(read_only=True)
+    round = serializers.IntegerField(read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class ApprovalQuorumSerializer(serializers.Serializer):
+    """Issue 29 §3: "1 of 2 approvals" and who gave them (governance.quorum)."""
+
+    required = serializers.IntegerField(read_only=True)
+    given = serializers.IntegerField(read_only=True)
+    round = serializers.IntegerField(read_only=True)
+    approvals = ApprovalVoteSerializer(many=True, read_only=True)
+    superseded = ApprovalVoteSerializer(many=True, read_only=True)
+    rejections = ApprovalVoteSerializer(many=True, read_only=True)
+    edited_args = serializers.JSONField(read_only=True, allow_null=True)
+    you_approved = serializers.BooleanField(read_only=True)
+
+
+class ApprovalEscalationSerializer(serializers.Serializer):
+    chain = serializers.JSONField(source="escalation_chain", read_only=True)
+    level = serializers.IntegerField(source="escalation_level", read_only=True)
+    escalated_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    next_escalation_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+
 class ApprovalSerializer(serializers.ModelSerializer):
     # The run's requester: the person answerable for it, who may not resolve this request
     # unless the workspace allows self-approval.
     requester = PersonRefSerializer(source="run_started_by", read_only=True, allow_null=True)
+    # Quorum and escalation (issue 29 §3): null quorum for a request one approver decides.
+    quorum = serializers.SerializerMethodField()
+    escalation = ApprovalEscalationSerializer(source="*", read_only=True)
 
     class Meta:
         model = ApprovalRequest
         fields = ["id", "workspace", "execution_id", "agent_id", "tool_name", "proposed_payload",
                   "reasoning_summary", "risk_context", "confidence_score", "auto_approve_eligible",
                   "approver_roles", "requester", "status", "expires_at", "resolution", "resolved_by",
-                  "resolution_comment", "resolved_at", "created_at"]
+                  "resolution_comment", "resolved_at", "created_at", "required_approvals", "quorum", "escalation"]
+
+    @extend_schema_field(ApprovalQuorumSerializer(allow_null=True))
+    def get_quorum(self, approval: ApprovalRequest) -> dict | None:
+        request = self.context.get("request")
+        state = quorum_state(approval, user=getattr(request, "user", None))
+        return ApprovalQuorumSerializer(state).data if state is not None else None
 
 
 class ResolveInput(serializers.Serializer):
     status = serializers.ChoiceField(choices=[s.value for s in ResolutionStatus])
     modified_args = serializers.JSONField(required=False, default=None)
     resolution_comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+    # Quorum: the round of arguments the caller reviewed (``quorum.round``); 409
+    # ``arguments_changed`` when someone edited them since. Optional.
+    arguments_round = serializers.IntegerField(required=False, default=None, allow_null=True, min_value=0)
 
     def validate(self, attrs):
         if attrs["status"] == ResolutionStatus.EDITED_APPROVED and not isinstance(attrs.get("modified_args"), dict):
@@ -330,13 +375,15 @@ class ApprovalList(ListAPIView):
             raise InvalidInput(
                 "Unknown status.", details={"status": [f"must be one of {ApprovalRequest.Status.values}"]}
             )
-        return approvals_for_user(user=self.request.user, status=wanted, resolvable_only=True)
+        return approvals_for_user(user=self.request.user, status=wanted, resolvable_only=True).prefetch_related(
+            "votes__user")
 
 
 class ApprovalDetail(APIView):
     @extend_schema(responses=ApprovalSerializer)
     def get(self, request, approval_id):
-        return Response(ApprovalSerializer(approval_get_for_user(user=request.user, approval_id=approval_id)).data)
+        approval = approval_get_for_user(user=request.user, approval_id=approval_id)
+        return Response(ApprovalSerializer(approval, context={"request": request}).data)
 
 
 class ApprovalResolve(APIView):
@@ -349,8 +396,9 @@ class ApprovalResolve(APIView):
             user=request.user, approval_id=approval_id, status=data["status"],
             modified_args=data.get("modified_args"), comment=data.get("resolution_comment", ""),
             channel=DecisionChannel.API,
+            arguments_round=data.get("arguments_round"),
         )
-        return Response(ApprovalSerializer(approval).data)
+        return Response(ApprovalSerializer(approval, context={"request": request}).data)
 
 
 urlpatterns = [

@@ -29,6 +29,9 @@ class Policy(models.Model):
     # {"expression": "..."}; the keyed form of the spec is normalised into this on save.
     conditions = models.JSONField(default=dict)
     enforcement = models.CharField(max_length=20, choices=_choices(Enforcement))
+    # Quorum: how many distinct people must approve a call this policy pauses
+    # (require_approval only; governance.quorum).
+    required_approvals = models.PositiveSmallIntegerField(default=1)
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
@@ -87,13 +90,54 @@ class ApprovalRequest(models.Model):
     resolution_comment = models.TextField(blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Quorum and escalation (governance.quorum, governance.escalation; docs/approvals.md).
+    # ``quorum_round`` counts edits made under a quorum: an edit starts a new round and only
+    # the approvals of the current round count; ``quorum_args`` are the edited arguments
+    # the current round votes on (None: the proposed ones).
+    required_approvals = models.PositiveSmallIntegerField(default=1)
+    quorum_round = models.PositiveIntegerField(default=0)
+    quorum_args = models.JSONField(null=True, blank=True)
+    # The agent version's chain, copied when the request opened: [{after_minutes, approver_roles}].
+    escalation_chain = models.JSONField(default=list, blank=True)
+    escalation_level = models.PositiveSmallIntegerField(default=0)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    next_escalation_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "expires_at"]), models.Index(fields=["workspace", "status"])]
+        indexes = [models.Index(fields=["status", "expires_at"]), models.Index(fields=["workspace", "status"]),
+                   models.Index(fields=["status", "next_escalation_at"], name="approval_escalation_idx")]
 
     def __str__(self) -> str:
         return f"{self.tool_name} for run {self.execution_id} ({self.status})"
+
+
+class ApprovalVote(models.Model):
+    """One person's decision on a request that needs several approvers (quorum).
+
+    One vote per person and round: an edit starts a new round (the earlier approvals
+    were given to other arguments), and the database refuses a second vote of the same
+    person in a round."""
+
+    class Decision(models.TextChoices):
+        APPROVED = "approved", "Approved"
+        EDITED_APPROVED = "edited_approved", "Edited and approved"
+        REJECTED = "rejected", "Rejected"
+
+    approval = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="votes")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    round = models.PositiveIntegerField(default=0)
+    decision = models.CharField(max_length=20, choices=Decision.choices)
+    comment = models.TextField(blank=True)
+    modified_args = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [models.UniqueConstraint(fields=["approval", "user", "round"], name="uniq_approval_vote")]
+
+    def __str__(self) -> str:
+        return f"{self.decision} by {self.user_id} on {self.approval_id} (round {self.round})"
 
 
 # What a text search of the audit trail reads (governance.selectors.audit_entries_search).

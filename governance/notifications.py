@@ -35,6 +35,7 @@ EMAIL = "email"
 SLACK = "slack"
 APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_REMINDER = "approval_reminder"
+APPROVAL_ESCALATED = "approval_escalated"
 RUN_OUTCOME = "run_outcome"
 SLACK_TIMEOUT_SECONDS = 5
 # The event a person's feed receives when their unread notifications change (a new one,
@@ -149,11 +150,16 @@ def _approval_text(approval: ApprovalRequest, *, reminder: bool = False, link: b
     title = f"Approval needed: {approval.tool_name} (run {approval.execution_id})"
     if reminder:
         title = f"Reminder, expires soon: {approval.tool_name} (run {approval.execution_id})"
+    elif approval.escalation_level:  # escalation chains (governance.escalation)
+        title = f"Escalated to you, approval needed: {approval.tool_name} (run {approval.execution_id})"
     lines = [
         f"An agent wants to call {approval.tool_name} and needs approval.",
         f"Reasoning: {approval.reasoning_summary}" if approval.reasoning_summary else "",
         f"Risk: {approval.risk_context}" if approval.risk_context else "",
         f"Confidence: {approval.confidence_score:.2f}" if approval.confidence_score is not None else "",
+        f"Needs {approval.required_approvals} distinct approvers." if approval.required_approvals > 1 else "",
+        f"Escalated to {', '.join(approval.approver_roles)} after nobody decided."
+        if approval.escalation_level else "",
         f"Expires: {local_time(approval.expires_at, workspace=approval.workspace)}",
         f"Review: {_absolute(approval_url(approval.pk))}" if link else "",
     ]
@@ -258,6 +264,8 @@ def approval_notifications_send(*, approval_id: UUID | str, reminder: bool = Fal
     if config.in_app.enabled:
         title, body = _approval_text(approval, reminder=reminder)
         kind = APPROVAL_REMINDER if reminder else APPROVAL_REQUESTED
+        if not reminder and approval.escalation_level:
+            kind = APPROVAL_ESCALATED
         _in_app(workspace_id=approval.workspace_id, users=approval_deciders(approval=approval), kind=kind,
                 title=title, body=body, url=approval_url(approval.pk), approval_id=approval.pk,
                 execution_id=approval.execution_id)

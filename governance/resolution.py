@@ -27,7 +27,8 @@ RESOLVE_ATTEMPTS = 5
 
 
 def approval_resolve(*, user, approval_id, status: str, modified_args: dict | None = None,
-                     comment: str = "", channel: str = DecisionChannel.API) -> ApprovalRequest:
+                     comment: str = "", channel: str = DecisionChannel.API,
+                     arguments_round: int | None = None) -> ApprovalRequest:
     """Approve, reject or edit-and-approve a paused call, then resume its run.
 
     Exactly once: the request row is locked and must still be pending; the audit
@@ -36,7 +37,10 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
     resolutions, a cancel and the expiry sweep queue up instead of deadlocking; a
     transient database error (deadlock victim, serialization failure, dropped
     connection) rolls the attempt back and it is tried again, so a caller gets a
-    decision or a 409, never a 500."""
+    decision or a 409, never a 500. Under a quorum (governance.quorum) a decision may be
+    one vote of several: the request stays pending and the run waits; it resumes once,
+    with the vote that completes the quorum. ``arguments_round`` is the round of
+    arguments the caller saw (409 when someone edited them since)."""
     control = run_control()
     approval = approval_get_for_user(user=user, approval_id=approval_id)
     # Checked again under the row lock; here so a non-approver learns 403, not 400.
@@ -54,7 +58,10 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
             decided = approval_decide(
                 approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment,
                 channel=channel,
+                arguments_round=arguments_round,
             )
+            if decided.status == ApprovalRequest.Status.PENDING:  # a vote; the quorum is not complete yet
+                return decided
             control.resume_after_resolution(
                 decided.execution_id, call_id=decided.tool_call_id,
                 resolution={**decided.resolution, "approval_id": str(decided.pk), "tool_name": decided.tool_name},

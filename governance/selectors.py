@@ -85,6 +85,7 @@ def policy_spec(policy: Policy) -> GovernancePolicySpec:
         policy_type=policy.policy_type,
         conditions=policy.conditions,
         enforcement=policy.enforcement,
+        required_approvals=policy.required_approvals,
     )
 
 

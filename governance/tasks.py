@@ -66,13 +66,16 @@ def audit_anchor() -> int:
 
 @shared_task(name="governance.expire_approvals")
 def expire_approvals() -> int:
-    """Periodic: remind approvers of requests about to expire, then expire the overdue
-    ones (their runs end ``approval_expired``). Returns how many expired."""
+    """Periodic: move undecided requests along their escalation chains, remind approvers
+    of requests about to expire, then expire the overdue ones (their runs end
+    ``approval_expired``). Returns how many expired."""
     from django.conf import settings
 
     from governance.approvals import approvals_remind_due
+    from governance.escalation import approvals_escalate_due
     from governance.resolution import approvals_expire_due
 
+    approvals_escalate_due()  # escalation chains first: a moved request is no longer the old group's
     approvals_remind_due(before_minutes=settings.RIVER_APPROVAL_REMINDER_MINUTES)
     return approvals_expire_due()
 

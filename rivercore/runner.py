@@ -726,6 +726,8 @@ class Engine:
                           + (f" {extra_risk}" if extra_risk else "")),
             confidence_score=confidence,
             auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
+            required_approvals=verdict.required_approvals,  # quorum (governance.quorum)
+            rows=policy.get("total_rows"),
         )
         condition = await self._io(gate.auto_approved, self.policy, state, call.name, {
             "confidence_score": confidence, "tool": {"name": call.name}, "args": args})

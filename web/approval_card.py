@@ -26,6 +26,7 @@ from governance.resolution import approval_resolve
 from rivercore.errors import NotFound, RiverError
 from rivercore.tools import get_tool
 from rivercore.types.governance import DecisionChannel, ResolutionStatus
+from web.approval_card_quorum import quorum_card
 from web.page_tools import page_login_required
 
 
@@ -35,6 +36,7 @@ class ResolveForm(forms.Form):
                                           (ResolutionStatus.EDITED_APPROVED.value, "Edit and approve")])
     resolution_comment = forms.CharField(required=False, max_length=4000)
     modified_args = forms.CharField(required=False, max_length=100_000, strip=False)
+    arguments_round = forms.IntegerField(required=False, min_value=0)  # quorum: the round the approver saw
 
     def clean(self):
         data = super().clean()
@@ -103,7 +105,7 @@ def approval_card(
     tool = get_tool(approval.tool_name)
     submitted = submitted or {}
     resolution = approval.resolution or {}
-    return {
+    context = {
         "approval": approval,
         "pending": approval.status == ApprovalRequest.Status.PENDING,
         "can_resolve": may_resolve(user=user, approval=approval) if can_resolve is None else can_resolve,
@@ -121,6 +123,8 @@ def approval_card(
         "error": error,
         "edit_open": bool(error) and submitted.get("decision") == ResolutionStatus.EDITED_APPROVED,
     }
+    context.update(quorum_card(user=user, approval=approval, context=context, submitted=submitted))
+    return context
 
 
 def _approval_or_404(user, approval_id) -> ApprovalRequest:
@@ -154,6 +158,7 @@ def approval_resolve_card(request, approval_id):
                 user=request.user, approval_id=approval.pk, status=data["decision"],
                 modified_args=data["modified_args"], comment=data["resolution_comment"],
                 channel=DecisionChannel.INBOX,
+                arguments_round=data.get("arguments_round"),
             )
         except RiverError as exc:
             status_code = exc.status_code

@@ -449,4 +449,5 @@ def _approval_open(execution: Execution, state: RunState):
         # the clicker, a key's owner, a trigger's responsible person, the parent, upstream
         # run's or session's person), never the identity it acts as.
         run_started_by_id=execution.requester_id,
+        approval_rules=rules,  # quorum and escalation chain (governance.quorum)
     )
