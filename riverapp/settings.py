@@ -429,6 +429,8 @@ RIVER_ADMIN_PASSWORD = env_str("RIVER_ADMIN_PASSWORD") or None
 # The demo's second person, who approves what the admin's runs ask for (segregation of duties).
 RIVER_APPROVER_PASSWORD = env_password("RIVER_APPROVER_PASSWORD", min_length=12)
 RIVER_APPROVAL_REMINDER_MINUTES = env_int("RIVER_APPROVAL_REMINDER_MINUTES", 60, minimum=1)
+# A standing approval grant lasts at most this many days (docs/approvals.md, scopes).
+RIVER_APPROVAL_GRANT_MAX_DAYS = env_int("RIVER_APPROVAL_GRANT_MAX_DAYS", 30, minimum=1)
 # Triggers (docs/triggers.md): a cron slot whose task runs later than this after the slot
 # is recorded as missed rather than run late; metric samples are kept this many hours;
 # a pipeline may be this many stages deep (the first follower of a run is at depth 1).
