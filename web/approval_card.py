@@ -26,6 +26,7 @@ from governance.resolution import approval_resolve
 from rivercore.errors import NotFound, RiverError
 from rivercore.tools import get_tool
 from rivercore.types.governance import ResolutionStatus
+from web.approval_scopes import card_scope, scope_from_form
 from web.page_tools import page_login_required
 
 
@@ -120,6 +121,7 @@ def approval_card(
         "proposed_items": [(key, _shown(value)) for key, value in sorted((approval.proposed_payload or {}).items())],
         "error": error,
         "edit_open": bool(error) and submitted.get("decision") == ResolutionStatus.EDITED_APPROVED,
+        **card_scope(approval, submitted=submitted),  # scopes: web.approval_scopes
     }
 
 
@@ -153,6 +155,7 @@ def approval_resolve_card(request, approval_id):
             approval = approval_resolve(
                 user=request.user, approval_id=approval.pk, status=data["decision"],
                 modified_args=data["modified_args"], comment=data["resolution_comment"],
+                scope=scope_from_form(request.POST),  # scopes: web.approval_scopes
             )
         except RiverError as exc:
             status_code = exc.status_code
