@@ -40,7 +40,7 @@ SCOPE_LABELS = {
     ApprovalScope.ONCE: "This call only",
     ApprovalScope.RUN: "Identical calls for the rest of this run",
     ApprovalScope.SESSION: "Identical calls for the rest of this conversation",
-    ApprovalScope.GRANT: "A standing grant: this agent, this tool and target, without asking",
+    ApprovalScope.GRANT: "A standing grant: this agent may make this kind of call, same target, without asking",
 }
 
 
