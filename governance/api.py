@@ -30,6 +30,14 @@ from common.people import PersonRefSerializer
 from governance import services
 from governance.approvals import approval_get_for_user, approvals_for_user
 from governance.audit import audit_verify
+from governance.grants import (
+    GrantState,
+    approval_scope_parse,
+    grant_describe,
+    grant_get_for_user,
+    grant_revoke,
+    grants_for_user,
+)
 from governance.models import ApprovalRequest, AuditLogEntry, Policy
 from governance.quorum import quorum_state
 from governance.resolution import approval_resolve
@@ -339,7 +347,8 @@ class ApprovalSerializer(serializers.ModelSerializer):
         fields = ["id", "workspace", "execution_id", "agent_id", "tool_name", "proposed_payload",
                   "reasoning_summary", "risk_context", "confidence_score", "auto_approve_eligible",
                   "approver_roles", "requester", "status", "expires_at", "resolution", "resolved_by",
-                  "resolution_comment", "resolved_at", "created_at", "required_approvals", "quorum", "escalation"]
+                  "resolution_comment", "resolved_at", "created_at", "required_approvals", "quorum", "escalation",
+                  "scope"]  # scopes (governance.grants)
 
     @extend_schema_field(ApprovalQuorumSerializer(allow_null=True))
     def get_quorum(self, approval: ApprovalRequest) -> dict | None:
@@ -355,6 +364,10 @@ class ResolveInput(serializers.Serializer):
     # Quorum: the round of arguments the caller reviewed (``quorum.round``); 409
     # ``arguments_changed`` when someone edited them since. Optional.
     arguments_round = serializers.IntegerField(required=False, default=None, allow_null=True, min_value=0)
+    # Scopes (governance.grants): parsed by approval_scope_parse, which names the field at fault.
+    scope = serializers.JSONField(required=False, default=None, help_text="once (default), run, session or grant")
+    grant = serializers.JSONField(required=False, default=None,
+                                  help_text="with scope grant: {expires_in_days, max_rows, condition}")
 
     def validate(self, attrs):
         if attrs["status"] == ResolutionStatus.EDITED_APPROVED and not isinstance(attrs.get("modified_args"), dict):
@@ -392,19 +405,71 @@ class ApprovalResolve(APIView):
         body = ResolveInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        scope = approval_scope_parse(scope=data.get("scope"), grant=data.get("grant"))
         approval = approval_resolve(
             user=request.user, approval_id=approval_id, status=data["status"],
             modified_args=data.get("modified_args"), comment=data.get("resolution_comment", ""),
-            channel=DecisionChannel.API,
-            arguments_round=data.get("arguments_round"),
+            channel=DecisionChannel.API, arguments_round=data.get("arguments_round"), scope=scope,
         )
         return Response(ApprovalSerializer(approval, context={"request": request}).data)
+
+
+# --- standing approval grants (governance.grants) -------------------------------------
+
+
+class ApprovalGrantSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    workspace_id = serializers.IntegerField()
+    agent_id = serializers.UUIDField()
+    tool_name = serializers.CharField()
+    data_source_id = serializers.IntegerField(allow_null=True)
+    target = serializers.CharField(allow_blank=True)
+    condition = serializers.CharField(allow_blank=True)
+    max_rows = serializers.IntegerField()
+    approval_id = serializers.UUIDField(allow_null=True)
+    granted_by = serializers.JSONField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    revoked_by = serializers.JSONField(allow_null=True)
+    state = serializers.ChoiceField(choices=[s.value for s in GrantState])
+    uses = serializers.IntegerField()
+    last_used_at = serializers.DateTimeField(allow_null=True)
+
+    def to_representation(self, instance):
+        return super().to_representation(grant_describe(instance))
+
+
+class ApprovalGrantList(ListAPIView):
+    serializer_class = ApprovalGrantSerializer
+
+    @extend_schema(parameters=[OpenApiParameter("state", str, description="active, expired or revoked")])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        return grants_for_user(user=self.request.user, state=self.request.query_params.get("state"))
+
+
+class ApprovalGrantDetail(APIView):
+    @extend_schema(responses=ApprovalGrantSerializer)
+    def get(self, request, grant_id):
+        return Response(ApprovalGrantSerializer(grant_get_for_user(user=request.user, grant_id=grant_id)).data)
+
+
+class ApprovalGrantRevoke(APIView):
+    @extend_schema(request=None, responses=ApprovalGrantSerializer)
+    def post(self, request, grant_id):
+        return Response(ApprovalGrantSerializer(grant_revoke(user=request.user, grant_id=grant_id)).data)
 
 
 urlpatterns = [
     path("approvals/", ApprovalList.as_view(), name="approval-list"),
     path("approvals/<str:approval_id>/", ApprovalDetail.as_view(), name="approval-detail"),
     path("approvals/<str:approval_id>/resolve", ApprovalResolve.as_view(), name="approval-resolve"),
+    path("approval-grants/", ApprovalGrantList.as_view(), name="approval-grant-list"),
+    path("approval-grants/<str:grant_id>/", ApprovalGrantDetail.as_view(), name="approval-grant-detail"),
+    path("approval-grants/<str:grant_id>/revoke", ApprovalGrantRevoke.as_view(), name="approval-grant-revoke"),
     path("workspaces/<int:workspace_id>/approval-settings", WorkspaceApprovalSettings.as_view(),
          name="workspace-approval-settings"),
     path("policies/", PolicyListCreate.as_view(), name="policy-list"),

@@ -117,7 +117,7 @@ def _standing(*, user, workspace) -> tuple[list[str], bool]:
     return roles_annotated(row), bool(row.run_as_principal)
 
 
-def _resolver_roles(*, user, workspace) -> set[str]:
+def resolver_roles(*, user, workspace) -> set[str]:
     """The user's roles in the workspace if they hold ``approval:resolve`` there, else none."""
     roles, principal = _standing(user=user, workspace=workspace)  # read once: the permission follows
     if principal or APPROVAL_RESOLVE not in roles_permissions(roles):
@@ -125,7 +125,7 @@ def _resolver_roles(*, user, workspace) -> set[str]:
     return set(roles)
 
 
-def _role_allows(roles: set[str], approval: ApprovalRequest) -> bool:
+def roles_allow(roles: set[str], approval: ApprovalRequest) -> bool:
     return ORG_ADMIN_ROLE in roles or bool(roles & set(approval.approver_roles or []))
 
 
@@ -198,7 +198,7 @@ def approval_authorize(*, user, approval: ApprovalRequest) -> None:
     roles, principal = _standing_of(user=user, approval=approval)
     if principal:
         raise PermissionDenied(SERVICE_PRINCIPAL_MESSAGE, code="service_principal_cannot_approve")
-    if APPROVAL_RESOLVE not in roles_permissions(roles) or not _role_allows(set(roles), approval):
+    if APPROVAL_RESOLVE not in roles_permissions(roles) or not roles_allow(set(roles), approval):
         raise PermissionDenied("Your role may not resolve this approval request.")
     if self_approval_refused(user=user, approval=approval):
         raise PermissionDenied(SELF_APPROVAL_MESSAGE, code="self_approval_forbidden")
@@ -218,10 +218,10 @@ def may_resolve(*, user, approval: ApprovalRequest) -> bool:
 def approval_resolver(*, user, workspace):
     """``may_resolve`` for many requests of one workspace, the user's roles read once:
     a page of cards costs the same queries as one card."""
-    roles = _resolver_roles(user=user, workspace=workspace)
+    roles = resolver_roles(user=user, workspace=workspace)
 
     def allowed(approval: ApprovalRequest) -> bool:
-        return _role_allows(roles, approval) and not self_approval_refused(user=user, approval=approval)
+        return roles_allow(roles, approval) and not self_approval_refused(user=user, approval=approval)
 
     return allowed
 
@@ -236,8 +236,8 @@ def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool
         allowed = []
         for approval in qs:
             if approval.workspace_id not in roles_by_workspace:
-                roles_by_workspace[approval.workspace_id] = _resolver_roles(user=user, workspace=approval.workspace)
-            if _role_allows(roles_by_workspace[approval.workspace_id], approval) and not self_approval_refused(
+                roles_by_workspace[approval.workspace_id] = resolver_roles(user=user, workspace=approval.workspace)
+            if roles_allow(roles_by_workspace[approval.workspace_id], approval) and not self_approval_refused(
                 user=user, approval=approval
             ):
                 allowed.append(approval.pk)
@@ -250,7 +250,7 @@ def approvals_pending_count(*, user, workspace: Workspace) -> int:
     inbox's rule (``approval_resolver``: the permission, one of the request's approver
     roles or an organization admin, and never a run they requested unless the
     workspace allows self-approval), so the badge never counts what they cannot decide."""
-    roles = _resolver_roles(user=user, workspace=workspace)
+    roles = resolver_roles(user=user, workspace=workspace)
     if not roles:
         return 0
     pending = ApprovalRequest.objects.filter(workspace=workspace, status=ApprovalRequest.Status.PENDING)

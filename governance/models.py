@@ -102,6 +102,8 @@ class ApprovalRequest(models.Model):
     escalation_level = models.PositiveSmallIntegerField(default=0)
     escalated_at = models.DateTimeField(null=True, blank=True)
     next_escalation_at = models.DateTimeField(null=True, blank=True)
+    # Approve at the right scope (governance.grants): "once", "run", "session" or "grant".
+    scope = models.CharField(max_length=10, default="once")
 
     class Meta:
         ordering = ["-created_at"]
@@ -138,6 +140,41 @@ class ApprovalVote(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision} by {self.user_id} on {self.approval_id} (round {self.round})"
+
+
+class ApprovalGrant(models.Model):
+    """A standing grant (governance.grants): this agent may make this kind of call (one
+    tool, one target, a condition on the arguments, at most ``max_rows`` rows) without
+    asking, until ``expires_at`` or until revoked. Made by resolving an approval request
+    with scope ``grant``; only that request's approvers may make one."""
+
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="approval_grants")
+    # Plain ids, not foreign keys: governance sits below agents and executions.
+    agent_id = models.UUIDField(db_index=True)
+    tool_name = models.CharField(max_length=100)
+    data_source_id = models.BigIntegerField(null=True, blank=True)
+    target = models.CharField(max_length=300, blank=True)  # the table's policy key, or "" for a tool without one
+    condition = models.TextField(blank=True)
+    max_rows = models.PositiveIntegerField()
+    approver_roles = models.JSONField(default=list)
+    approval = models.ForeignKey(ApprovalRequest, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="grants")
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["workspace", "agent_id", "tool_name"], name="approval_grant_lookup_idx")]
+
+    def __str__(self) -> str:
+        return f"grant #{self.pk}: {self.tool_name} on {self.target or 'any target'}"
 
 
 # What a text search of the audit trail reads (governance.selectors.audit_entries_search).

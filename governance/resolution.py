@@ -15,6 +15,7 @@ from governance.approvals import (
     approval_get_for_user,
     approvals_overdue,
 )
+from governance.grants import ONCE, ScopeChoice, approval_scope_check, approval_scope_record
 from governance.models import ApprovalRequest
 from governance.runs import RunLock, run_control
 from rivercore.errors import Conflict
@@ -28,7 +29,7 @@ RESOLVE_ATTEMPTS = 5
 
 def approval_resolve(*, user, approval_id, status: str, modified_args: dict | None = None,
                      comment: str = "", channel: str = DecisionChannel.API,
-                     arguments_round: int | None = None) -> ApprovalRequest:
+                     arguments_round: int | None = None, scope: ScopeChoice = ONCE) -> ApprovalRequest:
     """Approve, reject or edit-and-approve a paused call, then resume its run.
 
     Exactly once: the request row is locked and must still be pending; the audit
@@ -51,6 +52,9 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
         modified_args = edited_arguments(approval.tool_name, modified_args)
     else:
         modified_args = None  # only an edit carries arguments
+    # Scopes (governance.grants): checked before the lock, recorded with the decision.
+    approval_scope_check(approval=approval, choice=scope, status=status,
+                         arguments=modified_args or approval.proposed_payload or {})
 
     def decide_and_resume() -> ApprovalRequest:
         with transaction.atomic():
@@ -62,6 +66,7 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
             )
             if decided.status == ApprovalRequest.Status.PENDING:  # a vote; the quorum is not complete yet
                 return decided
+            approval_scope_record(approval=decided, user=user, choice=scope)  # scopes: governance.grants
             control.resume_after_resolution(
                 decided.execution_id, call_id=decided.tool_call_id,
                 resolution={**decided.resolution, "approval_id": str(decided.pk), "tool_name": decided.tool_name},

@@ -436,6 +436,8 @@ RIVER_APPROVAL_REMINDER_MINUTES = env_int("RIVER_APPROVAL_REMINDER_MINUTES", 60,
 RIVER_APPROVAL_LINK_HOURS = env_int("RIVER_APPROVAL_LINK_HOURS", 24, minimum=1)
 RIVER_SLACK_SIGNING_SECRET = env_str("RIVER_SLACK_SIGNING_SECRET", "") or ""
 RIVER_SLACK_RESPONSE_URL_PREFIXES = env_list("RIVER_SLACK_RESPONSE_URL_PREFIXES", ["https://hooks.slack.com/"])
+# A standing approval grant lasts at most this many days (docs/approvals.md, scopes).
+RIVER_APPROVAL_GRANT_MAX_DAYS = env_int("RIVER_APPROVAL_GRANT_MAX_DAYS", 30, minimum=1)
 # Triggers (docs/triggers.md): a cron slot whose task runs later than this after the slot
 # is recorded as missed rather than run late; metric samples are kept this many hours;
 # a pipeline may be this many stages deep (the first follower of a run is at depth 1).

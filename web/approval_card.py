@@ -27,6 +27,7 @@ from rivercore.errors import NotFound, RiverError
 from rivercore.tools import get_tool
 from rivercore.types.governance import DecisionChannel, ResolutionStatus
 from web.approval_card_quorum import quorum_card
+from web.approval_scopes import card_scope, scope_from_form
 from web.page_tools import page_login_required
 
 
@@ -122,6 +123,7 @@ def approval_card(
         "proposed_items": [(key, _shown(value)) for key, value in sorted((approval.proposed_payload or {}).items())],
         "error": error,
         "edit_open": bool(error) and submitted.get("decision") == ResolutionStatus.EDITED_APPROVED,
+        **card_scope(approval, submitted=submitted),  # scopes: web.approval_scopes
     }
     context.update(quorum_card(user=user, approval=approval, context=context, submitted=submitted))
     return context
@@ -159,6 +161,7 @@ def approval_resolve_card(request, approval_id):
                 modified_args=data["modified_args"], comment=data["resolution_comment"],
                 channel=DecisionChannel.INBOX,
                 arguments_round=data.get("arguments_round"),
+                scope=scope_from_form(request.POST),  # scopes: web.approval_scopes
             )
         except RiverError as exc:
             status_code = exc.status_code

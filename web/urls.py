@@ -5,6 +5,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("", include("web.frame")),
+    path("", include("web.approval_scopes")),
     path("", include("web.approvals")),
     path("", include("web.approval_card")),
     path("", include("web.start_run")),
