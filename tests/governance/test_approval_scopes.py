@@ -324,6 +324,21 @@ def test_bad_scopes_are_a_400_naming_the_field_and_change_nothing(agent, request
     assert ApprovalGrant.objects.count() == 0
 
 
+@pytest.mark.parametrize("body", [{"scope": "run"}, {"scope": "session"}, {"scope": "grant", "grant": GRANT}])
+def test_a_request_needing_several_approvers_is_decided_for_its_own_call_only(agent, requester, owner,
+                                                                              api_client_for, body):
+    """One person's wider scope would let later calls skip the other approvers (quorum)."""
+    first = start(agent, requester, ScriptedLLM([tool_reply(TABLE_TOOL, INSERT_ONE, call_id="c1")]))
+    approval = pending_of(first)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(required_approvals=2)
+    response = resolve(api_client_for(owner), approval, **body)
+    assert response.status_code == 400, response.json()
+    assert "scope" in response.json()["error"]["details"]
+    approval.refresh_from_db()
+    assert approval.status == ApprovalRequest.Status.PENDING and approval.scope == "once"
+    assert not approval.votes.exists() and ApprovalGrant.objects.count() == 0
+
+
 def test_only_approvers_may_grant(agent, requester, owner, member, outsider, api_client_for):
     first = start(agent, requester, ScriptedLLM([tool_reply(TABLE_TOOL, INSERT_ONE, call_id="c1")]))
     approval = pending_of(first)
