@@ -6,10 +6,14 @@ apps' selectors, which all match the same way: the query's words (letters, digit
 
 On PostgreSQL the fields form one ``SearchVector`` with the ``simple`` configuration (no
 stemming, no stop words: names, ids and prompts in any language match as typed) and
-the words one prefix ``tsquery`` (``word:* & word:*``). A table that grows (runs, audit
-entries) has a GIN index on exactly that vector (``vector_index``), which the filter's
-expression matches, so a search reads the index instead of every row. On SQLite every
-word must be contained (``icontains``, a ``LIKE``) in one of the fields.
+the words one prefix ``tsquery`` (``word:* & word:*``). The runs, the table that grows
+fastest, keep that vector in a column of its own (``Execution.search_vector``), written by a
+database trigger on every insert and on every update of the fields it is made of, with a GIN
+index on the column: a search tests and ranks the stored vector instead of computing one per
+row, and the planner can walk the newest runs when a word is common. Audit entries
+(append-only at the database level, so a column could not be backfilled) have a GIN index
+on exactly the expression (``vector_index``), which the filter's expression matches. On
+SQLite every word must be contained (``icontains``, a ``LIKE``) in one of the fields.
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ import re
 from collections.abc import Sequence
 
 from django.contrib.postgres.indexes import GinIndex
-from django.contrib.postgres.operations import AddIndexConcurrently
+from django.contrib.postgres.operations import AddIndexConcurrently, RemoveIndexConcurrently
 from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector, SearchVectorExact
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 # The most words of a query that are matched; the rest are ignored.
 MAX_WORDS = 8
@@ -57,11 +61,16 @@ def full_text() -> bool:
     return connection.vendor == "postgresql"
 
 
-def text_match(fields: Sequence, like_fields: Sequence[str], words: Sequence[str]) -> Q:
+def _vector(fields: Sequence, stored: str | None):
+    return F(stored) if stored else search_vector(*fields)
+
+
+def text_match(fields: Sequence, like_fields: Sequence[str], words: Sequence[str], *, stored: str | None = None) -> Q:
     """A condition true for rows whose ``fields`` hold every one of ``words``;
-    ``like_fields`` are the same fields as lookups (``result__summary``) for SQLite."""
+    ``like_fields`` are the same fields as lookups (``result__summary``) for SQLite;
+    ``stored`` names a column that holds ``search_vector(*fields)`` already, read instead."""
     if full_text():
-        return Q(SearchVectorExact(search_vector(*fields), _tsquery(words)))
+        return Q(SearchVectorExact(_vector(fields, stored), _tsquery(words)))
     condition = Q()
     for word in words:
         any_field = Q()
@@ -71,11 +80,12 @@ def text_match(fields: Sequence, like_fields: Sequence[str], words: Sequence[str
     return condition
 
 
-def ranked(rows: QuerySet, fields: Sequence, words: Sequence[str], *, tiebreak: str = "-pk") -> QuerySet:
-    """``rows`` best match first: by ``SearchRank`` on PostgreSQL, by ``tiebreak`` alone
-    on SQLite (which has no rank)."""
+def ranked(rows: QuerySet, fields: Sequence, words: Sequence[str], *, tiebreak: str = "-pk",
+           stored: str | None = None) -> QuerySet:
+    """``rows`` best match first: by ``SearchRank`` on PostgreSQL (of the ``stored``
+    column when given), by ``tiebreak`` alone on SQLite (which has no rank)."""
     if full_text():
-        return rows.annotate(search_rank=SearchRank(search_vector(*fields), _tsquery(words))).order_by(
+        return rows.annotate(search_rank=SearchRank(_vector(fields, stored), _tsquery(words))).order_by(
             "-search_rank", tiebreak)
     return rows.order_by(tiebreak)
 
@@ -84,6 +94,19 @@ class AddVectorIndex(AddIndexConcurrently):
     """A migration's ``AddIndex`` for a ``vector_index``: built concurrently on
     PostgreSQL (the table stays writable while it builds; the migration must say
     ``atomic = False``), and skipped on other databases, which search with ``LIKE``."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+class RemoveVectorIndex(RemoveIndexConcurrently):
+    """The ``RemoveIndex`` of an ``AddVectorIndex``: dropped concurrently on PostgreSQL,
+    nothing to drop on other databases."""
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
         if schema_editor.connection.vendor == "postgresql":

@@ -120,7 +120,7 @@ def _text_condition(text: str, *, workspace=None) -> Q:
     words = query_words(text)
     condition = Q(pk__in=[])
     if words:
-        condition |= text_match(SEARCHED_FIELDS, SEARCHED_LOOKUPS, words)
+        condition |= text_match(SEARCHED_FIELDS, SEARCHED_LOOKUPS, words, stored="search_vector")
     run_id = _run_id_in(text)
     if run_id is not None:
         condition |= Q(pk=run_id)
@@ -172,23 +172,17 @@ def executions_search(*, user, workspace, text: str, limit: int) -> list[Executi
     or username does, or whose id it is; at most ``limit``, best match first
     (``SearchRank`` on PostgreSQL) among the newest ``SEARCH_CANDIDATES`` matches."""
     scoped = executions_for_user(user=user).filter(workspace=workspace)
-    # Ordered by an expression of the id, not the id: walking the primary key backwards and
-    # testing each row's vector (what the planner picks when it expects many matches) costs
-    # a to_tsvector per row passed over; the GIN index's bitmap and a top-N sort do not.
-    # An agent or person the query names may match most runs: then the backward walk of
-    # the primary key finds the newest matches at once, and is kept.
-    condition = _text_condition(text, workspace=workspace)
-    names_many = any(isinstance(child, tuple) and child[0] in {"agent_id__in", "requester_id__in"}
-                     for child in condition.children)
-    matches = scoped.filter(condition)
-    ordered = matches.order_by("-pk") if names_many else matches.annotate(newest=F("pk") + 0).order_by("-newest")
-    candidates = ordered.values("pk")[:SEARCH_CANDIDATES]
+    # The stored vector is cheap to test, so the planner may walk the primary key backwards
+    # when the words are common (the newest matches come first) and read the GIN index's
+    # bitmap when they are rare; both end within milliseconds (docs/benchmarks.md, "Search").
+    candidates = scoped.filter(_text_condition(text, workspace=workspace)).order_by("-pk").values(
+        "pk")[:SEARCH_CANDIDATES]
     rows = Execution.objects.filter(pk__in=Subquery(candidates)).select_related("agent", "requester").only(
         "pk", "status", "outcome", "input_prompt", "result", "queued_at", "workspace_id", "agent_id", "agent__name",
         "requester_id", "requester__username", "requester__first_name", "requester__last_name")
     words = query_words(text)
     if words:
-        rows = ranked(rows, SEARCHED_FIELDS, words)
+        rows = ranked(rows, SEARCHED_FIELDS, words, stored="search_vector")
     else:
         rows = rows.order_by("-pk")
     return list(rows[:limit])
