@@ -19,13 +19,16 @@ SQLite every word must be contained (``icontains``, a ``LIKE``) in one of the fi
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from django.contrib.auth import get_user_model
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.operations import AddIndexConcurrently, RemoveIndexConcurrently
 from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector, SearchVectorExact
 from django.db import connection
 from django.db.models import F, Q, QuerySet
+
+from common.compiled import CompiledQuery
 
 # The most words of a query that are matched; the rest are ignored.
 MAX_WORDS = 8
@@ -52,9 +55,13 @@ def vector_index(*fields, name: str) -> GinIndex:
     return GinIndex(search_vector(*fields), name=name)
 
 
-def _tsquery(words: Sequence[str]) -> SearchQuery:
+def _tsquery_text(words: Sequence[str]) -> str:
     # Each word is letters, digits and underscores only, so the raw query is well formed.
-    return SearchQuery(" & ".join(f"{word}:*" for word in words), search_type="raw", config=CONFIG)
+    return " & ".join(f"{word}:*" for word in words)
+
+
+def _tsquery(words: Sequence[str]) -> SearchQuery:
+    return SearchQuery(_tsquery_text(words), search_type="raw", config=CONFIG)
 
 
 def full_text() -> bool:
@@ -88,6 +95,42 @@ def ranked(rows: QuerySet, fields: Sequence, words: Sequence[str], *, tiebreak: 
         return rows.annotate(search_rank=SearchRank(_vector(fields, stored), _tsquery(words))).order_by(
             "-search_rank", tiebreak)
     return rows.order_by(tiebreak)
+
+
+class CompiledSearch:
+    """A search selector's query, compiled to SQL once per ``limit`` (common/compiled.py)
+    on PostgreSQL and afterwards only run with the user's id, the workspace's id and the
+    words: building and compiling the ORM query (the tenant scope's subqueries, the joins,
+    the rank) cost several times what PostgreSQL spends answering it. There the query's
+    shape does not depend on the words (they are one ``tsquery`` parameter); on SQLite
+    each word is one more ``LIKE``, so the query is built afresh each time.
+
+    ``build(user=, workspace_id=, words=, limit=)`` returns the queryset, scoped with the
+    app's usual ``*_for_user`` selector: it is compiled with a stand-in user and workspace
+    (ids no row has) and a stand-in word, whose values are then replaced by the real ones.
+    A signed-out user is never compiled for (their scope is empty, a different query)."""
+
+    _USER_ID, _WORKSPACE_ID, _WORD = -28_001, -28_002, "riverstandinword"
+
+    def __init__(self, build: Callable[..., QuerySet]):
+        self._build = build
+        self._compiled: dict[int, CompiledQuery] = {}
+
+    def rows(self, *, user, workspace_id: int, words: Sequence[str], limit: int) -> list:
+        if not full_text() or not user.is_authenticated:
+            return list(self._build(user=user, workspace_id=workspace_id, words=words, limit=limit))
+        compiled = self._compiled.get(limit)
+        if compiled is None:
+            compiled = self._compiled.setdefault(limit, self._compile(limit))
+        return compiled.all(user_id=user.pk, workspace_id=workspace_id, tsquery=_tsquery_text(words))
+
+    def _compile(self, limit: int) -> CompiledQuery:
+        def build(*, user_id: int, workspace_id: int, tsquery: str) -> QuerySet:
+            return self._build(user=get_user_model()(pk=user_id), workspace_id=workspace_id, words=[self._WORD],
+                               limit=limit)
+
+        return CompiledQuery(build, user_id=self._USER_ID, workspace_id=self._WORKSPACE_ID,
+                             tsquery=_tsquery_text([self._WORD]))
 
 
 class AddVectorIndex(AddIndexConcurrently):
