@@ -108,7 +108,9 @@ class CompiledSearch:
     ``build(user=, workspace_id=, words=, limit=)`` returns the queryset, scoped with the
     app's usual ``*_for_user`` selector: it is compiled with a stand-in user and workspace
     (ids no row has) and a stand-in word, whose values are then replaced by the real ones.
-    A signed-out user is never compiled for (their scope is empty, a different query)."""
+    A signed-out user is never compiled for (their scope is empty, a different query).
+    ``build`` must read nothing but its arguments (no clock, no changing setting): what
+    it reads is frozen into the compiled SQL."""
 
     _USER_ID, _WORKSPACE_ID, _WORD = -28_001, -28_002, "riverstandinword"
 
