@@ -11,7 +11,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from common.compiled import CompiledQuery
-from common.search import query_words, ranked, text_match
+from common.search import CompiledSearch, query_words, ranked, text_match
 from datasources.models import DataSource
 from rivercore.errors import InvalidInput, NotFound
 from tenancy.selectors import role_annotations, roles_annotated, roles_permissions, workspaces_for_user
@@ -303,9 +303,16 @@ def agents_search(*, user, workspace, text: str, limit: int) -> list[Agent]:
     words = query_words(text)
     if not words:
         return []
-    rows = agents_for_user(user=user, workspace_id=workspace.pk).filter(
+    return _AGENTS_MATCHING.rows(user=user, workspace_id=workspace.pk, words=words, limit=limit)
+
+
+def _agents_matching(*, user, workspace_id: int, words, limit: int) -> QuerySet[Agent]:
+    rows = agents_for_user(user=user, workspace_id=workspace_id).filter(
         text_match(AGENT_SEARCHED_FIELDS, AGENT_SEARCHED_FIELDS, words))
-    return list(ranked(rows, AGENT_SEARCHED_FIELDS, words, tiebreak="name")[:limit])
+    return ranked(rows, AGENT_SEARCHED_FIELDS, words, tiebreak="name")[:limit]
+
+
+_AGENTS_MATCHING = CompiledSearch(_agents_matching)
 
 
 # --- who uses a data source -----------------------------------------------------------------

@@ -22,6 +22,7 @@ from governance.audit import audit_record
 from governance.checker import auto_approve_condition_validate
 from governance.expressions import ExpressionError
 from governance.models import WorkspaceSettings
+from governance.quorum import approval_rules_quorum_problems
 from governance.selectors import approval_channels_active, workspace_memory_mode
 from rivercore.errors import Conflict, InvalidInput, pydantic_details
 from rivercore.types.agents import (
@@ -244,6 +245,7 @@ def _approval_rules_problems(rules: ApprovalRules, tool_list: list[str]) -> dict
     if unknown_roles:
         allowed = ", ".join(sorted(APPROVER_ROLES))
         problems["approver_roles"] = [f"Unknown role: {name} (one of: {allowed})." for name in unknown_roles]
+    problems.update(approval_rules_quorum_problems(rules, known_roles=APPROVER_ROLES))  # quorum, escalation
     return problems
 
 

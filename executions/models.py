@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from common.fields import PydanticJSONField
-from common.search import vector_index
 from rivercore.contracts import StepStatus, TriggerType
 from rivercore.outcome import Outcome
 from rivercore.types.runs import RunStatus
@@ -111,6 +112,10 @@ class Execution(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     error = models.JSONField(null=True, blank=True)
     post_processed_at = models.DateTimeField(null=True, blank=True)
+    # search_vector(*SEARCHED_FIELDS), stored (common/search.py): written by a PostgreSQL
+    # trigger on insert and on every update of the prompt or the result (migration 0017),
+    # whatever wrote the row; always null on SQLite, which searches with LIKE.
+    search_vector = SearchVectorField(null=True, editable=False)
 
     class Meta:
         ordering = ["-queued_at"]
@@ -121,7 +126,7 @@ class Execution(models.Model):
             models.Index(fields=["agent", "-queued_at"]),
             models.Index(fields=["parent_execution_id"], name="execution_parent_idx"),
             # The search box and the runs list's text filter (common/search.py): prompt and answer.
-            vector_index(*SEARCHED_FIELDS, name="execution_search_idx"),
+            GinIndex(fields=["search_vector"], name="execution_search_vector_idx"),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from agents.selectors import agent_ids_named
 from common.people import person_label
-from common.search import query_words, ranked, text_match
+from common.search import CompiledSearch, query_words, ranked, text_match
 from executions.models import (
     SEARCHED_FIELDS,
     SEARCHED_LOOKUPS,
@@ -112,26 +112,33 @@ def _run_id_in(text: str) -> int | None:
     return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 18 else None
 
 
-def _text_condition(text: str, *, workspace=None) -> Q:
+def _text_condition(text: str, *, named: tuple[list, list] = ([], [])) -> Q:
     """Runs whose prompt or answer hold every word of ``text``, or whose id it is, or
-    (for the search box, given ``workspace``) whose agent or requester it names. The
-    agents and people are read first (small, separate queries) and passed as ids, so the
-    planner sees plain index conditions it can combine with the GIN index's."""
+    (for the search box) whose agent or requester is one of ``named`` (agent ids, user
+    ids: ``_named_in``). The agents and people are read first (small, separate queries)
+    and passed as ids, so the planner sees plain index conditions it can combine with
+    the GIN index's."""
     words = query_words(text)
     condition = Q(pk__in=[])
     if words:
-        condition |= text_match(SEARCHED_FIELDS, SEARCHED_LOOKUPS, words)
+        condition |= text_match(SEARCHED_FIELDS, SEARCHED_LOOKUPS, words, stored="search_vector")
     run_id = _run_id_in(text)
     if run_id is not None:
         condition |= Q(pk=run_id)
-    if workspace is not None and words:
-        agents = list(agent_ids_named(workspace=workspace, words=words))
-        if agents:
-            condition |= Q(agent_id__in=agents)
-        people = list(user_ids_named(workspace=workspace, words=words))
-        if people:
-            condition |= Q(requester_id__in=people)
+    agents, people = named
+    if agents:
+        condition |= Q(agent_id__in=agents)
+    if people:
+        condition |= Q(requester_id__in=people)
     return condition
+
+
+def _named_in(words: list[str], *, workspace) -> tuple[list, list]:
+    """The ids of ``workspace``'s agents and people whose names hold ``words``."""
+    if not words:
+        return [], []
+    return (list(agent_ids_named(workspace=workspace, words=words)),
+            list(user_ids_named(workspace=workspace, words=words)))
 
 
 def executions_filter(*, user, workspace=None, filters: ExecutionFilters) -> QuerySet[Execution]:
@@ -170,28 +177,32 @@ def executions_search(*, user, workspace, text: str, limit: int) -> list[Executi
     """The search box's runs: ``workspace``'s runs (only if the user may read it) whose
     prompt or answer hold every word of ``text``, whose agent's name or requester's name
     or username does, or whose id it is; at most ``limit``, best match first
-    (``SearchRank`` on PostgreSQL) among the newest ``SEARCH_CANDIDATES`` matches."""
-    scoped = executions_for_user(user=user).filter(workspace=workspace)
-    # Ordered by an expression of the id, not the id: walking the primary key backwards and
-    # testing each row's vector (what the planner picks when it expects many matches) costs
-    # a to_tsvector per row passed over; the GIN index's bitmap and a top-N sort do not.
-    # An agent or person the query names may match most runs: then the backward walk of
-    # the primary key finds the newest matches at once, and is kept.
-    condition = _text_condition(text, workspace=workspace)
-    names_many = any(isinstance(child, tuple) and child[0] in {"agent_id__in", "requester_id__in"}
-                     for child in condition.children)
-    matches = scoped.filter(condition)
-    ordered = matches.order_by("-pk") if names_many else matches.annotate(newest=F("pk") + 0).order_by("-newest")
-    candidates = ordered.values("pk")[:SEARCH_CANDIDATES]
+    (``SearchRank`` on PostgreSQL) among the newest ``SEARCH_CANDIDATES`` matches. Words
+    alone (the usual search) run a query compiled once (common.search.CompiledSearch)."""
+    words = query_words(text)
+    named = _named_in(words, workspace=workspace)
+    if words and _run_id_in(text) is None and not any(named):
+        return _RUNS_MATCHING.rows(user=user, workspace_id=workspace.pk, words=words, limit=limit)
+    return list(_runs_matching(user=user, workspace_id=workspace.pk, words=words, limit=limit,
+                               condition=_text_condition(text, named=named)))
+
+
+def _runs_matching(*, user, workspace_id: int, words, limit: int, condition: Q | None = None) -> QuerySet[Execution]:
+    if condition is None:
+        condition = text_match(SEARCHED_FIELDS, SEARCHED_LOOKUPS, words, stored="search_vector")
+    # The stored vector is cheap to test, so the planner may walk the primary key backwards
+    # when the words are common (the newest matches come first) and read the GIN index's
+    # bitmap when they are rare; both end within milliseconds (docs/benchmarks.md, "Search").
+    candidates = executions_for_user(user=user).filter(workspace_id=workspace_id).filter(condition).order_by(
+        "-pk").values("pk")[:SEARCH_CANDIDATES]
     rows = Execution.objects.filter(pk__in=Subquery(candidates)).select_related("agent", "requester").only(
         "pk", "status", "outcome", "input_prompt", "result", "queued_at", "workspace_id", "agent_id", "agent__name",
         "requester_id", "requester__username", "requester__first_name", "requester__last_name")
-    words = query_words(text)
-    if words:
-        rows = ranked(rows, SEARCHED_FIELDS, words)
-    else:
-        rows = rows.order_by("-pk")
-    return list(rows[:limit])
+    rows = ranked(rows, SEARCHED_FIELDS, words, stored="search_vector") if words else rows.order_by("-pk")
+    return rows[:limit]
+
+
+_RUNS_MATCHING = CompiledSearch(_runs_matching)
 
 
 # The columns a row of the runs page shows; nothing else is read from the table.
@@ -646,9 +657,16 @@ def sessions_search(*, user, workspace, text: str, limit: int) -> list[Session]:
     words = query_words(text)
     if not words:
         return []
-    rows = sessions_for_user(user=user).filter(workspace=workspace).filter(
+    return _SESSIONS_MATCHING.rows(user=user, workspace_id=workspace.pk, words=words, limit=limit)
+
+
+def _sessions_matching(*, user, workspace_id: int, words, limit: int) -> QuerySet[Session]:
+    rows = sessions_for_user(user=user).filter(workspace_id=workspace_id).filter(
         text_match(SESSION_SEARCHED_FIELDS, SESSION_SEARCHED_FIELDS, words)).select_related("agent")
-    return list(ranked(rows, SESSION_SEARCHED_FIELDS, words, tiebreak="-updated_at")[:limit])
+    return ranked(rows, SESSION_SEARCHED_FIELDS, words, tiebreak="-updated_at")[:limit]
+
+
+_SESSIONS_MATCHING = CompiledSearch(_sessions_matching)
 
 
 QUERY_TOOL, CHART_TOOL = "execute_query", "recommend_visualization"

@@ -30,13 +30,22 @@ from common.people import PersonRefSerializer
 from governance import services
 from governance.approvals import approval_get_for_user, approvals_for_user
 from governance.audit import audit_verify
+from governance.grants import (
+    GrantState,
+    approval_scope_parse,
+    grant_describe,
+    grant_get_for_user,
+    grant_revoke,
+    grants_for_user,
+)
 from governance.models import ApprovalRequest, AuditLogEntry, Policy
 from governance.previews import MAX_ROWS_CEILING, EffectApproval, approval_preview_refresh, stored_preview
+from governance.quorum import quorum_state
 from governance.resolution import approval_resolve
 from governance.selectors import audit_entries_for_user, policies_for_user, policy_get_for_user
 from rivercore import limits
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
-from rivercore.types.governance import PolicyScope, ResolutionStatus
+from rivercore.types.governance import DecisionChannel, PolicyScope, ResolutionStatus
 from tenancy.selectors import organizations_administered, workspace_get_for_user, workspaces_for_user
 
 # --- policies ----------------------------------------------------------------------
@@ -54,6 +63,7 @@ class PolicySerializer(serializers.ModelSerializer):
             "id", "organization_id", "workspace_id", "scope", "name", "description", "policy_type",
             "conditions", "expression", "enforcement", "enabled", "created_by_id", "created_at", "updated_at",
             "require_preview",
+            "required_approvals",
         ]
 
     def get_expression(self, policy: Policy) -> str:
@@ -75,6 +85,8 @@ class PolicyWriteSerializer(serializers.Serializer):
     enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"))
     enabled = serializers.BooleanField(required=False, default=True)
     require_preview = serializers.BooleanField(required=False, default=False)  # issue 29 §1
+    # Quorum: distinct approvers for a require_approval policy (checked by the service).
+    required_approvals = serializers.IntegerField(required=False, default=1, min_value=1, max_value=10)
 
 
 class PolicyUpdateSerializer(serializers.Serializer):
@@ -85,6 +97,7 @@ class PolicyUpdateSerializer(serializers.Serializer):
     enforcement = serializers.ChoiceField(choices=_model_choices("enforcement"), required=False)
     enabled = serializers.BooleanField(required=False)
     require_preview = serializers.BooleanField(required=False)  # issue 29 §1
+    required_approvals = serializers.IntegerField(required=False, min_value=1, max_value=10)
 
     def validate(self, attrs):
         fixed = sorted({"scope", "workspace_id", "organization_id"} & set(self.initial_data))
@@ -297,6 +310,34 @@ class WorkspaceApprovalSettings(APIView):
 # --- approval requests ---------------------------------------------------------------
 
 
+class ApprovalVoteSerializer(serializers.Serializer):
+    user = PersonRefSerializer(read_only=True, allow_null=True)
+    decision = serializers.CharField(read_only=True)
+    comment = serializers.CharField(read_only=True)
+    round = serializers.IntegerField(read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class ApprovalQuorumSerializer(serializers.Serializer):
+    """Issue 29 §3: "1 of 2 approvals" and who gave them (governance.quorum)."""
+
+    required = serializers.IntegerField(read_only=True)
+    given = serializers.IntegerField(read_only=True)
+    round = serializers.IntegerField(read_only=True)
+    approvals = ApprovalVoteSerializer(many=True, read_only=True)
+    superseded = ApprovalVoteSerializer(many=True, read_only=True)
+    rejections = ApprovalVoteSerializer(many=True, read_only=True)
+    edited_args = serializers.JSONField(read_only=True, allow_null=True)
+    you_approved = serializers.BooleanField(read_only=True)
+
+
+class ApprovalEscalationSerializer(serializers.Serializer):
+    chain = serializers.JSONField(source="escalation_chain", read_only=True)
+    level = serializers.IntegerField(source="escalation_level", read_only=True)
+    escalated_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    next_escalation_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+
 class ApprovalSerializer(serializers.ModelSerializer):
     # The run's requester: the person answerable for it, who may not resolve this request
     # unless the workspace allows self-approval.
@@ -304,13 +345,18 @@ class ApprovalSerializer(serializers.ModelSerializer):
     # Issue 29 §1: the call's effect, and that of the arguments being edited (docs/approvals.md).
     preview = serializers.SerializerMethodField()
     preview_edit = serializers.SerializerMethodField()
+    # Quorum and escalation (issue 29 §3): null quorum for a request one approver decides.
+    quorum = serializers.SerializerMethodField()
+    escalation = ApprovalEscalationSerializer(source="*", read_only=True)
 
     class Meta:
         model = ApprovalRequest
         fields = ["id", "workspace", "execution_id", "agent_id", "tool_name", "proposed_payload",
                   "reasoning_summary", "risk_context", "confidence_score", "auto_approve_eligible",
                   "approver_roles", "requester", "status", "expires_at", "resolution", "resolved_by",
-                  "resolution_comment", "resolved_at", "created_at", "preview", "preview_edit"]
+                  "resolution_comment", "resolved_at", "created_at", "required_approvals", "quorum", "escalation",
+                  "scope",  # scopes (governance.grants)
+                  "preview", "preview_edit"]  # issue 29 §1 (governance.previews)
 
     @extend_schema_field(serializers.JSONField(allow_null=True))
     def get_preview(self, approval) -> dict | None:
@@ -322,6 +368,12 @@ class ApprovalSerializer(serializers.ModelSerializer):
         shown = stored_preview(approval.preview_edit)
         return shown.public() if shown else None
 
+    @extend_schema_field(ApprovalQuorumSerializer(allow_null=True))
+    def get_quorum(self, approval: ApprovalRequest) -> dict | None:
+        request = self.context.get("request")
+        state = quorum_state(approval, user=getattr(request, "user", None))
+        return ApprovalQuorumSerializer(state).data if state is not None else None
+
 
 class ResolveInput(serializers.Serializer):
     status = serializers.ChoiceField(choices=[s.value for s in ResolutionStatus])
@@ -331,6 +383,13 @@ class ResolveInput(serializers.Serializer):
     preview_fingerprint = serializers.RegexField(r"^[0-9a-f]{64}$", required=False, default=None, allow_null=True)
     max_rows = serializers.IntegerField(required=False, default=None, allow_null=True, min_value=0,
                                         max_value=MAX_ROWS_CEILING)
+    # Quorum: the round of arguments the caller reviewed (``quorum.round``); 409
+    # ``arguments_changed`` when someone edited them since. Optional.
+    arguments_round = serializers.IntegerField(required=False, default=None, allow_null=True, min_value=0)
+    # Scopes (governance.grants): parsed by approval_scope_parse, which names the field at fault.
+    scope = serializers.JSONField(required=False, default=None, help_text="once (default), run, session or grant")
+    grant = serializers.JSONField(required=False, default=None,
+                                  help_text="with scope grant: {expires_in_days, max_rows, condition}")
 
     def validate(self, attrs):
         if attrs["status"] == ResolutionStatus.EDITED_APPROVED and not isinstance(attrs.get("modified_args"), dict):
@@ -351,13 +410,15 @@ class ApprovalList(ListAPIView):
             raise InvalidInput(
                 "Unknown status.", details={"status": [f"must be one of {ApprovalRequest.Status.values}"]}
             )
-        return approvals_for_user(user=self.request.user, status=wanted, resolvable_only=True)
+        return approvals_for_user(user=self.request.user, status=wanted, resolvable_only=True).prefetch_related(
+            "votes__user")
 
 
 class ApprovalDetail(APIView):
     @extend_schema(responses=ApprovalSerializer)
     def get(self, request, approval_id):
-        return Response(ApprovalSerializer(approval_get_for_user(user=request.user, approval_id=approval_id)).data)
+        approval = approval_get_for_user(user=request.user, approval_id=approval_id)
+        return Response(ApprovalSerializer(approval, context={"request": request}).data)
 
 
 class ApprovalResolve(APIView):
@@ -366,12 +427,63 @@ class ApprovalResolve(APIView):
         body = ResolveInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        scope = approval_scope_parse(scope=data.get("scope"), grant=data.get("grant"))
         approval = approval_resolve(
             user=request.user, approval_id=approval_id, status=data["status"],
             modified_args=data.get("modified_args"), comment=data.get("resolution_comment", ""),
             effect=EffectApproval(fingerprint=data.get("preview_fingerprint"), max_rows=data.get("max_rows")),
+            channel=DecisionChannel.API, arguments_round=data.get("arguments_round"), scope=scope,
         )
-        return Response(ApprovalSerializer(approval).data)
+        return Response(ApprovalSerializer(approval, context={"request": request}).data)
+
+
+# --- standing approval grants (governance.grants) -------------------------------------
+
+
+class ApprovalGrantSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    workspace_id = serializers.IntegerField()
+    agent_id = serializers.UUIDField()
+    tool_name = serializers.CharField()
+    data_source_id = serializers.IntegerField(allow_null=True)
+    target = serializers.CharField(allow_blank=True)
+    condition = serializers.CharField(allow_blank=True)
+    max_rows = serializers.IntegerField()
+    approval_id = serializers.UUIDField(allow_null=True)
+    granted_by = serializers.JSONField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    revoked_by = serializers.JSONField(allow_null=True)
+    state = serializers.ChoiceField(choices=[s.value for s in GrantState])
+    uses = serializers.IntegerField()
+    last_used_at = serializers.DateTimeField(allow_null=True)
+
+    def to_representation(self, instance):
+        return super().to_representation(grant_describe(instance))
+
+
+class ApprovalGrantList(ListAPIView):
+    serializer_class = ApprovalGrantSerializer
+
+    @extend_schema(parameters=[OpenApiParameter("state", str, description="active, expired or revoked")])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        return grants_for_user(user=self.request.user, state=self.request.query_params.get("state"))
+
+
+class ApprovalGrantDetail(APIView):
+    @extend_schema(responses=ApprovalGrantSerializer)
+    def get(self, request, grant_id):
+        return Response(ApprovalGrantSerializer(grant_get_for_user(user=request.user, grant_id=grant_id)).data)
+
+
+class ApprovalGrantRevoke(APIView):
+    @extend_schema(request=None, responses=ApprovalGrantSerializer)
+    def post(self, request, grant_id):
+        return Response(ApprovalGrantSerializer(grant_revoke(user=request.user, grant_id=grant_id)).data)
 
 
 class PreviewInput(serializers.Serializer):
@@ -401,6 +513,9 @@ urlpatterns = [
     path("approvals/<str:approval_id>/", ApprovalDetail.as_view(), name="approval-detail"),
     path("approvals/<str:approval_id>/resolve", ApprovalResolve.as_view(), name="approval-resolve"),
     path("approvals/<str:approval_id>/preview", ApprovalPreview.as_view(), name="approval-preview"),
+    path("approval-grants/", ApprovalGrantList.as_view(), name="approval-grant-list"),
+    path("approval-grants/<str:grant_id>/", ApprovalGrantDetail.as_view(), name="approval-grant-detail"),
+    path("approval-grants/<str:grant_id>/revoke", ApprovalGrantRevoke.as_view(), name="approval-grant-revoke"),
     path("workspaces/<int:workspace_id>/approval-settings", WorkspaceApprovalSettings.as_view(),
          name="workspace-approval-settings"),
     path("policies/", PolicyListCreate.as_view(), name="policy-list"),

@@ -19,8 +19,16 @@ from common.compiled import CompiledQuery
 from governance.audit import audit_record
 from governance.models import ApprovalRequest
 from governance.notifications import approval_notifications_resolve, approval_notify
+from governance.quorum import (
+    approval_quorum_fields,
+    quorum_not_yet_approved_by,
+    quorum_outcome_details,
+    quorum_round_check,
+    quorum_vote,
+)
 from rivercore.errors import Conflict, NotFound, PermissionDenied
-from rivercore.types.governance import ResolutionStatus
+from rivercore.types.agents import ApprovalRules
+from rivercore.types.governance import DecisionChannel, ResolutionStatus
 from tenancy.models import Workspace
 from tenancy.permissions import APPROVAL_RESOLVE, ORG_ADMIN_ROLE
 from tenancy.selectors import (
@@ -44,18 +52,23 @@ def approval_request_open(
     approver_roles: list[str],
     escalation_timeout_minutes: int,
     run_started_by_id: int | None = None,
+    approval_rules: ApprovalRules | None = None,
 ) -> ApprovalRequest:
     """Idempotent per (execution, call): a re-run segment finds the same request.
 
     ``run_started_by_id`` is the run's requester, the person answerable for it whatever
     started it (the clicker, a key's owner, a trigger's responsible person, the parent
     or upstream run's requester, a session's owner), never the identity it acts as;
-    segregation of duties keeps them from resolving it (see ``approval_authorize``)."""
+    segregation of duties keeps them from resolving it (see ``approval_authorize``).
+    ``approval_rules`` (the agent version's) set the quorum and the escalation chain
+    (governance.quorum, governance.escalation)."""
     existing = ApprovalRequest.objects.filter(execution_id=execution_id, tool_call_id=call_id).first()
     if existing is not None:
         return existing
     workspace = Workspace.objects.get(pk=workspace_id)
+    now = timezone.now()
     approval = ApprovalRequest.objects.create(
+        **approval_quorum_fields(rules=approval_rules, payload=payload, now=now),
         workspace_id=workspace_id,
         execution_id=execution_id,
         agent_id=agent_id,
@@ -68,14 +81,17 @@ def approval_request_open(
         auto_approve_eligible=bool(payload.get("auto_approve_eligible")),
         approver_roles=list(approver_roles),
         run_started_by_id=run_started_by_id,
-        expires_at=timezone.now() + timedelta(minutes=escalation_timeout_minutes),
+        created_at=now,
+        expires_at=now + timedelta(minutes=escalation_timeout_minutes),
         preview=payload.get("preview") or {},  # issue 29 §1: the call's effect (governance.previews)
     )
     audit_record(
         organization_id=workspace.organization_id, workspace_id=workspace_id, event_type="approval_requested",
         execution_id=execution_id, agent_id=agent_id, approval_id=approval.pk,
         details={"tool_name": approval.tool_name, "proposed_payload": approval.proposed_payload,
-                 "expires_at": approval.expires_at.isoformat()},
+                 "expires_at": approval.expires_at.isoformat(),
+                 **({"required_approvals": approval.required_approvals} if approval.required_approvals > 1 else {}),
+                 **({"escalation": approval.escalation_chain} if approval.escalation_chain else {})},
     )
     approval_notify(approval_id=approval.pk)
     return approval
@@ -102,7 +118,7 @@ def _standing(*, user, workspace) -> tuple[list[str], bool]:
     return roles_annotated(row), bool(row.run_as_principal)
 
 
-def _resolver_roles(*, user, workspace) -> set[str]:
+def resolver_roles(*, user, workspace) -> set[str]:
     """The user's roles in the workspace if they hold ``approval:resolve`` there, else none."""
     roles, principal = _standing(user=user, workspace=workspace)  # read once: the permission follows
     if principal or APPROVAL_RESOLVE not in roles_permissions(roles):
@@ -110,7 +126,7 @@ def _resolver_roles(*, user, workspace) -> set[str]:
     return set(roles)
 
 
-def _role_allows(roles: set[str], approval: ApprovalRequest) -> bool:
+def roles_allow(roles: set[str], approval: ApprovalRequest) -> bool:
     return ORG_ADMIN_ROLE in roles or bool(roles & set(approval.approver_roles or []))
 
 
@@ -183,7 +199,7 @@ def approval_authorize(*, user, approval: ApprovalRequest) -> None:
     roles, principal = _standing_of(user=user, approval=approval)
     if principal:
         raise PermissionDenied(SERVICE_PRINCIPAL_MESSAGE, code="service_principal_cannot_approve")
-    if APPROVAL_RESOLVE not in roles_permissions(roles) or not _role_allows(set(roles), approval):
+    if APPROVAL_RESOLVE not in roles_permissions(roles) or not roles_allow(set(roles), approval):
         raise PermissionDenied("Your role may not resolve this approval request.")
     if self_approval_refused(user=user, approval=approval):
         raise PermissionDenied(SELF_APPROVAL_MESSAGE, code="self_approval_forbidden")
@@ -203,10 +219,10 @@ def may_resolve(*, user, approval: ApprovalRequest) -> bool:
 def approval_resolver(*, user, workspace):
     """``may_resolve`` for many requests of one workspace, the user's roles read once:
     a page of cards costs the same queries as one card."""
-    roles = _resolver_roles(user=user, workspace=workspace)
+    roles = resolver_roles(user=user, workspace=workspace)
 
     def allowed(approval: ApprovalRequest) -> bool:
-        return _role_allows(roles, approval) and not self_approval_refused(user=user, approval=approval)
+        return roles_allow(roles, approval) and not self_approval_refused(user=user, approval=approval)
 
     return allowed
 
@@ -221,8 +237,8 @@ def approvals_for_user(*, user, status: str | None = None, resolvable_only: bool
         allowed = []
         for approval in qs:
             if approval.workspace_id not in roles_by_workspace:
-                roles_by_workspace[approval.workspace_id] = _resolver_roles(user=user, workspace=approval.workspace)
-            if _role_allows(roles_by_workspace[approval.workspace_id], approval) and not self_approval_refused(
+                roles_by_workspace[approval.workspace_id] = resolver_roles(user=user, workspace=approval.workspace)
+            if roles_allow(roles_by_workspace[approval.workspace_id], approval) and not self_approval_refused(
                 user=user, approval=approval
             ):
                 allowed.append(approval.pk)
@@ -235,12 +251,13 @@ def approvals_pending_count(*, user, workspace: Workspace) -> int:
     inbox's rule (``approval_resolver``: the permission, one of the request's approver
     roles or an organization admin, and never a run they requested unless the
     workspace allows self-approval), so the badge never counts what they cannot decide."""
-    roles = _resolver_roles(user=user, workspace=workspace)
+    roles = resolver_roles(user=user, workspace=workspace)
     if not roles:
         return 0
     pending = ApprovalRequest.objects.filter(workspace=workspace, status=ApprovalRequest.Status.PENDING)
     if not workspace.allow_self_approval and getattr(user, "pk", None) is not None:
         pending = pending.exclude(run_started_by_id=user.pk)
+    pending = quorum_not_yet_approved_by(pending, user=user)  # a vote given waits on others, not on them
     if ORG_ADMIN_ROLE in roles:
         return pending.count()
     return sum(1 for approver_roles in pending.values_list("approver_roles", flat=True)
@@ -270,13 +287,17 @@ _STATUS_FOR = {
 
 
 def approval_decide(
-    *, approval_id, user, status: str, modified_args: dict | None = None, comment: str = ""
+    *, approval_id, user, status: str, modified_args: dict | None = None, comment: str = "",
+    channel: str = DecisionChannel.API,
+    arguments_round: int | None = None,
 ) -> ApprovalRequest:
     """Record one decision. Caller runs this inside a transaction and queues the
     resume after it; a second decision on the same request gets 409.
 
     The request is locked (its row only) and read with the decider's standing and the
-    run's requester in the same statement (``_LOCKED``)."""
+    run's requester in the same statement (``_LOCKED``). Under a quorum the decision is
+    a vote and the request may stay pending (``governance.quorum``); the caller resumes
+    the run only once it is decided."""
     approval = _read_for(_LOCKED.first(user_id=user.pk, approval_id=uuid.UUID(str(approval_id))), user.pk)
     if approval is None:
         raise NotFound("Approval request not found.")
@@ -285,6 +306,12 @@ def approval_decide(
         raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")
     if approval.expires_at <= timezone.now():
         raise Conflict("This approval request has expired.", code="expired")
+    # Quorum (issue 29 §3): a vote; None while more approvals are needed.
+    quorum_round_check(approval=approval, arguments_round=arguments_round)
+    decision = quorum_vote(approval=approval, user=user, status=status, modified_args=modified_args, comment=comment)
+    if decision is None:
+        return approval
+    status, modified_args = decision
     approval.status = _STATUS_FOR[status]
     approval.resolved_by = user
     approval.resolved_at = timezone.now()
@@ -295,8 +322,10 @@ def approval_decide(
     _decision_timed(approval)
     approval_notifications_resolve(approval=approval)
     details = {"tool_name": approval.tool_name, "resolution": status, "comment": comment or ""}
+    details["channel"] = str(channel)  # issue 29 §4: where the decision was made
     if status == ResolutionStatus.EDITED_APPROVED:
         details["diff"] = args_diff(approval.proposed_payload, modified_args or {})
+    details.update(quorum_outcome_details(approval))
     audit_record(
         organization_id=approval.workspace.organization_id, workspace_id=approval.workspace_id,
         event_type=f"approval_{approval.status}", actor=user, execution_id=approval.execution_id,

@@ -170,6 +170,7 @@ class _Compiled:
             enforcement=self.spec.enforcement,
             expression=self.expression,
             error=error,
+            required_approvals=self.spec.required_approvals,
         )
 
 
@@ -308,7 +309,15 @@ def _combine(
         enforcement=strictest.enforcement.value if strictest else None,
         warnings=warnings,
         matched=matches,
+        required_approvals=_quorum(decision, matches),
     )
+
+
+def _quorum(decision: Decision, matches: list[PolicyMatch]) -> int:
+    """Quorum: the most distinct approvers any matched require_approval policy asks for."""
+    if decision != Decision.APPROVAL_REQUIRED:
+        return 1
+    return max([m.required_approvals for m in matches if m.enforcement == Enforcement.REQUIRE_APPROVAL] or [1])
 
 
 _TOOL_POINT_TYPES = {PolicyType.TOOL_RESTRICTION, PolicyType.CONTENT, PolicyType.TIME_WINDOW, PolicyType.BUDGET}

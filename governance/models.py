@@ -29,6 +29,9 @@ class Policy(models.Model):
     # {"expression": "..."}; the keyed form of the spec is normalised into this on save.
     conditions = models.JSONField(default=dict)
     enforcement = models.CharField(max_length=20, choices=_choices(Enforcement))
+    # Quorum: how many distinct people must approve a call this policy pauses
+    # (require_approval only; governance.quorum).
+    required_approvals = models.PositiveSmallIntegerField(default=1)
     enabled = models.BooleanField(default=True)
     # With enforcement require_approval: a request this policy opens may be approved
     # only when the call's effect could be previewed (docs/approvals.md "Effect preview").
@@ -95,13 +98,91 @@ class ApprovalRequest(models.Model):
     # editing, re-previewed (governance.previews; docs/approvals.md "Effect preview").
     preview = models.JSONField(default=dict, blank=True)
     preview_edit = models.JSONField(default=dict, blank=True)
+    # Quorum and escalation (governance.quorum, governance.escalation; docs/approvals.md).
+    # ``quorum_round`` counts edits made under a quorum: an edit starts a new round and only
+    # the approvals of the current round count; ``quorum_args`` are the edited arguments
+    # the current round votes on (None: the proposed ones).
+    required_approvals = models.PositiveSmallIntegerField(default=1)
+    quorum_round = models.PositiveIntegerField(default=0)
+    quorum_args = models.JSONField(null=True, blank=True)
+    # The agent version's chain, copied when the request opened: [{after_minutes, approver_roles}].
+    escalation_chain = models.JSONField(default=list, blank=True)
+    escalation_level = models.PositiveSmallIntegerField(default=0)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    next_escalation_at = models.DateTimeField(null=True, blank=True)
+    # Approve at the right scope (governance.grants): "once", "run", "session" or "grant".
+    scope = models.CharField(max_length=10, default="once")
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "expires_at"]), models.Index(fields=["workspace", "status"])]
+        indexes = [models.Index(fields=["status", "expires_at"]), models.Index(fields=["workspace", "status"]),
+                   models.Index(fields=["status", "next_escalation_at"], name="approval_escalation_idx")]
 
     def __str__(self) -> str:
         return f"{self.tool_name} for run {self.execution_id} ({self.status})"
+
+
+class ApprovalVote(models.Model):
+    """One person's decision on a request that needs several approvers (quorum).
+
+    One vote per person and round: an edit starts a new round (the earlier approvals
+    were given to other arguments), and the database refuses a second vote of the same
+    person in a round."""
+
+    class Decision(models.TextChoices):
+        APPROVED = "approved", "Approved"
+        EDITED_APPROVED = "edited_approved", "Edited and approved"
+        REJECTED = "rejected", "Rejected"
+
+    approval = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="votes")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    round = models.PositiveIntegerField(default=0)
+    decision = models.CharField(max_length=20, choices=Decision.choices)
+    comment = models.TextField(blank=True)
+    modified_args = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [models.UniqueConstraint(fields=["approval", "user", "round"], name="uniq_approval_vote")]
+
+    def __str__(self) -> str:
+        return f"{self.decision} by {self.user_id} on {self.approval_id} (round {self.round})"
+
+
+class ApprovalGrant(models.Model):
+    """A standing grant (governance.grants): this agent may make this kind of call (one
+    tool, one target, a condition on the arguments, at most ``max_rows`` rows) without
+    asking, until ``expires_at`` or until revoked. Made by resolving an approval request
+    with scope ``grant``; only that request's approvers may make one."""
+
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="approval_grants")
+    # Plain ids, not foreign keys: governance sits below agents and executions.
+    agent_id = models.UUIDField(db_index=True)
+    tool_name = models.CharField(max_length=100)
+    data_source_id = models.BigIntegerField(null=True, blank=True)
+    target = models.CharField(max_length=300, blank=True)  # the table's policy key, or "" for a tool without one
+    condition = models.TextField(blank=True)
+    max_rows = models.PositiveIntegerField()
+    approver_roles = models.JSONField(default=list)
+    approval = models.ForeignKey(ApprovalRequest, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="grants")
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["workspace", "agent_id", "tool_name"], name="approval_grant_lookup_idx")]
+
+    def __str__(self) -> str:
+        return f"grant #{self.pk}: {self.tool_name} on {self.target or 'any target'}"
 
 
 # What a text search of the audit trail reads (governance.selectors.audit_entries_search).
@@ -286,3 +367,51 @@ class PolicyCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}@{self.window_start:%Y-%m-%d %H:%M} = {self.value}"
+
+
+# --- deciding from e-mail and Slack (governance.email_links, governance.slack) ------------
+
+
+class ApprovalLinkUse(models.Model):
+    """A signed e-mail decision link that was used: one row per link (its nonce), written
+    in the decision's transaction, so a link decides at most once."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    approval_id = models.UUIDField(db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    decision = models.CharField(max_length=20)
+    used_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.decision} link for {self.approval_id} used by {self.user_id}"
+
+
+class SlackLinkCode(models.Model):
+    """A one-time code a person asked for in River to link their Slack account: kept as
+    its SHA-256 only, valid for minutes, used once (``/river link CODE`` in Slack)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    code_hash = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"Slack link code of {self.user_id}"
+
+
+class SlackIdentity(models.Model):
+    """A Slack user verified to be this River user (they sent a code only River showed
+    them). The only way a Slack click becomes a River user's decision."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_identity")
+    team_id = models.CharField(max_length=32)
+    slack_user_id = models.CharField(max_length=32)
+    slack_user_name = models.CharField(max_length=120, blank=True)
+    linked_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team_id", "slack_user_id"], name="uniq_slack_identity")]
+
+    def __str__(self) -> str:
+        return f"Slack {self.team_id}/{self.slack_user_id} is user {self.user_id}"

@@ -35,6 +35,7 @@ EMAIL = "email"
 SLACK = "slack"
 APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_REMINDER = "approval_reminder"
+APPROVAL_ESCALATED = "approval_escalated"
 RUN_OUTCOME = "run_outcome"
 SLACK_TIMEOUT_SECONDS = 5
 # The event a person's feed receives when their unread notifications change (a new one,
@@ -94,13 +95,25 @@ def _email(*, recipients: list[str], subject: str, body: str) -> None:
         raise NotificationError(f"email delivery failed: {type(exc).__name__}") from None
 
 
-def slack_post(*, webhook_url: str, text: str) -> None:
-    """POST one message to a Slack incoming webhook; NotificationError on any failure."""
+def _approval_emails(*, approval: ApprovalRequest, recipients: list[str], subject: str, body: str) -> None:
+    """Issue 29 §4: each recipient who may decide gets signed Approve/Reject links."""
+    from governance.email_links import approval_emails_send
+
+    try:
+        approval_emails_send(approval=approval, recipients=recipients, subject=subject, body=body, absolute=_absolute)
+    except Exception as exc:  # noqa: BLE001 - any backend failure is retried by the task
+        raise NotificationError(f"email delivery failed: {type(exc).__name__}") from None
+
+
+def slack_post(*, webhook_url: str, text: str, blocks: list | None = None, extra: dict | None = None) -> None:
+    """POST one message to a Slack incoming webhook (or an interaction's response_url,
+    with ``extra`` such as ``replace_original``); NotificationError on any failure."""
     if not webhook_url.startswith(("https://", "http://")):
         raise NotificationError("slack webhook URL is not http(s)")
+    message = {"text": text, **({"blocks": blocks} if blocks else {}), **(extra or {})}
     request = urllib.request.Request(  # noqa: S310 - scheme checked above
         webhook_url,
-        data=json.dumps({"text": text}).encode(),
+        data=json.dumps(message).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
@@ -137,11 +150,16 @@ def _approval_text(approval: ApprovalRequest, *, reminder: bool = False, link: b
     title = f"Approval needed: {approval.tool_name} (run {approval.execution_id})"
     if reminder:
         title = f"Reminder, expires soon: {approval.tool_name} (run {approval.execution_id})"
+    elif approval.escalation_level:  # escalation chains (governance.escalation)
+        title = f"Escalated to you, approval needed: {approval.tool_name} (run {approval.execution_id})"
     lines = [
         f"An agent wants to call {approval.tool_name} and needs approval.",
         f"Reasoning: {approval.reasoning_summary}" if approval.reasoning_summary else "",
         f"Risk: {approval.risk_context}" if approval.risk_context else "",
         f"Confidence: {approval.confidence_score:.2f}" if approval.confidence_score is not None else "",
+        f"Needs {approval.required_approvals} distinct approvers." if approval.required_approvals > 1 else "",
+        f"Escalated to {', '.join(approval.approver_roles)} after nobody decided."
+        if approval.escalation_level else "",
         f"Expires: {local_time(approval.expires_at, workspace=approval.workspace)}",
         f"Review: {_absolute(approval_url(approval.pk))}" if link else "",
     ]
@@ -246,6 +264,8 @@ def approval_notifications_send(*, approval_id: UUID | str, reminder: bool = Fal
     if config.in_app.enabled:
         title, body = _approval_text(approval, reminder=reminder)
         kind = APPROVAL_REMINDER if reminder else APPROVAL_REQUESTED
+        if not reminder and approval.escalation_level:
+            kind = APPROVAL_ESCALATED
         _in_app(workspace_id=approval.workspace_id, users=approval_deciders(approval=approval), kind=kind,
                 title=title, body=body, url=approval_url(approval.pk), approval_id=approval.pk,
                 execution_id=approval.execution_id)
@@ -266,10 +286,14 @@ def approval_channel_deliver(*, approval_id: UUID | str, channel: str, reminder:
     config = approval_notification_config(workspace_id=approval.workspace_id)
     title, body = _approval_text(approval, reminder=reminder, link=True)
     if channel == EMAIL and config.email.enabled and config.email.recipients:
-        _email(recipients=config.email.recipients, subject=title, body=body)
+        _approval_emails(approval=approval, recipients=config.email.recipients, subject=title, body=body)
         return True
     if channel == SLACK and config.slack.enabled and config.slack.webhook_url:
-        slack_post(webhook_url=config.slack.webhook_url, text=f"*{title}*\n{body}")
+        # Issue 29 §4: the message carries Approve and Reject buttons (governance.slack).
+        from governance.slack import approval_message_blocks
+
+        slack_post(webhook_url=config.slack.webhook_url, text=f"*{title}*\n{body}",
+                   blocks=approval_message_blocks(approval=approval, title=title, body=body))
         return True
     return False
 

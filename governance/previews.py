@@ -88,10 +88,16 @@ def approval_effect_terms(*, user, approval: ApprovalRequest, status: str, modif
     if status == ResolutionStatus.REJECTED:
         return None
     effect = effect or EffectApproval()
-    edited = status == ResolutionStatus.EDITED_APPROVED
+    # Under a quorum an edit starts a round on the edited arguments (quorum_args): a
+    # plain approval then approves those, and their preview is the edit's.
+    round_args = getattr(approval, "quorum_args", None)
+    edited = status == ResolutionStatus.EDITED_APPROVED or round_args is not None
     field = "preview_edit" if edited else "preview"
     shown = stored_preview(getattr(approval, field))
-    arguments = modified_args if edited else approval.proposed_payload
+    if status == ResolutionStatus.EDITED_APPROVED:
+        arguments = modified_args
+    else:
+        arguments = round_args if round_args is not None else approval.proposed_payload
     tool = get_tool(approval.tool_name)
     if tool is None or tool.preview is None:  # nothing to hold the write to, except a ceiling
         _preview_requirement_check(approval, stored_preview(approval.preview))

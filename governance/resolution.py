@@ -15,12 +15,13 @@ from governance.approvals import (
     approval_get_for_user,
     approvals_overdue,
 )
+from governance.grants import ONCE, ScopeChoice, approval_scope_check, approval_scope_record
 from governance.models import ApprovalRequest
 from governance.previews import EffectApproval, approval_effect_terms, effect_terms_record
 from governance.runs import RunLock, run_control
 from rivercore.errors import Conflict
 from rivercore.steps import edited_arguments
-from rivercore.types.governance import ResolutionStatus
+from rivercore.types.governance import DecisionChannel, ResolutionStatus
 
 logger = logging.getLogger("river.governance")
 
@@ -28,7 +29,9 @@ RESOLVE_ATTEMPTS = 5
 
 
 def approval_resolve(*, user, approval_id, status: str, modified_args: dict | None = None,
-                     comment: str = "", effect: EffectApproval | None = None) -> ApprovalRequest:
+                     comment: str = "", channel: str = DecisionChannel.API,
+                     arguments_round: int | None = None, scope: ScopeChoice = ONCE,
+                     effect: EffectApproval | None = None) -> ApprovalRequest:
     """Approve, reject or edit-and-approve a paused call, then resume its run.
 
     Exactly once: the request row is locked and must still be pending; the audit
@@ -37,7 +40,10 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
     resolutions, a cancel and the expiry sweep queue up instead of deadlocking; a
     transient database error (deadlock victim, serialization failure, dropped
     connection) rolls the attempt back and it is tried again, so a caller gets a
-    decision or a 409, never a 500."""
+    decision or a 409, never a 500. Under a quorum (governance.quorum) a decision may be
+    one vote of several: the request stays pending and the run waits; it resumes once,
+    with the vote that completes the quorum. ``arguments_round`` is the round of
+    arguments the caller saw (409 when someone edited them since)."""
     control = run_control()
     approval = approval_get_for_user(user=user, approval_id=approval_id)
     # Checked again under the row lock; here so a non-approver learns 403, not 400.
@@ -51,14 +57,22 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
     # Issue 29 §1: the effect must still be the previewed one (checked outside the transaction).
     terms = approval_effect_terms(user=user, approval=approval, status=status, modified_args=modified_args,
                                   effect=effect)
+    # Scopes (governance.grants): checked before the lock, recorded with the decision.
+    approval_scope_check(approval=approval, choice=scope, status=status,
+                         arguments=modified_args or approval.proposed_payload or {})
 
     def decide_and_resume() -> ApprovalRequest:
         with transaction.atomic():
             control.lock(approval.execution_id)
             decided = approval_decide(
-                approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment
+                approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment,
+                channel=channel,
+                arguments_round=arguments_round,
             )
+            if decided.status == ApprovalRequest.Status.PENDING:  # a vote; the quorum is not complete yet
+                return decided
             effect_terms_record(decided, terms)  # issue 29 §1: the write holds to them
+            approval_scope_record(approval=decided, user=user, choice=scope)  # scopes: governance.grants
             control.resume_after_resolution(
                 decided.execution_id, call_id=decided.tool_call_id,
                 resolution={**decided.resolution, "approval_id": str(decided.pk), "tool_name": decided.tool_name},

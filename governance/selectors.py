@@ -8,7 +8,7 @@ from uuid import UUID
 
 from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery
 
-from common.search import query_words, ranked, text_match
+from common.search import CompiledSearch, query_words, ranked, text_match
 from governance.models import (
     AUDIT_SEARCHED_FIELDS,
     AUDIT_SEARCHED_LOOKUPS,
@@ -85,6 +85,7 @@ def policy_spec(policy: Policy) -> GovernancePolicySpec:
         policy_type=policy.policy_type,
         conditions=policy.conditions,
         enforcement=policy.enforcement,
+        required_approvals=policy.required_approvals,
     )
 
 
@@ -181,8 +182,18 @@ def audit_entries_search(*, user, workspace, text: str, limit: int) -> list[Audi
     words = query_words(text)
     if not words:
         return []
-    candidates = audit_entries_for_user(user=user).filter(workspace_id=workspace.pk).filter(
+    return _AUDIT_MATCHING.rows(user=user, workspace_id=workspace.pk, words=words, limit=limit)
+
+
+def _audit_entries_matching(*, user, workspace_id: int, words, limit: int) -> QuerySet[AuditLogEntry]:
+    # Ordered by an expression of the id, not the id: walking the primary key backwards
+    # would compute each passed-over entry's vector (the index is on the expression; no
+    # column stores it), where the GIN index's bitmap and a top-N sort do not.
+    candidates = audit_entries_for_user(user=user).filter(workspace_id=workspace_id).filter(
         text_match(AUDIT_SEARCHED_FIELDS, AUDIT_SEARCHED_LOOKUPS, words)).annotate(
-        newest=F("pk") + 0).order_by("-newest").values("pk")[:AUDIT_SEARCH_CANDIDATES]  # see executions_search
+        newest=F("pk") + 0).order_by("-newest").values("pk")[:AUDIT_SEARCH_CANDIDATES]
     rows = AuditLogEntry.objects.filter(pk__in=Subquery(candidates))
-    return list(ranked(rows, AUDIT_SEARCHED_FIELDS, words, tiebreak="-pk")[:limit])
+    return ranked(rows, AUDIT_SEARCHED_FIELDS, words, tiebreak="-pk")[:limit]
+
+
+_AUDIT_MATCHING = CompiledSearch(_audit_entries_matching)

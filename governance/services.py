@@ -18,6 +18,7 @@ from governance.checker import QUERY_NAMES, conditions_expression, infer_policy_
 from governance.models import Policy, WorkspaceSettings
 from governance.selectors import policy_get_for_user
 from rivercore.errors import InvalidInput, NotFound, PermissionDenied
+from rivercore.types.agents import MAX_REQUIRED_APPROVALS
 from rivercore.types.governance import Enforcement, PolicyScope, PolicyType
 from tenancy.models import Workspace
 from tenancy.permissions import ORG_ADMIN_ROLE, POLICY_CREATE, Role
@@ -92,6 +93,7 @@ def _snapshot(policy: Policy) -> dict:
         "policy_type": policy.policy_type,
         "conditions": policy.conditions,
         "enforcement": policy.enforcement,
+        "required_approvals": policy.required_approvals,
         "enabled": policy.enabled,
     }
 
@@ -129,6 +131,7 @@ def policy_create(
     organization_id: int | None = None,
     enabled: bool = True,
     require_preview: bool = False,
+    required_approvals: int = 1,
 ) -> Policy:
     """Create a policy. Workspace scope needs ``policy:create`` there; organization
     scope needs an organization admin. A workspace id alone identifies the
@@ -149,6 +152,7 @@ def policy_create(
     _authorize(actor=actor, scope=scope, organization_id=organization_id, workspace=workspace)
     name = _clean_name(name)
     enforcement = _choice(enforcement, Enforcement, "enforcement")
+    required_approvals = policy_required_approvals_validate(required_approvals, enforcement=enforcement)
     shape = policy_validate(conditions=conditions, policy_type=policy_type)
     with transaction.atomic():
         policy = Policy.objects.create(
@@ -160,6 +164,7 @@ def policy_create(
             policy_type=shape.policy_type,
             conditions=shape.conditions,
             enforcement=enforcement,
+            required_approvals=required_approvals,
             enabled=bool(enabled),
             require_preview=bool(require_preview),  # issue 29 §1 (docs/approvals.md "Effect preview")
             created_by=actor if getattr(actor, "pk", None) else None,
@@ -169,6 +174,18 @@ def policy_create(
 
 
 _UNSET = object()
+
+
+def policy_required_approvals_validate(value, *, enforcement) -> int:
+    """Quorum of a policy (governance.quorum): a whole number from 1 to 10, above 1 only
+    for a require_approval policy (nothing else asks anyone)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REQUIRED_APPROVALS:
+        raise InvalidInput("required_approvals is invalid.", details={"required_approvals": [
+            f"Must be a whole number from 1 to {MAX_REQUIRED_APPROVALS}."]})
+    if value > 1 and enforcement != Enforcement.REQUIRE_APPROVAL:
+        raise InvalidInput("required_approvals is invalid.", details={"required_approvals": [
+            "Only a require_approval policy can ask for more than one approver."]})
+    return value
 
 
 def policy_update(
@@ -182,6 +199,7 @@ def policy_update(
     policy_type=_UNSET,
     enabled=_UNSET,
     require_preview=_UNSET,
+    required_approvals=_UNSET,
 ) -> Policy:
     """Change a policy's fields; scope and workspace are fixed at creation.
     New conditions without a policy type re-infer the type from the expression."""
@@ -199,6 +217,12 @@ def policy_update(
         updates["enabled"] = bool(enabled)
     if require_preview is not _UNSET:
         updates["require_preview"] = bool(require_preview)
+    enforcement_now = updates.get("enforcement", found.enforcement)
+    if required_approvals is not _UNSET:
+        updates["required_approvals"] = policy_required_approvals_validate(required_approvals,
+                                                                           enforcement=enforcement_now)
+    elif enforcement_now != Enforcement.REQUIRE_APPROVAL:
+        updates["required_approvals"] = 1  # a policy that asks nobody needs no quorum
     if conditions is not _UNSET or policy_type is not _UNSET:
         shape = policy_validate(
             conditions=found.conditions if conditions is _UNSET else conditions,

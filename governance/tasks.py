@@ -66,12 +66,37 @@ def audit_anchor() -> int:
 
 @shared_task(name="governance.expire_approvals")
 def expire_approvals() -> int:
-    """Periodic: remind approvers of requests about to expire, then expire the overdue
-    ones (their runs end ``approval_expired``). Returns how many expired."""
+    """Periodic: move undecided requests along their escalation chains, remind approvers
+    of requests about to expire, then expire the overdue ones (their runs end
+    ``approval_expired``). Returns how many expired."""
     from django.conf import settings
 
     from governance.approvals import approvals_remind_due
+    from governance.escalation import approvals_escalate_due
     from governance.resolution import approvals_expire_due
 
+    approvals_escalate_due()  # escalation chains first: a moved request is no longer the old group's
     approvals_remind_due(before_minutes=settings.RIVER_APPROVAL_REMINDER_MINUTES)
     return approvals_expire_due()
+
+
+@shared_task(
+    bind=True,
+    name="governance.slack_respond",
+    autoretry_for=(NotificationError,),
+    retry_backoff=True,
+    retry_backoff_max=120,
+    retry_jitter=True,
+    max_retries=4,
+)
+def slack_respond(self, response_url: str, message: dict) -> None:
+    """Answer a Slack click through its response_url (replace the approval message with
+    the decision, or tell the clicker why not). Retried; the URL is never logged."""
+    from governance.slack import slack_respond_now
+
+    try:
+        slack_respond_now(response_url=response_url, message=message)
+    except NotificationError as exc:
+        logger.warning("a Slack interaction's answer failed (attempt %d of %d): %s",
+                       self.request.retries + 1, self.max_retries + 1, exc)
+        raise

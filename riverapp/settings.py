@@ -130,6 +130,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "tenancy.time_zones.TimeZoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "common.error_pages.DebugErrorPagesMiddleware",
@@ -429,6 +430,14 @@ RIVER_ADMIN_PASSWORD = env_str("RIVER_ADMIN_PASSWORD") or None
 # The demo's second person, who approves what the admin's runs ask for (segregation of duties).
 RIVER_APPROVER_PASSWORD = env_password("RIVER_APPROVER_PASSWORD", min_length=12)
 RIVER_APPROVAL_REMINDER_MINUTES = env_int("RIVER_APPROVAL_REMINDER_MINUTES", 60, minimum=1)
+# Deciding from e-mail and Slack (docs/approvals.md): how long a signed e-mail link
+# stays valid; the Slack app's signing secret (empty: the Slack endpoints answer 503);
+# where a Slack interaction's response_url may point (anything else is never contacted).
+RIVER_APPROVAL_LINK_HOURS = env_int("RIVER_APPROVAL_LINK_HOURS", 24, minimum=1)
+RIVER_SLACK_SIGNING_SECRET = env_str("RIVER_SLACK_SIGNING_SECRET", "") or ""
+RIVER_SLACK_RESPONSE_URL_PREFIXES = env_list("RIVER_SLACK_RESPONSE_URL_PREFIXES", ["https://hooks.slack.com/"])
+# A standing approval grant lasts at most this many days (docs/approvals.md, scopes).
+RIVER_APPROVAL_GRANT_MAX_DAYS = env_int("RIVER_APPROVAL_GRANT_MAX_DAYS", 30, minimum=1)
 # Triggers (docs/triggers.md): a cron slot whose task runs later than this after the slot
 # is recorded as missed rather than run late; metric samples are kept this many hours;
 # a pipeline may be this many stages deep (the first follower of a run is at depth 1).

@@ -36,6 +36,8 @@ urlpatterns = [
     path("metrics", metrics.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
+    # Slack calls these, signed (governance.integrations; docs/approvals.md).
+    path("integrations/", include("governance.integrations")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves its start-up script as a file (?script), so the page needs
     # no inline script under River's Content-Security-Policy.

@@ -195,6 +195,10 @@ class ApprovalRequestPayload(BaseModel):
     confidence_score: float | None = None
     auto_approve_eligible: bool = False
     preview: dict[str, Any] | None = None  # the call's effect (rivercore.previews), for a write
+    # Quorum (governance.quorum): the most distinct approvers a matched policy asks
+    # for, and the rows the call concerns when known (a data export's row count).
+    required_approvals: int = 1
+    rows: int | None = None
 
 
 class InteractionType(StrEnum):

@@ -189,6 +189,12 @@ class EngineHooks(Protocol):
     def approved_call_failed(self, state: RunState, *, call_id: str, tool_name: str, error: dict[str, Any]) -> None:
         """A call a person approved was dispatched and failed (optional hook)."""
 
+    def standing_approval(self, state: RunState, *, call_id: str, tool_name: str,
+                          arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """Scopes (optional hook): the resolution of an earlier approval for this run or
+        conversation, or of a standing grant, that lets this call through without asking
+        (recorded and audited by the hook), or None to ask."""
+
 
 class ToolRunner(Protocol):
     """Runs one tool call within ``timeout`` seconds (``run_tool``); ``on_exit`` runs in
@@ -727,6 +733,8 @@ class Engine:
                           + (f" {extra_risk}" if extra_risk else "")),
             confidence_score=confidence,
             auto_approve_eligible=any(rule.tool == call.name for rule in rules.auto_approve_conditions),
+            required_approvals=verdict.required_approvals,  # quorum (governance.quorum)
+            rows=policy.get("total_rows"),
         )
         condition = await self._io(gate.auto_approved, self.policy, state, call.name, {
             "confidence_score": confidence, "tool": {"name": call.name}, "args": args})
@@ -739,6 +747,12 @@ class Engine:
             if self.hooks:
                 await self._io(self.hooks.auto_approved, state, call_id=call.id, tool_name=call.name,
                                arguments=args, condition=condition)
+            return None
+        standing = await self._standing_approval(state, call, args)  # scopes: governance.grants
+        if standing is not None:
+            self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED,
+                      output={**policy, "approval_request": payload.model_dump(mode="json"),
+                              "resolution": standing}, **common)
             return None
         payload.preview = await self._effect_preview(state, call, tool, args, verdict)  # issue 29 §1
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING,
@@ -759,6 +773,13 @@ class Engine:
         preview = await self._io(effect_preview, tool, ctx, args)
         preview.policy_id = str(verdict.policy_id) if verdict.policy_id else None
         return preview.model_dump(mode="json")
+    async def _standing_approval(self, state: RunState, call: LLMToolCall,
+                                 args: dict[str, Any]) -> dict[str, Any] | None:
+        """Asked only where the gate wants an approval (never for a blocked call)."""
+        ask = getattr(self.hooks, "standing_approval", None)
+        if ask is None:
+            return None
+        return await self._io(ask, state, call_id=call.id, tool_name=call.name, arguments=args)
 
     def _blocked(self, state: RunState, call: LLMToolCall, args: dict[str, Any], verdict: GovernanceResult,
                  record: bool = True) -> bool:

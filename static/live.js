@@ -20,7 +20,8 @@
    River.time.format(date, style) and River.time.localize(root, style): River's one date
    and time format ("27 Nov 2026, 11:19"), in the reader's time zone, for the one place
    each style is used; River.number.format(n) the frame's
-   counts. No page script calls toLocale* itself.
+   counts; and the browser's time zone goes to the server as the river_tz cookie.
+   No page script calls toLocale* itself.
 
    No dependencies; River's CSP allows no inline script. */
 (function () {
@@ -108,6 +109,20 @@
   }
 
   River.time = {format: formatTime, localize: localize, styles: Object.keys(STYLES)};
+
+  // The browser's own zone, told to the server as a cookie (tenancy.time_zones checks
+  // it against the zones it knows): pages are written in it unless the person chose a
+  // zone in their settings. Set again only when it changes (a trip, a new laptop).
+  (function rememberBrowserZone() {
+    var zone;
+    try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone; } catch (e) { return; }
+    if (!zone || !/^[A-Za-z0-9_+\-\/]{1,64}$/.test(zone)) { return; }
+    try {  // a document without cookies (a sandboxed frame, about:blank) throws here: nothing to remember
+      if (document.cookie.split("; ").indexOf("river_tz=" + zone) >= 0) { return; }
+      document.cookie = "river_tz=" + zone + "; path=/; max-age=31536000; SameSite=Lax" +
+        (window.location.protocol === "https:" ? "; Secure" : "");
+    } catch (e) { return; }
+  })();
   River.number = {
     format: function (value) { return Number(value).toLocaleString("en-US"); }
   };

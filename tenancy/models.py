@@ -150,3 +150,15 @@ class ServicePrincipal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.label} ({self.user})"
+
+
+class PersonSettings(models.Model):
+    """A person's own settings that follow them across workspaces. ``time_zone`` is an
+    IANA name (``zoneinfo.available_timezones()``), or empty: the browser's zone."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="person_settings")
+    time_zone = models.CharField(max_length=64, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"Settings of {self.user}"

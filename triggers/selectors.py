@@ -7,7 +7,7 @@ import uuid
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery, Window
 from django.db.models.functions import RowNumber
 
-from common.search import query_words, ranked, text_match
+from common.search import CompiledSearch, query_words, ranked, text_match
 from rivercore.errors import NotFound, PermissionDenied
 from tenancy.models import Membership
 from tenancy.permissions import AGENT_CREATE
@@ -186,6 +186,13 @@ def triggers_search(*, user, workspace, text: str, limit: int) -> list[Trigger]:
     words = query_words(text)
     if not words:
         return []
-    rows = triggers_for_user(user=user, workspace_id=workspace.pk).filter(
+    return _TRIGGERS_MATCHING.rows(user=user, workspace_id=workspace.pk, words=words, limit=limit)
+
+
+def _triggers_matching(*, user, workspace_id: int, words, limit: int) -> QuerySet[Trigger]:
+    rows = triggers_for_user(user=user, workspace_id=workspace_id).filter(
         text_match(TRIGGER_SEARCHED_FIELDS, TRIGGER_SEARCHED_FIELDS, words))
-    return list(ranked(rows, TRIGGER_SEARCHED_FIELDS, words, tiebreak="name")[:limit])
+    return ranked(rows, TRIGGER_SEARCHED_FIELDS, words, tiebreak="name")[:limit]
+
+
+_TRIGGERS_MATCHING = CompiledSearch(_triggers_matching)

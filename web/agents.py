@@ -15,11 +15,11 @@ from datetime import timedelta
 from django import forms
 from django.contrib import messages
 from django.db import transaction
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from agents.diff import version_diff
 from agents.models import Agent, AgentVersion
@@ -35,6 +35,7 @@ from agents.selectors import (
     memory_get_for_user,
 )
 from agents.services import (
+    APPROVER_ROLES,
     agent_create,
     agent_transition,
     agent_version_create,
@@ -46,6 +47,8 @@ from datasources.selectors import data_source_choices, data_sources_first
 from executions.selectors import agent_runs_recent, agents_with_run_stats, success_rate
 from executions.services import execution_start, person_run_request
 from executions.services.replay import replay_batch_latest
+from governance.checker import auto_approve_condition_validate
+from governance.expressions import MAX_EXPRESSION_CHARS, ExpressionError
 from governance.models import WorkspaceSettings
 from governance.selectors import workspace_memory_mode
 from governance.services import workspace_memory_mode_set
@@ -53,14 +56,16 @@ from rivercore import limits
 from rivercore.contracts import AvailableDataSource, GenerateAgentRequest, UserContext
 from rivercore.errors import InvalidInput, RiverError
 from rivercore.types.agents import (
+    MAX_ESCALATION_TIMEOUT_MINUTES,
     MAX_TOKEN_BUDGET,
     TOOL_NAMES,
     ActionLevel,
+    ApprovalRules,
     BusinessFunction,
     GovernanceLevel,
     ModelConfig,
 )
-from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE, POLICY_CREATE
+from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE, ORG_ADMIN_ROLE, POLICY_CREATE
 from tenancy.selectors import workspace_roles
 from triggers.selectors import trigger_firings_recent, triggers_filter
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
@@ -75,6 +80,7 @@ from web.page_tools import (
     require,
     workspace_and_permissions,
 )
+from web.policies import catalog_tables, error_json
 
 RECENT_RUNS = 20
 RECENT_FIRINGS = 5
@@ -381,6 +387,11 @@ def agent_status(request, agent_id):
 # --- versions and new agents ------------------------------------------------------------
 
 
+def _approver_role_choices() -> list[tuple[str, str]]:
+    return [(role, "Organization admins" if role == ORG_ADMIN_ROLE else role.replace("_", " ").capitalize())
+            for role in sorted(APPROVER_ROLES)]
+
+
 class VersionForm(forms.Form):
     goal = forms.CharField(max_length=limits.GOAL, widget=forms.Textarea(attrs={"rows": 2}),
                            help_text="One or two sentences: what the agent is for.")
@@ -396,6 +407,12 @@ class VersionForm(forms.Form):
     require_approval_for = forms.MultipleChoiceField(
         required=False, widget=forms.CheckboxSelectMultiple, label="Ask a person before",
         help_text="These tools wait for an approver's yes each time (they must be among the tools above).")
+    approver_roles = forms.MultipleChoiceField(
+        widget=forms.CheckboxSelectMultiple, label="Who may approve", initial=list(ApprovalRules().approver_roles),
+        help_text="Members with one of these roles (and approval rights) decide this agent's requests.")
+    escalation_timeout_minutes = forms.IntegerField(
+        min_value=1, max_value=MAX_ESCALATION_TIMEOUT_MINUTES, initial=ApprovalRules().escalation_timeout_minutes,
+        label="Minutes before a request escalates", help_text="A request nobody decided in this time escalates.")
     data_sources = forms.TypedMultipleChoiceField(coerce=int, required=False, widget=forms.CheckboxSelectMultiple,
                                                   help_text="The databases it may read.")
     max_turns = forms.IntegerField(min_value=1, max_value=100, initial=ModelConfig().max_turns,
@@ -407,16 +424,22 @@ class VersionForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["tools"].choices = _tool_choices()
         self.fields["require_approval_for"].choices = _tool_choices()
+        self.fields["approver_roles"].choices = _approver_role_choices()
         self.fields["data_sources"].choices = data_source_choices(workspace_id=workspace.pk, limit=limits.LIST_ITEMS)
 
-    def version_config(self, base: AgentVersion | None = None) -> dict:
+    def version_config(self, base: AgentVersion | None = None, auto_approve: list[dict] | None = None) -> dict:
         """The keyword arguments of ``agent_version_create``; settings the form does not
-        show are carried over from ``base``."""
+        show are carried over from ``base`` (its auto-approve conditions too, unless
+        ``auto_approve`` replaces them)."""
         data = self.cleaned_data
         model_config = dict(base.model_config or {}) if base else {}
         model_config.update(max_turns=data["max_turns"], token_budget=data["token_budget"])
         approval_rules = dict(base.approval_rules or {}) if base else {}
-        approval_rules["require_approval_for"] = list(data["require_approval_for"])
+        approval_rules.update(require_approval_for=list(data["require_approval_for"]),
+                              approver_roles=list(data["approver_roles"]),
+                              escalation_timeout_minutes=data["escalation_timeout_minutes"])
+        if auto_approve is not None:
+            approval_rules["auto_approve_conditions"] = auto_approve
         config = {
             "goal": data["goal"], "instructions": data["instructions"], "action_level": data["action_level"],
             "governance_level": data["governance_level"], "tools": list(data["tools"]),
@@ -428,11 +451,51 @@ class VersionForm(forms.Form):
         return config
 
 
+class AutoApproveForm(forms.Form):
+    """One auto-approve condition: the tool whose approval it may skip, and when."""
+
+    tool = forms.ChoiceField(required=False, label="Tool")
+    condition = forms.CharField(
+        required=False, max_length=MAX_EXPRESSION_CHARS, strip=False, label="Approve without asking when",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off",
+                                     "class": "condition-expression", "data-auto-approve-condition": ""}),
+        help_text="For example confidence_score >= 0.9 AND args.table_name == 'tickets'. It may look at the "
+                  "call only: confidence_score, tool.name and args.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tool"].choices = [("", "— choose a tool —"), *_tool_choices()]
+
+    def clean(self):
+        cleaned = super().clean()
+        tool, condition = cleaned.get("tool"), (cleaned.get("condition") or "").strip()
+        if condition and not tool:
+            self.add_error("tool", "Choose the tool this condition approves.")
+        if tool and not condition:
+            self.add_error("condition", "Type the condition, or choose no tool to remove this one.")
+        return cleaned
+
+    @property
+    def rule(self) -> dict | None:
+        """The rule this row holds, None when it is left empty."""
+        data = self.cleaned_data
+        if not data.get("tool"):
+            return None
+        return {"tool": data["tool"], "condition": data["condition"]}
+
+
+AutoApproveFormSet = forms.formset_factory(AutoApproveForm, extra=1, max_num=50, absolute_max=50,
+                                           validate_max=True)
+AUTO_APPROVE_PREFIX = "auto"
+
+
 def _version_initial(version: AgentVersion) -> dict:
+    rules = version.rules
     return {
         "goal": version.goal, "instructions": version.instructions, "action_level": version.action_level,
         "governance_level": version.governance_level, "tools": list(version.tools or []),
-        "require_approval_for": list(version.rules.require_approval_for),
+        "require_approval_for": list(rules.require_approval_for), "approver_roles": list(rules.approver_roles),
+        "escalation_timeout_minutes": rules.escalation_timeout_minutes,
         "data_sources": [source.pk for source in version.data_sources.all()],
         "max_turns": version.model_settings.max_turns, "token_budget": version.model_settings.token_budget,
     }
@@ -441,6 +504,40 @@ def _version_initial(version: AgentVersion) -> dict:
 # Where a version service's error details land on the form.
 VERSION_FIELD_MAP = {"approval_rules": "require_approval_for", "model_config": "max_turns",
                      "model_config.max_turns": "max_turns", "model_config.token_budget": "token_budget"}
+
+
+def _version_errors_onto_forms(form, formset, rows: list[int], exc: RiverError) -> None:
+    """The service's error next to the field it names. Approval rules' details are keyed
+    inside ``approval_rules``: ``auto_approve_conditions.<n>.<field>`` (n counts the
+    rules sent, ``rows`` maps it back to the formset's row), the rules' own fields."""
+    details = dict(exc.details) if isinstance(exc.details, dict) else {}
+    rules = details.pop("approval_rules", None)
+    for key, found in (rules.items() if isinstance(rules, dict) else []):
+        parts = key.split(".")
+        if formset is not None and parts[0] == "auto_approve_conditions" and len(parts) == 3 \
+                and parts[1].isdigit() and int(parts[1]) < len(rows) and parts[2] in ("tool", "condition"):
+            for message in found if isinstance(found, list) else [found]:
+                formset.forms[rows[int(parts[1])]].add_error(parts[2], str(message))
+        else:
+            details[key] = found
+    if rules is not None and not isinstance(rules, dict):
+        details["approval_rules"] = rules
+    if details:
+        errors_onto_form(form, InvalidInput(exc.message, details=details), VERSION_FIELD_MAP)
+
+
+def _auto_approve_rules(formset) -> tuple[list[dict], list[int]]:
+    """The rules of the rows that are filled in, and each one's row number."""
+    rules, rows = [], []
+    for index, row in enumerate(formset.forms):
+        if row.rule is not None:
+            rules.append(row.rule)
+            rows.append(index)
+    return rules, rows
+
+
+def _auto_approve_initial(version: AgentVersion | None) -> list[dict]:
+    return [rule.model_dump() for rule in version.rules.auto_approve_conditions] if version else []
 
 
 @page_login_required
@@ -452,21 +549,48 @@ def version_new(request, agent_id):
         base = agent_version_get(agent=agent, version=base.version)  # with its data sources
     form = VersionForm(request.POST or None, workspace=agent.workspace,
                        initial=_version_initial(base) if base else None)
+    # A posted row counts as typed, whatever it started as: no initial data to compare with.
+    formset = AutoApproveFormSet(request.POST or None, prefix=AUTO_APPROVE_PREFIX,
+                                 initial=None if request.method == "POST" else _auto_approve_initial(base))
     status = 200
     if request.method == "POST":
         status = 400
-        if form.is_valid():
+        valid = [formset.is_valid(), form.is_valid()]  # both, so each shows its errors
+        if all(valid):
+            rules, rows = _auto_approve_rules(formset)
             try:
-                version = agent_version_create(agent=agent, actor=request.user, **form.version_config(base))
+                version = agent_version_create(agent=agent, actor=request.user,
+                                               **form.version_config(base, auto_approve=rules))
             except RiverError as exc:
-                errors_onto_form(form, exc, VERSION_FIELD_MAP)
+                _version_errors_onto_forms(form, formset, rows, exc)
             else:
                 messages.success(request, f"Version {version.version} saved. Compare it below, then deploy it "
                                           "when it is right.")
                 url = reverse("agent-page", kwargs={"agent_id": agent.pk})
                 compare = f"a={base.version}&b={version.version}" if base else ""
                 return redirect(f"{url}?{compare}#versions" if compare else f"{url}#versions")
-    return render(request, "agents/version_new.html", {"agent": agent, "form": form, "base": base}, status=status)
+    return render(request, "agents/version_new.html", {
+        "agent": agent, "form": form, "base": base, "formset": formset,
+        "builder": {"tools": sorted(TOOL_NAMES), "tables": catalog_tables(workspace=agent.workspace)},
+    }, status=status)
+
+
+@page_login_required
+@require_GET
+def auto_approve_validate_json(request, agent_id):
+    """Validate a draft auto-approve condition with the check a saved version gets
+    (``governance.checker.auto_approve_condition_validate``, the API's messages)."""
+    agent, granted = _agent_or_404(request, agent_id)
+    require(granted, AGENT_CREATE)
+    expression = request.GET.get("expression", "")
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        return error_json(InvalidInput("Condition too long.", details={
+            "condition": [f"Ensure this field has no more than {MAX_EXPRESSION_CHARS} characters."]}))
+    try:
+        auto_approve_condition_validate(expression)
+    except ExpressionError as exc:
+        return error_json(InvalidInput("The agent version is invalid.", details={"condition": [str(exc)]}))
+    return JsonResponse({"valid": True})
 
 
 class AgentForm(VersionForm):
@@ -509,7 +633,7 @@ def _agent_save(request, workspace, form) -> Agent | None:
             version = agent_version_create(agent=agent, actor=request.user, **form.version_config())
             return agent_version_deploy(agent=agent, version=version, actor=request.user)
     except RiverError as exc:
-        errors_onto_form(form, exc, VERSION_FIELD_MAP)
+        _version_errors_onto_forms(form, None, [], exc)
         return None
 
 
@@ -581,5 +705,7 @@ urlpatterns = [
     path("agents/<str:agent_id>/memory/<str:memory_id>/delete", agent_memory_delete, name="agent-memory-delete"),
     path("agents/<str:agent_id>/memory/settings", agent_memory_settings, name="agent-memory-settings"),
     path("agents/<str:agent_id>/versions/new/", version_new, name="agent-version-new"),
+    path("agents/<str:agent_id>/versions/validate-condition", auto_approve_validate_json,
+         name="agent-auto-approve-validate"),
     path("agents/<str:agent_id>/versions/<int:version>/deploy", agent_deploy, name="agent-deploy"),
 ]

@@ -26,8 +26,10 @@ from governance.previews import MAX_ROWS_CEILING, EffectApproval
 from governance.resolution import approval_resolve
 from rivercore.errors import NotFound, RiverError
 from rivercore.tools import get_tool
-from rivercore.types.governance import ResolutionStatus
+from rivercore.types.governance import DecisionChannel, ResolutionStatus
+from web.approval_card_quorum import quorum_card
 from web.approval_preview import effect_card
+from web.approval_scopes import card_scope, scope_from_form
 from web.page_tools import page_login_required
 
 
@@ -40,6 +42,7 @@ class ResolveForm(forms.Form):
     # Issue 29 §1: the preview the approver saw, and their row ceiling (web.approval_preview).
     preview_fingerprint = forms.RegexField(r"^[0-9a-f]{64}$", required=False)
     max_rows = forms.IntegerField(required=False, min_value=0, max_value=MAX_ROWS_CEILING)
+    arguments_round = forms.IntegerField(required=False, min_value=0)  # quorum: the round the approver saw
 
     def clean(self):
         data = super().clean()
@@ -108,7 +111,7 @@ def approval_card(
     tool = get_tool(approval.tool_name)
     submitted = submitted or {}
     resolution = approval.resolution or {}
-    return {
+    context = {
         "approval": approval,
         "pending": approval.status == ApprovalRequest.Status.PENDING,
         "can_resolve": may_resolve(user=user, approval=approval) if can_resolve is None else can_resolve,
@@ -126,7 +129,10 @@ def approval_card(
         "error": error,
         "edit_open": bool(error) and submitted.get("decision") == ResolutionStatus.EDITED_APPROVED,
         "effect": effect_card(approval=approval, submitted=submitted),  # issue 29 §1
+        **card_scope(approval, submitted=submitted),  # scopes: web.approval_scopes
     }
+    context.update(quorum_card(user=user, approval=approval, context=context, submitted=submitted))
+    return context
 
 
 def _approval_or_404(user, approval_id) -> ApprovalRequest:
@@ -161,6 +167,9 @@ def approval_resolve_card(request, approval_id):
                 modified_args=data["modified_args"], comment=data["resolution_comment"],
                 effect=EffectApproval(fingerprint=data.get("preview_fingerprint") or None,
                                       max_rows=data.get("max_rows")),
+                channel=DecisionChannel.INBOX,
+                arguments_round=data.get("arguments_round"),
+                scope=scope_from_form(request.POST),  # scopes: web.approval_scopes
             )
         except RiverError as exc:
             status_code = exc.status_code

@@ -60,7 +60,7 @@ class PolicyForm(forms.Form):
     expression = forms.CharField(
         max_length=MAX_EXPRESSION, label="Condition", strip=False,
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "autocomplete": "off",
-                                     "class": "policy-expression", "data-policy-expression": ""}),
+                                     "class": "condition-expression", "data-policy-expression": ""}),
         help_text="The calls this policy matches, in River's condition language, for example "
                   "tool.name == 'write_back' AND args.table_name == 'invoices'. "
                   "Build it with the condition builder or type it.")
@@ -92,21 +92,27 @@ def _policy_for_manager(request, policy_id) -> Policy:
     return policy
 
 
-def _builder_context(request, workspace) -> dict:
-    """What the condition builder offers: River's tools, the workspace's agents, the
-    tables and columns of its data sources' catalogs, and recent runs for the test panel."""
+def catalog_tables(*, workspace) -> list[dict]:
+    """The tables and columns of the workspace's data sources' catalogs, named as
+    conditions compare them (see datasources.identifiers): what a condition builder
+    offers, on this page and on an agent version's auto-approve conditions."""
     tables: dict[str, set[str]] = {}
     for source in data_sources_in_workspace(workspace_id=workspace.pk):
         for raw in source.schema_cache or []:
             table = TableInfo.model_validate(raw)
-            # The names as policies compare them (see datasources.identifiers).
             tables.setdefault(policy_name_key(table.table_name), set()).update(
                 identifier_key(column.column_name) for column in table.columns)
+    return [{"name": name, "columns": sorted(columns)} for name, columns in sorted(tables.items())]
+
+
+def _builder_context(request, workspace) -> dict:
+    """What the condition builder offers: River's tools, the workspace's agents, the
+    tables and columns of its data sources' catalogs, and recent runs for the test panel."""
     return {
         "builder": {
             "tools": sorted(all_tools()),
             "agents": [{"id": value, "name": label} for value, label in agent_choices(workspace=workspace)],
-            "tables": [{"name": name, "columns": sorted(columns)} for name, columns in sorted(tables.items())],
+            "tables": catalog_tables(workspace=workspace),
             "action_levels": sorted(checker.ACTION_LEVELS),
             "days": list(checker.WEEKDAYS),
         },
@@ -247,7 +253,7 @@ def _draft(request) -> tuple[str, str | None]:
     return expression, request.GET.get("policy_type") or None
 
 
-def _error_json(exc: RiverError) -> JsonResponse:
+def error_json(exc: RiverError) -> JsonResponse:
     """The API's error body (``common.api.exception_handler``), beside ``valid``."""
     error = {"code": exc.code, "message": exc.message, "details": exc.details or {}}
     return JsonResponse({"valid": False, "error": error}, status=exc.status_code)
@@ -262,7 +268,7 @@ def policy_validate_json(request):
         expression, policy_type = _draft(request)
         shape = policy_validate(conditions={"expression": expression}, policy_type=policy_type)
     except RiverError as exc:
-        return _error_json(exc)
+        return error_json(exc)
     return JsonResponse({"valid": True, "policy_type": shape.policy_type.value})
 
 
@@ -283,9 +289,9 @@ def policy_test_json(request):
         shape = policy_validate(conditions={"expression": expression}, policy_type=policy_type)
         enforcement = Enforcement(request.GET.get("enforcement") or Enforcement.BLOCK.value)
     except ValueError:
-        return _error_json(InvalidInput("Invalid enforcement.", details={"enforcement": ["Choose an enforcement."]}))
+        return error_json(InvalidInput("Invalid enforcement.", details={"enforcement": ["Choose an enforcement."]}))
     except RiverError as exc:
-        return _error_json(exc)
+        return error_json(exc)
     run = or_404(execution_get_for_user, user=request.user, execution_id=request.GET.get("run") or "")
     if run.workspace_id != workspace.pk:
         raise Http404("Run not found.")

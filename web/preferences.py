@@ -1,5 +1,6 @@
 """The person's own settings pages: how and when River notifies them about the runs they
-are answerable for (the same preferences as ``/api/v1/notifications/preferences``)."""
+are answerable for (the same preferences as ``/api/v1/notifications/preferences``), and
+the time zone every page shows times in (``tenancy.time_zones``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from django import forms
 from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from governance.notifications import (
@@ -15,6 +17,7 @@ from governance.notifications import (
     notification_preferences_get,
     notification_preferences_update,
 )
+from tenancy.time_zones import COOKIE, person_time_zone, person_time_zone_set, time_zone_names, time_zone_valid
 from web.page_tools import page_login_required
 
 LABELS = {
@@ -67,6 +70,39 @@ def notification_settings(request):
     }, status=status_code)
 
 
+class TimeZoneForm(forms.Form):
+    time_zone = forms.ChoiceField(
+        required=False, label="Time zone",
+        help_text="Every page shows dates and times in this zone. Follow my browser uses the zone your computer "
+                  "is set to.")
+
+    def __init__(self, *args, browser_zone: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        follow = f"Follow my browser ({browser_zone})" if browser_zone else "Follow my browser"
+        self.fields["time_zone"].choices = [("", follow), *((name, name) for name in time_zone_names())]
+
+
+@page_login_required
+@require_http_methods(["GET", "POST"])
+def time_zone_settings(request):
+    browser_zone = time_zone_valid(request.COOKIES.get(COOKIE))
+    if request.method == "POST":
+        form = TimeZoneForm(request.POST, browser_zone=browser_zone)
+        if form.is_valid():
+            chosen = person_time_zone_set(user=request.user, time_zone=form.cleaned_data["time_zone"],
+                                          session=request.session)
+            messages.success(request, f"Times are now shown in {chosen or 'your browser’s time zone'}.")
+            return redirect(reverse("time-zone-settings"))
+        status_code = 400
+    else:
+        form = TimeZoneForm(initial={"time_zone": person_time_zone(user=request.user)}, browser_zone=browser_zone)
+        status_code = 200
+    return render(request, "settings/time_zone.html", {"form": form, "browser_zone": browser_zone,
+                                                       "now_moment": timezone.now()},
+                  status=status_code)
+
+
 urlpatterns = [
     path("settings/notifications", notification_settings, name="notification-settings"),
+    path("settings/time-zone", time_zone_settings, name="time-zone-settings"),
 ]

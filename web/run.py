@@ -34,6 +34,7 @@ from executions.selectors import (
 )
 from executions.why import step_why
 from governance.approvals import approval_resolver, approvals_of_execution
+from governance.grants import standing_uses_of_execution
 from rivercore.errors import NotFound, RiverError
 from rivercore.events import event_message
 from tenancy.permissions import AGENT_EXECUTE
@@ -126,6 +127,7 @@ def run_cards(user, execution: Execution, *, answer_error: dict | None = None, a
         "question": _question(execution),
         "answer_error": answer_error,
         "answer": answer,
+        "standing_uses": standing_uses_of_execution(execution_id=execution.pk),  # scopes: governance.grants
     }
 
 

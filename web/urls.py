@@ -5,9 +5,13 @@ from django.urls import include, path
 
 urlpatterns = [
     path("", include("web.frame")),
+    path("", include("web.approval_scopes")),
     path("", include("web.approvals")),
     path("", include("web.approval_card")),
     path("", include("web.approval_preview")),  # issue 29 §1: effect previews on the card
+    path("", include("web.start_run")),
+    path("", include("web.approval_links")),
+    path("", include("web.slack_settings")),
     path("", include("web.runs")),
     path("", include("web.run")),
     path("", include("web.sessions")),

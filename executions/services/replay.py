@@ -412,6 +412,41 @@ class RecordedDecisions:
                 "changed": changed, "as_recorded": False}
 
 
+@dataclass
+class RecordedStanding:
+    """The engine's hooks in a replay. A call the recorded run let through on an earlier
+    approval for its run or conversation, or on a standing grant (governance.grants),
+    passes the same way in the replay: served from the recording by content (tool and
+    canonical arguments), each at most once. Nothing is read or audited."""
+
+    allowed: list[tuple[str, str, dict[str, Any]]]
+
+    def tool_context_extras(self) -> dict[str, Any]:
+        return {}
+
+    def auto_approved(self, state: RunState, **_call: Any) -> None:
+        return None
+
+    def standing_approval(self, state: RunState, *, call_id: str, tool_name: str,
+                          arguments: dict[str, Any]) -> dict[str, Any] | None:
+        wanted = (tool_name, _canonical(arguments))
+        for index, (tool, canonical, resolution) in enumerate(self.allowed):
+            if (tool, canonical) == wanted:
+                del self.allowed[index]
+                return dict(resolution)
+        return None
+
+
+def recorded_standing(steps: list[Step]) -> RecordedStanding:
+    allowed = []
+    for step in steps:
+        output = step.output if isinstance(step.output, dict) else {}
+        resolution = output.get("resolution") if step.step_type == StepType.GOVERNANCE_CHECK else None
+        if isinstance(resolution, dict) and resolution.get("standing"):
+            allowed.append((step.tool_name or "", _canonical(step.input or {}), resolution))
+    return RecordedStanding(allowed=allowed)
+
+
 class DryRunChecker:
     """Governance's checker with rate limits evaluated but never consumed: a replay's
     calls must not use up the agent's production rate-limit counters."""
@@ -433,9 +468,9 @@ _WAITS_FOR = {"approval": "an approval", "interaction": "an answer", "child": "a
 
 
 def _engine_run(state: RunState, *, decided: RecordedDecisions, llm,
-                tools: RecordedTools) -> tuple[Outcome | None, str]:
+                tools: RecordedTools, standing: RecordedStanding | None = None) -> tuple[Outcome | None, str]:
     engine = Engine(llm=llm, journal=MemoryJournal(), policy=DryRunChecker(), tool_runner=tools, sleep=lambda _s: None,
-                    execution_timeout_seconds=3600.0)
+                    execution_timeout_seconds=3600.0, hooks=standing)
     with observe.unobserved():  # a replay is not a run: metrics, logs and traces never see it
         try:
             for _ in range(MAX_RESUMES):
@@ -528,7 +563,8 @@ def _replay_result(execution: Execution, *, version: AgentVersion | None, polici
     tools = RecordedTools(steps=recorded, stop_on_divergence=not what_if)
     pauses, calls = recorded_pauses(recorded)
     decided = RecordedDecisions(pauses=pauses, calls=calls)
-    outcome, stopped = _engine_run(state, decided=decided, llm=model, tools=tools)
+    outcome, stopped = _engine_run(state, decided=decided, llm=model, tools=tools,
+                                   standing=recorded_standing(recorded))
     diff = decisions_diff(recorded, state.steps)
     paused = decided.unmatched if stopped else None
     result: dict[str, Any] = {

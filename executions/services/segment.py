@@ -157,6 +157,19 @@ class _DurableHooks:
 
         approval_action_failed(execution_id=self.execution.pk, call_id=call_id, error=error)
 
+    def standing_approval(self, state, *, call_id, tool_name, arguments) -> dict | None:
+        """Scopes: governance.grants decides and audits; this only says which run and
+        which conversation the call is in."""
+        from governance.grants import standing_approval_find
+
+        execution = self.execution
+        session_runs = (Execution.objects.filter(session_id=execution.session_id).values("pk")
+                        if execution.session_id else None)
+        return standing_approval_find(
+            workspace_id=execution.workspace_id, agent_id=execution.agent_id, execution_id=execution.pk,
+            session_execution_ids=session_runs, requester_id=execution.requester_id, call_id=call_id,
+            tool_name=tool_name, arguments=arguments)
+
     def auto_approved(self, state, *, call_id, tool_name, arguments, condition) -> None:
         audit_record(
             organization_id=self.execution.workspace.organization_id, workspace_id=self.execution.workspace_id,
@@ -449,4 +462,5 @@ def _approval_open(execution: Execution, state: RunState):
         # the clicker, a key's owner, a trigger's responsible person, the parent, upstream
         # run's or session's person), never the identity it acts as.
         run_started_by_id=execution.requester_id,
+        approval_rules=rules,  # quorum and escalation chain (governance.quorum)
     )

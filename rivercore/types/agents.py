@@ -101,6 +101,30 @@ class AutoApproveCondition(BaseModel):
     condition: str = Field(max_length=limits.GOAL)
 
 
+MAX_REQUIRED_APPROVALS = 10
+Role = Annotated[str, Field(min_length=1, max_length=50)]
+
+
+class QuorumRule(BaseModel):
+    """Ask ``approvals`` distinct people when ``when`` holds for the paused call (a
+    policy expression over ``tool.name``, ``args.*``, ``confidence_score`` and ``rows``;
+    absent: always). The largest matching rule wins (governance.quorum)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    when: str | None = Field(default=None, max_length=limits.GOAL)
+    approvals: Count = Field(ge=1, le=MAX_REQUIRED_APPROVALS)
+
+
+class EscalationStep(BaseModel):
+    """``after_minutes`` after a request opened, undecided, it moves to ``approver_roles``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    after_minutes: Count = Field(ge=1, le=MAX_ESCALATION_TIMEOUT_MINUTES)
+    approver_roles: list[Role] = Field(min_length=1, max_length=20)
+
+
 class ApprovalRules(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -112,6 +136,9 @@ class ApprovalRules(BaseModel):
         default_factory=lambda: ["admin"], max_length=20
     )
     escalation_timeout_minutes: Count = Field(default=1440, ge=1, le=MAX_ESCALATION_TIMEOUT_MINUTES)
+    # Issue 29 §3: N distinct approvers, and where an undecided request goes (docs/approvals.md).
+    quorum: list[QuorumRule] = Field(default_factory=list, max_length=20)
+    escalation: list[EscalationStep] = Field(default_factory=list, max_length=5)
 
 
 class NotificationConfig(BaseModel):

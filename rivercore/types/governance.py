@@ -24,6 +24,16 @@ class ResolutionStatus(StrEnum):
     EDITED_APPROVED = "edited_approved"
 
 
+class DecisionChannel(StrEnum):
+    """Where an approver decided (named in the decision's audit entry): the REST API,
+    the approval card in River's pages, a signed e-mail link, a Slack button."""
+
+    API = "api"
+    INBOX = "inbox"
+    EMAIL = "email"
+    SLACK = "slack"
+
+
 class PolicyType(StrEnum):
     BUDGET = "budget"
     RATE_LIMIT = "rate_limit"
@@ -56,6 +66,8 @@ class GovernancePolicySpec(BaseModel):
     policy_type: PolicyType | None = None
     conditions: dict[str, Any] = Field(default_factory=dict)
     enforcement: Enforcement
+    # A require_approval policy may ask for several distinct approvers (quorum).
+    required_approvals: int = Field(default=1, ge=1, le=10)
 
 
 class ChannelToggle(BaseModel):
@@ -122,6 +134,7 @@ class PolicyMatch(BaseModel):
     enforcement: Enforcement
     expression: str
     error: str | None = None  # set when the condition could not be evaluated (counts as matched)
+    required_approvals: int = 1
 
 
 class GovernanceResult(BaseModel):
@@ -134,3 +147,5 @@ class GovernanceResult(BaseModel):
     enforcement: str | None = None
     warnings: list[str] = Field(default_factory=list)
     matched: list[PolicyMatch] = Field(default_factory=list)
+    # With APPROVAL_REQUIRED: the most distinct approvers a matched require_approval policy asks for.
+    required_approvals: int = 1

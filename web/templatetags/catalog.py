@@ -1,23 +1,49 @@
-"""Template helpers of the catalog pages: times as <time> elements, statuses and cron
-expressions in words."""
+"""Template helpers of the pages: times as <time> elements in River's one format and the
+reader's time zone, statuses and cron expressions in words."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from django import template
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 register = template.Library()
 
 
+# River's one date and time format (static/live.js formats the same way in the browser):
+# "27 Nov 2026, 11:19", with seconds where a run's steps need them, and a day alone.
+FORMATS = {"minute": "j M Y, H:i", "second": "j M Y, H:i:s", "day": "j M Y"}
+
+
 @register.simple_tag
-def when(value, empty: str = "—"):
-    """``value`` as ``<time datetime=…>`` with a readable local time (``empty`` when None)."""
+def when(value, empty: str = "—", style: str = "minute", local: bool = False):
+    """``value`` as ``<time datetime=…>`` in River's format and the time zone of the
+    request (``tenancy.time_zones``), named in its title (``empty`` when None).
+    ``local`` marks it for static/live.js to re-render where pages update live."""
     if not value:
         return empty
-    local = timezone.localtime(value) if timezone.is_aware(value) else value
-    return format_html('<time datetime="{}">{}</time>', local.isoformat(), date_format(local, "j M Y, H:i"))
+    if style == "day" or not isinstance(value, datetime):
+        day = value.date() if isinstance(value, datetime) else value
+        return format_html('<time datetime="{}">{}</time>', day.isoformat(), date_format(day, FORMATS["day"]))
+    moment = timezone.localtime(value) if timezone.is_aware(value) else value
+    return format_html('<time datetime="{}" title="{}"{}>{}</time>', moment.isoformat(),
+                       timezone.get_current_timezone_name(), mark_safe(" data-local") if local else "",
+                       date_format(moment, FORMATS[style]))
+
+
+@register.filter
+def when_text(value, style: str = "minute") -> str:
+    """``value`` in River's format and the request's time zone, as plain text (for an
+    attribute such as aria-label)."""
+    if not value:
+        return ""
+    if isinstance(value, datetime) and style != "day":
+        return date_format(timezone.localtime(value) if timezone.is_aware(value) else value, FORMATS[style])
+    return date_format(value.date() if isinstance(value, datetime) else value, FORMATS["day"])
 
 
 @register.filter

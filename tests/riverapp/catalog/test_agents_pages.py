@@ -154,7 +154,8 @@ def test_memory_learnings_are_shown(client_for, owner, agent):
 def _agent_form(**overrides):
     data = {"name": "Refund helper", "description": "", "business_function": "finance", "domain": "",
             "goal": "Check refunds.", "instructions": "Look up the refund.", "action_level": "read_only",
-            "governance_level": "standard", "tools": ["execute_query"], "max_turns": "10", "token_budget": "50000"}
+            "governance_level": "standard", "tools": ["execute_query"], "max_turns": "10", "token_budget": "50000",
+            "approver_roles": ["admin"], "escalation_timeout_minutes": "1440"}
     data.update(overrides)
     return data
 
@@ -181,10 +182,12 @@ def test_a_bad_agent_form_names_the_field_and_saves_nothing(client_for, editor):
 def test_a_new_version_keeps_hidden_settings_and_lands_on_the_diff(client_for, owner, agent):
     response = client_for(owner).post(f"/agents/{agent.pk}/versions/new/", {
         "goal": "Help.", "instructions": "Be careful.\nAnd quick.", "action_level": "automated",
-        "governance_level": "standard", "tools": ["execute_query"], "max_turns": "15", "token_budget": "100000"})
+        "governance_level": "standard", "tools": ["execute_query"], "max_turns": "15", "token_budget": "100000",
+        "approver_roles": ["admin", "editor"], "escalation_timeout_minutes": "60",
+        "auto-TOTAL_FORMS": "1", "auto-INITIAL_FORMS": "0", "auto-0-tool": "", "auto-0-condition": ""})
     assert response.status_code == 302 and response["Location"].endswith("?a=1&b=2#versions")
     new = AgentVersion.objects.get(agent=agent, version=2)
-    assert new.rules.approver_roles == ["admin", "editor"]  # carried over from version 1
+    assert new.rules.approver_roles == ["admin", "editor"] and new.rules.escalation_timeout_minutes == 60
     agent.refresh_from_db()
     assert agent.current_version.version == 1  # saved, not deployed
 

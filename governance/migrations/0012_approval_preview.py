@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('governance', '0008_audit_search_idx'),
+        ('governance', '0011_merge_approval_scopes'),
     ]
 
     operations = [
