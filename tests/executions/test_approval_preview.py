@@ -261,3 +261,39 @@ def test_a_policy_can_require_a_preview(workspace, owner, editor, source, api_cl
     approval_resolve(user=editor, approval_id=approval.pk, status="rejected", comment="no preview")
     approval.refresh_from_db()
     assert approval.status == ApprovalRequest.Status.REJECTED
+
+
+def test_under_a_two_person_rule_the_deciding_approval_holds_the_write_to_the_preview(
+        workspace, owner, editor, source, api_client_for):
+    from django.contrib.auth import get_user_model
+
+    from agents.models import AgentVersion
+    from tenancy.models import Membership
+    from tenancy.permissions import Role
+
+    second = get_user_model().objects.create_user(username="dana", password="x")
+    Membership.objects.create(workspace=workspace, user=second, role=Role.ADMIN)
+    agent = make_agent(workspace=workspace, owner=owner, tools=["write_back"], action_level="act_with_approval",
+                       require_approval_for=["write_back"], approver_roles=["admin", "editor"],
+                       data_sources=[source])
+    version = agent.current_version
+    AgentVersion.objects.filter(pk=version.pk).update(
+        approval_rules={**version.approval_rules, "quorum": [{"approvals": 2}]})
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="Close them"))
+    services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([tool_reply(
+        "write_back", {"data_source_id": source.pk, **CLOSE})]))
+    approval = ApprovalRequest.objects.get(execution_id=execution.pk)
+    assert approval.preview["rows_affected"] == 3
+
+    first = api_client_for(editor).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
+                                        format="json")
+    assert first.status_code == 200 and first.json()["status"] == "pending"  # one vote of two
+    assert "effect_terms" not in (ApprovalRequest.objects.get(pk=approval.pk).resolution or {})
+    # The data moves between the two votes: the second is refused and nothing is decided.
+    source.change("UPDATE tickets SET status = 'pending' WHERE id = 1")
+    stale = api_client_for(second).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
+                                        format="json")
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "preview_stale"
+    approval.refresh_from_db()
+    assert approval.status == ApprovalRequest.Status.PENDING and approval.preview["rows_affected"] == 2
