@@ -114,7 +114,10 @@ def approval_effect_terms(*, user, approval: ApprovalRequest, status: str, modif
     if effect.fingerprint and effect.fingerprint != expected:
         raise Conflict("The preview you approved is not the current one; review the card again.",
                        code="preview_outdated", details={"preview": shown.public()})
-    fresh = effect_previewer().preview(approval, arguments)
+    # An insert's effect does not depend on the data already there (its fingerprint is its
+    # rows): nothing can go stale, so it is not run again (the write checks it anyway).
+    inserting = shown.kind == "rows" and shown.operation == "insert"
+    fresh = shown if inserting else effect_previewer().preview(approval, arguments)
     if not fresh.available:
         raise Conflict(f"The effect could not be checked again, so nothing was decided: {fresh.reason}",
                        code="preview_unavailable")
