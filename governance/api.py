@@ -380,7 +380,8 @@ class ResolveInput(serializers.Serializer):
     modified_args = serializers.JSONField(required=False, default=None)
     resolution_comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
     # Issue 29 §1: the fingerprint of the preview the approver saw, and a row ceiling.
-    preview_fingerprint = serializers.RegexField(r"^[0-9a-f]{64}$", required=False, default=None, allow_null=True)
+    preview_fingerprint = serializers.RegexField(r"^[0-9a-f]{64}$", required=False, default=None, allow_null=True,
+                                              max_length=64)
     max_rows = serializers.IntegerField(required=False, default=None, allow_null=True, min_value=0,
                                         max_value=MAX_ROWS_CEILING)
     # Quorum: the round of arguments the caller reviewed (``quorum.round``); 409
