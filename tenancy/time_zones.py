@@ -14,6 +14,7 @@ import zoneinfo
 
 from django.contrib.auth import SESSION_KEY as SESSION_USER_KEY
 from django.contrib.auth.signals import user_logged_in
+from django.db import DatabaseError
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -98,7 +99,12 @@ class TimeZoneMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        name, source = time_zone_for_request(request)
+        try:
+            name, source = time_zone_for_request(request)
+        except DatabaseError:
+            # The session's row could not be read (pool exhausted, database away): the view
+            # meets the same error and common.dbpool answers 503; the page is not shown anyway.
+            name, source = timezone.get_default_timezone_name(), "server"
         request.time_zone, request.time_zone_source = name, source
         timezone.activate(zoneinfo.ZoneInfo(name))
         try:

@@ -49,7 +49,11 @@ def test_a_filtered_count_is_answered_with_the_number_in_the_data(analyst):
         expected = conn.execute("SELECT COUNT(*) FROM Customer WHERE Country = 'Brazil'").fetchone()[0]
     execution = run(agent, user, "How many customers are from Brazil?")
     assert execution.result["summary"].startswith(f"Answer: {expected}.")
-    assert "\"Country\" = 'Brazil'" in execution.result["summary"]
+    # The SQL is in the run's steps (the pages show it behind "Show query"), not in the answer.
+    [query] = execution.steps.filter(tool_name="execute_query", step_type="tool_call").values_list(
+        "input", flat=True)
+    assert "\"Country\" = 'Brazil'" in query["query"]
+    assert "SELECT" not in execution.result["summary"]
 
 
 def test_a_two_hop_question_names_the_winner_and_its_count(analyst):
