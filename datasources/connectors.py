@@ -628,7 +628,7 @@ class PostgresConnector:
 
     def run_write(self, *, table: str, operation: str, rows: list[dict], conditions: dict | None = None) -> int:
         fence = current_fence()
-        timeout_ms = _write_timeout_ms(self.timeout_ms, fence)
+        timeout_ms = write_timeout_ms(self.timeout_ms, fence)
         with self._connect(read_only=False, timeout_ms=timeout_ms) as conn:
 
             def quote(name: str) -> str:
@@ -657,7 +657,7 @@ class PostgresConnector:
                         if fence is not None and fence.remaining_ms() + 1000 < current_ms:
                             current_ms = fence.remaining_ms()
                             cur.execute("SELECT set_config('statement_timeout', $1, true)", [str(current_ms)])
-                        cur.execute(text, [_pg_param(p) for p in params])
+                        cur.execute(text, [pg_param(p) for p in params])
                         affected += max(cur.rowcount, 0)
                     committing = True
                     with fence.commit() if fence is not None else contextlib.nullcontext():
@@ -674,7 +674,7 @@ class PostgresConnector:
         return affected
 
 
-def _write_timeout_ms(timeout_ms: int, fence: WriteFence | None) -> int:
+def write_timeout_ms(timeout_ms: int, fence: WriteFence | None) -> int:
     """The source's statement timeout, cut to the tool call's deadline when there is one."""
     if fence is None:
         return int(timeout_ms)
@@ -684,7 +684,7 @@ def _write_timeout_ms(timeout_ms: int, fence: WriteFence | None) -> int:
         raise QueryTimeout(str(exc)) from None
 
 
-def _pg_param(value: Any) -> Any:
+def pg_param(value: Any) -> Any:
     # JSON objects/arrays written to a column go in as JSON text; PostgreSQL casts
     # text to json/jsonb on assignment.
     if isinstance(value, dict):
@@ -702,14 +702,14 @@ _SQLITE_READ_ACTIONS = {
 }
 _SQLITE_DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "zipfile"}
 _SQLITE_REFUSALS = ("readonly", "read-only", "not authorized", "authorization denied", "query_only", "prohibited")
-_PROGRESS_EVERY = 1000  # VM instructions between deadline checks
+PROGRESS_EVERY = 1000  # VM instructions between deadline checks
 
 
 def _sqlite_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def _sqlite_quote(name: str) -> str:
+def sqlite_quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -793,7 +793,7 @@ class SQLiteConnector:
             tables = []
             sample_deadline = time.monotonic() + SAMPLE_BUDGET_SECONDS
             for name, kind in names:
-                quoted = _sqlite_quote(name)
+                quoted = sqlite_quote(name)
                 foreign = {
                     row[3]: f"{row[2]}.{row[4]}" if row[4] else f"{row[2]}"
                     for row in conn.execute(f"PRAGMA foreign_key_list({quoted})").fetchall()
@@ -814,7 +814,7 @@ class SQLiteConnector:
                 if kind == "table" and len(tables) < SAMPLE_TABLES_MAX:
                     for column in columns:
                         if _is_sampled_type(column.data_type) and time.monotonic() < sample_deadline:
-                            col = _sqlite_quote(column.column_name)
+                            col = sqlite_quote(column.column_name)
                             values = conn.execute(
                                 f"SELECT DISTINCT {col} FROM (SELECT {col} FROM {quoted} WHERE {col} IS NOT NULL "
                                 f"LIMIT {SAMPLE_ROWS_SCANNED}) LIMIT {SAMPLE_DISTINCT_MAX + 1}"
@@ -840,7 +840,7 @@ class SQLiteConnector:
         timeout_ms = int(timeout_ms or self.timeout_ms)
         conn = self._connect(read_only=True)
         deadline = time.monotonic() + timeout_ms / 1000
-        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_EVERY)
+        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, PROGRESS_EVERY)
         conn.set_authorizer(_read_only_authorizer)
         try:
             started = time.monotonic()
@@ -865,14 +865,14 @@ class SQLiteConnector:
             operation=operation,
             rows=rows,
             conditions=conditions,
-            quote=_sqlite_quote,
+            quote=sqlite_quote,
             placeholder=lambda n: f"?{n}",
         )
         fence = current_fence()
-        timeout_ms = _write_timeout_ms(self.timeout_ms, fence)
+        timeout_ms = write_timeout_ms(self.timeout_ms, fence)
         conn = self._connect(read_only=False)
         deadline = time.monotonic() + timeout_ms / 1000
-        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_EVERY)
+        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, PROGRESS_EVERY)
         # Waiting for another writer's lock ends by the deadline too.
         conn.execute(f"PRAGMA busy_timeout = {min(5000, timeout_ms)}")
         affected = 0
@@ -880,7 +880,7 @@ class SQLiteConnector:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for text, params in statements:
-                    cur = conn.execute(text, [_sqlite_param(p) for p in params])
+                    cur = conn.execute(text, [sqlite_param(p) for p in params])
                     affected += max(cur.rowcount, 0)
                 with fence.commit() if fence is not None else contextlib.nullcontext():
                     conn.execute("COMMIT")
@@ -897,7 +897,7 @@ class SQLiteConnector:
         return affected
 
 
-def _sqlite_param(value: Any) -> Any:
+def sqlite_param(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value)
     return value

@@ -25,9 +25,9 @@ import psycopg
 from psycopg import sql as pgsql
 
 from datasources import connectors
-from datasources.connectors import _PROGRESS_EVERY, _pg_param, _sqlite_param, _sqlite_quote, _write_timeout_ms
+from datasources.connectors import PROGRESS_EVERY, pg_param, sqlite_param, sqlite_quote, write_timeout_ms
 from datasources.models import DataSource
-from datasources.services import WritePlan, _connector, _raise_for, write_plan
+from datasources.services import WritePlan, connector_error_raise, source_connector, write_plan
 from datasources.write_retry import write_with_retry
 from rivercore.errors import Conflict
 from rivercore.fence import FenceClosed, current_fence
@@ -81,11 +81,11 @@ def write_back_preview(
     """The write's effect, computed in a transaction that is always rolled back."""
     plan = write_plan(data_source=data_source, table_name=table_name, operation=operation, data=data,
                       conditions=conditions)
-    connector = _connector(data_source)
+    connector = source_connector(data_source)
     try:
         return _run(connector, plan, commit=None)
     except connectors.ConnectorError as exc:
-        _raise_for(exc)
+        connector_error_raise(exc)
         raise
 
 
@@ -98,7 +98,7 @@ def write_back_apply_checked(
     its own transaction. Transient errors are retried like any write (write_retry)."""
     plan = write_plan(data_source=data_source, table_name=table_name, operation=operation, data=data,
                       conditions=conditions)
-    connector = _connector(data_source)
+    connector = source_connector(data_source)
     applied: list[EffectPreview] = []
 
     def attempt() -> int:
@@ -108,7 +108,7 @@ def write_back_apply_checked(
     try:
         write_with_retry(attempt)
     except connectors.ConnectorError as exc:
-        _raise_for(exc)
+        connector_error_raise(exc)
     return applied[-1]
 
 
@@ -240,7 +240,7 @@ def _run(connector, plan: WritePlan, *, commit: EffectTerms | None) -> EffectPre
 def _run_postgres(connector: connectors.PostgresConnector, plan: WritePlan, *, commit: EffectTerms | None
                   ) -> EffectPreview:
     fence = current_fence() if commit is not None else None
-    timeout_ms = _write_timeout_ms(connector.timeout_ms, fence)
+    timeout_ms = write_timeout_ms(connector.timeout_ms, fence)
     with connector._connect(read_only=False, timeout_ms=timeout_ms) as conn:
         def quote(name: str) -> str:
             return pgsql.Identifier(name).as_string(conn)
@@ -255,11 +255,11 @@ def _run_postgres(connector: connectors.PostgresConnector, plan: WritePlan, *, c
                 cur.execute("SELECT set_config('search_path', $1, true)", [connector.schema])
                 before_rows = []
                 if statements.before is not None:
-                    cur.execute(statements.before[0], [_pg_param(p) for p in statements.before[1]], prepare=True)
+                    cur.execute(statements.before[0], [pg_param(p) for p in statements.before[1]], prepare=True)
                     before_rows = cur.fetchall()
                 changed_rows = []
                 for text, params in statements.change:
-                    cur.execute(text, [_pg_param(p) for p in params], prepare=True)
+                    cur.execute(text, [pg_param(p) for p in params], prepare=True)
                     changed_rows.extend(cur.fetchall())
                 effect = _effect(plan, keys, statements, before_rows, changed_rows)
                 if commit is None:
@@ -283,13 +283,13 @@ def _run_sqlite(connector: connectors.SQLiteConnector, plan: WritePlan, *, commi
                 ) -> EffectPreview:
     if sqlite3.sqlite_version_info < SQLITE_RETURNING:
         raise connectors.QueryRejected(f"SQLite {sqlite3.sqlite_version} has no RETURNING (3.35 or later needed).")
-    keys = _keys(plan, "sqlite", _sqlite_quote)
-    statements = _statements(plan, keys, _sqlite_quote, lambda n: f"?{n}", lock="")
+    keys = _keys(plan, "sqlite", sqlite_quote)
+    statements = _statements(plan, keys, sqlite_quote, lambda n: f"?{n}", lock="")
     fence = current_fence() if commit is not None else None
-    timeout_ms = _write_timeout_ms(connector.timeout_ms, fence)
+    timeout_ms = write_timeout_ms(connector.timeout_ms, fence)
     conn = connector._connect(read_only=False)
     deadline = time.monotonic() + timeout_ms / 1000
-    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_EVERY)
+    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, PROGRESS_EVERY)
     conn.execute(f"PRAGMA busy_timeout = {min(5000, timeout_ms)}")
     try:
         conn.execute("BEGIN IMMEDIATE")  # the write lock: nobody changes the rows until we end
@@ -297,10 +297,10 @@ def _run_sqlite(connector: connectors.SQLiteConnector, plan: WritePlan, *, commi
             before_rows = []
             if statements.before is not None:
                 before_rows = conn.execute(statements.before[0],
-                                           [_sqlite_param(p) for p in statements.before[1]]).fetchall()
+                                           [sqlite_param(p) for p in statements.before[1]]).fetchall()
             changed_rows = []
             for text, params in statements.change:
-                changed_rows.extend(conn.execute(text, [_sqlite_param(p) for p in params]).fetchall())
+                changed_rows.extend(conn.execute(text, [sqlite_param(p) for p in params]).fetchall())
             effect = _effect(plan, keys, statements, before_rows, changed_rows)
             if commit is not None:
                 _check(effect, commit)

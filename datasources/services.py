@@ -184,14 +184,14 @@ def _spec(data_source: DataSource) -> connectors.ConnectionSpec:
     )
 
 
-def _connector(data_source: DataSource) -> connectors.Connector:
+def source_connector(data_source: DataSource) -> connectors.Connector:
     try:
         return connectors.connector_for(_spec(data_source))
     except connectors.ConnectorError as exc:
         raise InvalidInput(exc.message, details={"connection_config": [exc.message]}) from None
 
 
-def _raise_for(exc: connectors.ConnectorError) -> None:
+def connector_error_raise(exc: connectors.ConnectorError) -> None:
     if isinstance(exc, connectors.HostRefused):
         raise HostNotAllowed(exc.message, details={"connection_config.host": [exc.message]}) from None
     if isinstance(exc, connectors.ConnectionFailed):
@@ -372,7 +372,7 @@ def data_source_delete(*, data_source: DataSource) -> None:
 def data_source_test(*, data_source: DataSource) -> ConnectionTestResult:
     """Open a connection, run a trivial query and record the outcome as the status."""
     try:
-        result = _connector(data_source).test_connection()
+        result = source_connector(data_source).test_connection()
     except InvalidInput as exc:
         result = ConnectionTestResult(success=False, latency_ms=0, message=exc.message)
     _set_status(
@@ -397,11 +397,11 @@ def _cache_classify(cache: list, classifications: dict[str, str]) -> list[dict]:
 def data_source_discover(*, data_source: DataSource) -> list[TableInfo]:
     """Read tables, columns, keys and row estimates and store them as the cached schema."""
     try:
-        tables = _connector(data_source).discover()
+        tables = source_connector(data_source).discover()
     except connectors.ConnectorError as exc:
         if isinstance(exc, connectors.ConnectionFailed):
             _set_status(data_source, status=DataSource.Status.ERROR, message=exc.message)
-        _raise_for(exc)
+        connector_error_raise(exc)
     classifications = data_source.classifications or {}
     for table in tables:
         table.classification = classifications.get(table.table_name)
@@ -473,7 +473,7 @@ def query_execute(
     storable_check(parameters, "parameters")
     tables = _cached_tables(data_source)
     config = ConnectionConfig.model_validate(data_source.connection_config or {})
-    connector = _connector(data_source)
+    connector = source_connector(data_source)
     verdict = query_check(
         sql=query,
         dialect=connector.dialect,
@@ -507,7 +507,7 @@ def query_execute(
             max_bytes=data_source.effective_byte_limit,
         )
     except connectors.ConnectorError as exc:
-        _raise_for(exc)
+        connector_error_raise(exc)
     return QueryResult(
         columns=raw.columns,
         rows=raw.rows,
@@ -654,14 +654,14 @@ def write_back_execute(
     plan = write_plan(data_source=data_source, table_name=table_name, operation=operation, data=data,
                       conditions=conditions)
     table, rows, where = plan.table, plan.rows, plan.conditions
-    connector = _connector(data_source)
+    connector = source_connector(data_source)
     try:
         # One transaction per attempt; transient errors are retried (datasources.write_retry).
         affected = write_with_retry(
             lambda: connector.run_write(table=table.table_name, operation=operation, rows=rows, conditions=where)
         )
     except connectors.ConnectorError as exc:
-        _raise_for(exc)
+        connector_error_raise(exc)
     logger.info(
         "data source %s: write_back %s on %s affected %d rows", data_source.pk, operation, table.table_name, affected
     )
