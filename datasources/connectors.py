@@ -246,7 +246,7 @@ def _elapsed_ms(started: float) -> int:
     return max(0, int(round((time.monotonic() - started) * 1000)))
 
 
-def _conditions_sql(conditions: dict, quote, placeholder) -> tuple[list[str], list]:
+def conditions_sql(conditions: dict, quote, placeholder) -> tuple[list[str], list]:
     """``column = value``, ``column IS NULL`` or ``column IN (...)`` joined by AND."""
     parts: list[str] = []
     params: list = []
@@ -285,11 +285,11 @@ def build_write_statements(
         params = list(values.values())
         sets = ", ".join(f"{quote(c)} = {placeholder(i + 1)}" for i, c in enumerate(values))
         offset = len(params)
-        where, where_params = _conditions_sql(conditions, quote, lambda n: placeholder(n + offset))
+        where, where_params = conditions_sql(conditions, quote, lambda n: placeholder(n + offset))
         statements.append((f"UPDATE {quote(table)} SET {sets} WHERE {' AND '.join(where)}", params + where_params))
         return statements
     if operation == "delete":
-        where, where_params = _conditions_sql(conditions, quote, placeholder)
+        where, where_params = conditions_sql(conditions, quote, placeholder)
         statements.append((f"DELETE FROM {quote(table)} WHERE {' AND '.join(where)}", where_params))
         return statements
     raise ConnectorError(f"Unknown write operation {operation!r}.")

@@ -149,7 +149,7 @@ def _statements(plan: WritePlan, keys: _Keys, quote, placeholder, *, lock: str) 
     else:
         shown = [c.column_name for c in plan.table.columns if c.column_name not in keys.names]
     select_list = ", ".join(keys.exprs + [quote(c) for c in shown])
-    where, params = connectors._conditions_sql(plan.conditions or {}, quote, placeholder)
+    where, params = connectors.conditions_sql(plan.conditions or {}, quote, placeholder)
     order = ", ".join(keys.exprs)
     before = (f"SELECT {select_list} FROM {table} WHERE {' AND '.join(where)} ORDER BY {order}{lock}", params)
     text, change_params = written[0]
