@@ -55,3 +55,12 @@ def model_calls_prune() -> int:
     from executions.modelcalls import model_calls_prune as prune
 
     return prune(days=settings.RIVER_MODEL_CALL_RETENTION_DAYS)
+
+
+@shared_task(name="executions.evaluate_version", acks_late=True)
+def evaluate_version(evaluation_id: str) -> str | None:
+    """Replay an agent version over its test set and recent runs (docs/changing-safely.md);
+    only the worker that claims the queued evaluation does the work."""
+    from executions.services.evaluation import evaluation_run
+
+    return evaluation_run(evaluation_id=evaluation_id)
