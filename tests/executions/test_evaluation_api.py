@@ -80,12 +80,24 @@ def test_evaluate_answers_202_then_scores_and_runs(api_client_for, owner, agent,
     assert body["progress"] == {"runs_done": 4, "runs_total": 4}
     assert body["scores"] == {"approvals": 1.0, "rejections": 1.0, "edits": 1.0}
     assert {run["execution_id"] for run in body["runs"]} == {run.pk for run in runs.values()}
-    assert all({"answer", "approved", "rejected", "edited", "new_writes", "approvals_added", "cost_usd", "turns",
-                "different_read"} <= set(run) for run in body["runs"])
+    assert all(
+        {
+            "answer",
+            "approved",
+            "rejected",
+            "edited",
+            "new_writes",
+            "approvals_added",
+            "cost_usd",
+            "turns",
+            "different_read",
+        }
+        <= set(run)
+        for run in body["runs"]
+    )
 
 
-def test_a_version_that_reverses_a_rejected_write_is_refused_by_the_gate(api_client_for, owner, workspace, agent,
-                                                                        runs):
+def test_a_version_that_reverses_a_rejected_write_is_refused_by_the_gate(api_client_for, owner, workspace, agent, runs):
     client = api_client_for(owner)
     learned = version_with(agent, LEARNED)
     reckless = version_with(agent, "Record what you are asked to, again.")
@@ -127,8 +139,9 @@ def test_an_admin_override_is_audited_with_scores_and_reason(api_client_for, own
     set_gate(client, workspace, min_rejections=0.9, min_edits=0.5)
     evaluation = evaluated(client, agent, reckless.version)
 
-    response = client.post(deploy_url(agent, reckless.version), {"override_reason": "Hotfix for ticket 42"},
-                           format="json")
+    response = client.post(
+        deploy_url(agent, reckless.version), {"override_reason": "Hotfix for ticket 42"}, format="json"
+    )
 
     assert response.status_code == 200, response.content
     entry = AuditLogEntry.objects.get(event_type="version_deploy_override")
@@ -145,8 +158,9 @@ def test_an_editor_may_deploy_but_not_override(api_client_for, owner, editor, wo
     reckless = version_with(agent, "Again.")
     evaluated(api_client_for(editor), agent, reckless.version)
 
-    response = api_client_for(editor).post(deploy_url(agent, reckless.version), {"override_reason": "please"},
-                                           format="json")
+    response = api_client_for(editor).post(
+        deploy_url(agent, reckless.version), {"override_reason": "please"}, format="json"
+    )
 
     assert response.status_code == 403
     assert not AuditLogEntry.objects.filter(event_type="version_deploy_override").exists()
@@ -158,18 +172,20 @@ def test_a_blank_override_is_no_override(api_client_for, owner, workspace, agent
     set_gate(api_client_for(owner), workspace, min_approvals=0.5)
     fresh = version_with(agent, "Again.")
 
-    response = api_client_for(owner).post(deploy_url(agent, fresh.version), {"override_reason": "   "},
-                                          format="json")
+    response = api_client_for(owner).post(deploy_url(agent, fresh.version), {"override_reason": "   "}, format="json")
 
     assert response.status_code == 409
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"override_reason": "x" * 1001}, "override_reason"),
-    ({"override_reason": 5}, "override_reason"),
-    ({"override_reason": "a\x00b"}, "override_reason"),
-    ({"force": True}, "force"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"override_reason": "x" * 1001}, "override_reason"),
+        ({"override_reason": 5}, "override_reason"),
+        ({"override_reason": "a\x00b"}, "override_reason"),
+        ({"force": True}, "force"),
+    ],
+)
 def test_hostile_deploy_bodies_are_400_naming_the_field(api_client_for, owner, workspace, agent, body, field):
     set_gate(api_client_for(owner), workspace, min_approvals=0.5)
     fresh = version_with(agent, "Again.")
@@ -207,8 +223,10 @@ def test_outsider_gets_404_everywhere(api_client_for, owner, outsider, workspace
     pin = {"execution": runs["Record gamma"].pk, "label": "bad"}
     assert client.post(f"/api/v1/agents/{agent.pk}/test-set/", pin, format="json").status_code == 404
     assert client.get(f"/api/v1/promotion-gate/?workspace={workspace.pk}").status_code == 404
-    assert client.patch("/api/v1/promotion-gate/", {"workspace": workspace.pk, "min_edits": 0},
-                        format="json").status_code == 404
+    assert (
+        client.patch("/api/v1/promotion-gate/", {"workspace": workspace.pk, "min_edits": 0}, format="json").status_code
+        == 404
+    )
     assert client.post(deploy_url(agent, 1), {"override_reason": "mine"}, format="json").status_code == 404
     assert not PromotionGate.objects.exists() and not TestSetPin.objects.exists()
 
@@ -217,25 +235,40 @@ def test_a_member_without_the_role_gets_403(api_client_for, member, workspace, a
     client = api_client_for(member)
 
     assert client.post(evaluate_url(agent, 1), {}, format="json").status_code == 403
-    assert client.post(f"/api/v1/agents/{agent.pk}/test-set/", {"execution": runs["Record gamma"].pk},
-                       format="json").status_code == 403
-    assert client.patch("/api/v1/promotion-gate/", {"workspace": workspace.pk, "min_edits": 0},
-                        format="json").status_code == 403
+    assert (
+        client.post(
+            f"/api/v1/agents/{agent.pk}/test-set/", {"execution": runs["Record gamma"].pk}, format="json"
+        ).status_code
+        == 403
+    )
+    assert (
+        client.patch("/api/v1/promotion-gate/", {"workspace": workspace.pk, "min_edits": 0}, format="json").status_code
+        == 403
+    )
     # members read
     assert client.get(f"/api/v1/promotion-gate/?workspace={workspace.pk}").status_code == 200
     assert client.get(f"/api/v1/agents/{agent.pk}/test-set/").status_code == 200
 
 
 def test_an_editor_may_not_change_the_gate(api_client_for, editor, workspace):
-    response = api_client_for(editor).patch("/api/v1/promotion-gate/", {"workspace": workspace.pk,
-                                                                          "min_edits": 0}, format="json")
+    response = api_client_for(editor).patch(
+        "/api/v1/promotion-gate/", {"workspace": workspace.pk, "min_edits": 0}, format="json"
+    )
     assert response.status_code == 403
 
 
-@pytest.mark.parametrize("field, value", [
-    ("min_approvals", 1.5), ("min_rejections", -0.1), ("min_edits", "NaN"), ("min_edits", "high"),
-    ("min_edits", [1]), ("min_everything", 1), ("workspace", "<script>"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("min_approvals", 1.5),
+        ("min_rejections", -0.1),
+        ("min_edits", "NaN"),
+        ("min_edits", "high"),
+        ("min_edits", [1]),
+        ("min_everything", 1),
+        ("workspace", "<script>"),
+    ],
+)
 def test_gate_input_is_checked(api_client_for, owner, workspace, field, value):
     body = {"workspace": workspace.pk, field: value}
 
@@ -249,9 +282,17 @@ def test_gate_input_is_checked(api_client_for, owner, workspace, field, value):
 def test_gate_round_trip_and_audit(api_client_for, owner, workspace):
     client = api_client_for(owner)
     assert set_gate(client, workspace, min_approvals="0.75", min_edits=None) == {
-        "workspace": workspace.pk, "min_approvals": 0.75, "min_rejections": None, "min_edits": None}
+        "workspace": workspace.pk,
+        "min_approvals": 0.75,
+        "min_rejections": None,
+        "min_edits": None,
+    }
     assert set_gate(client, workspace, min_rejections=1) == {
-        "workspace": workspace.pk, "min_approvals": 0.75, "min_rejections": 1.0, "min_edits": None}
+        "workspace": workspace.pk,
+        "min_approvals": 0.75,
+        "min_rejections": 1.0,
+        "min_edits": None,
+    }
     entries = AuditLogEntry.objects.filter(event_type="promotion_gate_updated").order_by("created_at")
     assert [e.details["after"] for e in entries] == [{"approvals": 0.75}, {"approvals": 0.75, "rejections": 1.0}]
 
@@ -265,16 +306,27 @@ def test_pin_and_unpin_a_run(api_client_for, owner, agent, runs):
 
     assert created.status_code == 201, created.content
     assert client.get(url).json()[0] | {"created_at": None} == {
-        "execution": gamma.pk, "label": "bad", "note": "<b>rejected</b>", "pinned_by": owner.pk, "created_at": None}
+        "execution": gamma.pk,
+        "label": "bad",
+        "note": "<b>rejected</b>",
+        "pinned_by": owner.pk,
+        "created_at": None,
+    }
     assert AuditLogEntry.objects.filter(event_type="test_set_pinned", execution_id=gamma.pk).exists()
     assert client.delete(url, {"execution": gamma.pk}, format="json").status_code == 204
     assert client.get(url).json() == []
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"execution": "x"}, "execution"), ({}, "execution"), ({"execution": 1, "label": "great"}, "label"),
-    ({"execution": 1, "note": "n" * 501}, "note"), ({"execution": 2**64}, "execution"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"execution": "x"}, "execution"),
+        ({}, "execution"),
+        ({"execution": 1, "label": "great"}, "label"),
+        ({"execution": 1, "note": "n" * 501}, "note"),
+        ({"execution": 2**64}, "execution"),
+    ],
+)
 def test_pin_input_is_checked(api_client_for, owner, agent, body, field):
     response = api_client_for(owner).post(f"/api/v1/agents/{agent.pk}/test-set/", body, format="json")
 
@@ -285,8 +337,9 @@ def test_pin_input_is_checked(api_client_for, owner, agent, body, field):
 def test_another_agents_run_cannot_be_pinned(api_client_for, owner, workspace, agent, runs):
     other = agent_for_history(workspace=workspace, owner=owner)
 
-    response = api_client_for(owner).post(f"/api/v1/agents/{other.pk}/test-set/",
-                                          {"execution": runs["Record gamma"].pk}, format="json")
+    response = api_client_for(owner).post(
+        f"/api/v1/agents/{other.pk}/test-set/", {"execution": runs["Record gamma"].pk}, format="json"
+    )
 
     assert response.status_code == 400
     assert "execution" in response.json()["error"]["details"]
