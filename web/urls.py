@@ -24,4 +24,5 @@ urlpatterns = [
     path("", include("web.search")),
     path("", include("web.api_keys")),
     path("", include("web.results")),
+    path("", include("web.evaluations")),  # issue 30 §2: evaluations, promotion gate, test set
 ]

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -19,12 +18,10 @@ from agents.selectors import agent_get_with_permissions, agent_version_get
 from common.api import StrictInput
 from common.ids import id_query_param
 from executions.selectors import execution_get_for_user
+from executions.services.evaluation import evaluation_start
 from rivercore.errors import InvalidInput
-from telemetry.aftercommit import task_send_on_commit
 from tenancy.permissions import AGENT_CREATE, POLICY_CREATE
 from tenancy.selectors import require_granted, require_permission, workspace_get_for_user
-
-EVALUATE_TASK = "executions.evaluate_version"
 
 
 class EvaluateInput(StrictInput):
@@ -70,15 +67,9 @@ class VersionEvaluateView(APIView):
         agent_version = agent_version_get(agent=agent, version=version)
         body = EvaluateInput(data=request.data)
         body.is_valid(raise_exception=True)
-        from celery import current_app
-
-        with transaction.atomic():
-            evaluation = agent_evaluations.evaluation_create(
-                agent=agent, version=agent_version, actor=request.user, days=body.validated_data["days"]
-            )
-            task_send_on_commit(
-                current_app.tasks[EVALUATE_TASK], str(evaluation.pk), subject=f"evaluation {evaluation.pk}"
-            )
+        evaluation = evaluation_start(
+            agent=agent, version=agent_version, actor=request.user, days=body.validated_data["days"]
+        )
         return Response({"id": str(evaluation.pk), "status": evaluation.status}, status=status.HTTP_202_ACCEPTED)
 
 
@@ -159,27 +150,21 @@ class GateSerializer(serializers.Serializer):
 
 class GateInput(StrictInput):
     workspace = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
-    min_approvals = serializers.DecimalField(
-        max_digits=4,
-        decimal_places=3,
+    min_approvals = serializers.FloatField(
         min_value=0,
         max_value=1,
         allow_null=True,
         required=False,
         help_text=_MINIMUM_HELP,
     )
-    min_rejections = serializers.DecimalField(
-        max_digits=4,
-        decimal_places=3,
+    min_rejections = serializers.FloatField(
         min_value=0,
         max_value=1,
         allow_null=True,
         required=False,
         help_text=_MINIMUM_HELP,
     )
-    min_edits = serializers.DecimalField(
-        max_digits=4,
-        decimal_places=3,
+    min_edits = serializers.FloatField(
         min_value=0,
         max_value=1,
         allow_null=True,

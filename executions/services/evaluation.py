@@ -28,6 +28,8 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+from celery import current_app
+from django.db import transaction
 from django.utils import timezone
 
 from agents import evaluations as agent_evaluations
@@ -38,15 +40,26 @@ from executions.services import replay
 from executions.services.segment import state_load
 from rivercore.contracts import Step, StepType
 from rivercore.errors import RiverError
+from telemetry.aftercommit import task_send_on_commit
 
 logger = logging.getLogger("river.executions")
 
+EVALUATE_TASK = "executions.evaluate_version"  # executions.tasks, sent by name
 APPROVED, REJECTED, EDITED = "approved", "rejected", "edited_approved"
 UNKNOWN = "unknown"
 
 
 def _canonical(arguments: object) -> str:
     return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def evaluation_start(*, agent, version, actor, days: int) -> Evaluation:
+    """Create a queued evaluation and send its task once it is committed (a broker
+    that is down leaves it queued: counted and logged, never raised)."""
+    with transaction.atomic():
+        evaluation = agent_evaluations.evaluation_create(agent=agent, version=version, actor=actor, days=days)
+        task_send_on_commit(current_app.tasks[EVALUATE_TASK], str(evaluation.pk), subject=f"evaluation {evaluation.pk}")
+    return evaluation
 
 
 def evaluation_runs_select(*, evaluation: Evaluation) -> list[tuple[Execution, str]]:
