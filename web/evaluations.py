@@ -10,6 +10,7 @@ overriding the gate and setting its minimums need ``policy:create``.
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 from django import forms
@@ -100,7 +101,7 @@ def agent_evaluation_context(*, agent, versions, granted) -> dict:
         evaluation = latest.get(version.pk)
         version.latest_evaluation = evaluation
         version.evaluation_scores = _scores_view(evaluation.scores if evaluation else None)
-        if not minimums:
+        if not minimums or version.pk == agent.current_version_id:
             version.gate_shortfalls = []
         elif evaluation is None or evaluation.status != "done":
             version.gate_shortfalls = ["no finished evaluation"]
@@ -183,8 +184,28 @@ def agent_promotion_gate(request, agent_id):
     return redirect("agent-page", agent_id=agent.pk)
 
 
+def _json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _run_view(row: dict) -> dict:
+    """A run's row with each call's arguments as compact JSON text, as people type them."""
+    for kind in ("approved", "rejected", "edited", "new_writes"):
+        row[kind] = [
+            {
+                **call,
+                "arguments": _json(call.get("arguments")),
+                **({"edited_arguments": _json(call["edited_arguments"])} if "edited_arguments" in call else {}),
+            }
+            for call in row.get(kind) or []
+        ]
+    if row.get("different_read"):
+        row["different_read"] = {**row["different_read"], "arguments": _json(row["different_read"].get("arguments"))}
+    return row
+
+
 def _evaluation_context(evaluation) -> dict:
-    runs = [{**run.row, "pinned": run.pinned} for run in evaluation_runs(evaluation=evaluation)]
+    runs = [_run_view({**run.row, "pinned": run.pinned}) for run in evaluation_runs(evaluation=evaluation)]
     progress = evaluation.runs_done * 100 // evaluation.runs_total if evaluation.runs_total else 0
     return {
         "evaluation": evaluation,

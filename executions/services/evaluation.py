@@ -248,4 +248,7 @@ def _one_run(*, execution: Execution, version, llm) -> dict[str, Any]:
         recorded = state_load(execution).steps
     except RiverError as exc:  # not finished, cancelled, too long: said, not scored
         return {"execution_id": execution.pk, "skipped": exc.message}
+    except Exception as exc:  # one run the engine could not replay never sinks the others
+        logger.exception("evaluation: run %s could not be replayed", execution.pk)
+        return {"execution_id": execution.pk, "skipped": f"the replay failed ({type(exc).__name__})"}
     return run_row(execution=execution, recorded=recorded, result=result)
