@@ -343,3 +343,26 @@ def test_another_agents_run_cannot_be_pinned(api_client_for, owner, workspace, a
 
     assert response.status_code == 400
     assert "execution" in response.json()["error"]["details"]
+
+
+def test_the_task_is_sent_after_commit_and_a_broker_outage_is_no_500(
+    api_client_for, owner, agent, monkeypatch, django_capture_on_commit_callbacks
+):
+    from celery import current_app
+
+    task = current_app.tasks["executions.evaluate_version"]
+    sent = []
+    monkeypatch.setattr(task, "delay", lambda *args, **kwargs: sent.append(args))
+    client = api_client_for(owner)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post(evaluate_url(agent, 1), {}, format="json")
+    assert sent == [(first.json()["id"],)]
+
+    def broker_down(*args, **kwargs):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(task, "delay", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        second = client.post(evaluate_url(agent, 1), {}, format="json")
+    assert second.status_code == 202
+    assert Evaluation.objects.get(pk=second.json()["id"]).status == "queued"
