@@ -55,3 +55,12 @@ def model_calls_prune() -> int:
     from executions.modelcalls import model_calls_prune as prune
 
     return prune(days=settings.RIVER_MODEL_CALL_RETENTION_DAYS)
+
+
+@shared_task(name="executions.canaries_check")
+def canaries_check() -> dict:
+    """Periodic: compare every running canary with its agent's deployed version and roll
+    back those that do worse beyond their margin (docs/changing-safely.md)."""
+    from executions.canary import canaries_check as check
+
+    return check()
