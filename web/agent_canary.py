@@ -29,12 +29,25 @@ POLL_SECONDS = 5
 
 class CanaryStartForm(forms.Form):
     version = forms.TypedChoiceField(coerce=int, label="Version to try")
-    percent = forms.IntegerField(min_value=AgentCanary.PERCENT_MIN, max_value=AgentCanary.PERCENT_MAX, initial=10,
-                                 label="Share of new runs (%)", help_text="From 1 to 50.")
-    margin = forms.IntegerField(min_value=0, max_value=100, label="Margin (points)",
-                                help_text="How much worse it may do before River rolls it back.")
-    min_runs = forms.IntegerField(min_value=1, max_value=MIN_RUNS_MAX, label="Runs before judging",
-                                  help_text="Finished runs each side needs first.")
+    percent = forms.IntegerField(
+        min_value=AgentCanary.PERCENT_MIN,
+        max_value=AgentCanary.PERCENT_MAX,
+        initial=10,
+        label="Share of new runs (%)",
+        help_text="From 1 to 50.",
+    )
+    margin = forms.IntegerField(
+        min_value=0,
+        max_value=100,
+        label="Margin (points)",
+        help_text="How much worse it may do before River rolls it back.",
+    )
+    min_runs = forms.IntegerField(
+        min_value=1,
+        max_value=MIN_RUNS_MAX,
+        label="Runs before judging",
+        help_text="Finished runs each side needs first.",
+    )
 
     def __init__(self, *args, numbers: list[int], current: int | None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -59,16 +72,56 @@ def figure_rows(comparison: CanaryComparison) -> list[dict]:
     whether it was compared and found worse."""
     checks = {check.metric: check for check in comparison.checks}
     a, b = comparison.canary, comparison.current
-    rows = [{"label": "Runs started", "canary": str(a.runs), "current": str(b.runs), "check": None},
-            {"label": "Finished", "canary": str(a.finished), "current": str(b.finished), "check": None}]
-    for name, label in (("answered", "Answered"), ("failed", "Failed"), ("no_answer", "No answer"),
-                        ("rejected", "Approvals rejected"), ("edited", "Approvals edited")):
-        rows.append({"label": label, "canary": _rate(getattr(a, name)), "current": _rate(getattr(b, name)),
-                     "check": checks.get(f"{name}_rate")})
+    rows = [
+        {"label": "Runs started", "canary": str(a.runs), "current": str(b.runs), "check": None},
+        {"label": "Finished", "canary": str(a.finished), "current": str(b.finished), "check": None},
+    ]
+    for name, label in (
+        ("answered", "Answered"),
+        ("failed", "Failed"),
+        ("no_answer", "No answer"),
+        ("rejected", "Approvals rejected"),
+        ("edited", "Approvals edited"),
+    ):
+        rows.append(
+            {
+                "label": label,
+                "canary": _rate(getattr(a, name)),
+                "current": _rate(getattr(b, name)),
+                "check": checks.get(f"{name}_rate"),
+            }
+        )
     for name, label, unit in (("cost_usd", "Cost per run", "usd"), ("turns", "Turns per run", "turns")):
-        rows.append({"label": label, "canary": _mean(getattr(a, name), unit), "current": _mean(getattr(b, name), unit),
-                     "check": checks.get(f"mean_{name}")})
+        rows.append(
+            {
+                "label": label,
+                "canary": _mean(getattr(a, name), unit),
+                "current": _mean(getattr(b, name), unit),
+                "check": checks.get(f"mean_{name}"),
+            }
+        )
+    for row in rows:
+        check = row["check"]
+        row["pending"] = (
+            ""
+            if check is None or check.compared
+            else (
+                f"not compared: zero on v{comparison.current.version}"
+                if _enough(comparison, check.metric)
+                else "not compared yet"
+            )
+        )
     return rows
+
+
+def _enough(comparison: CanaryComparison, metric: str) -> bool:
+    """Whether both sides have ``min_runs`` behind ``metric`` (so a figure not compared
+    lacks a value, not runs)."""
+    if metric in ("rejected_rate", "edited_rate"):
+        counts = (comparison.canary.approvals_decided, comparison.current.approvals_decided)
+    else:
+        counts = (comparison.canary.finished, comparison.current.finished)
+    return min(counts) >= comparison.min_runs
 
 
 def canary_panel_context(*, agent: Agent, granted: frozenset[str], form: CanaryStartForm | None = None) -> dict:
@@ -78,17 +131,26 @@ def canary_panel_context(*, agent: Agent, granted: frozenset[str], form: CanaryS
     canary = canary_latest(agent=agent)
     comparison = None
     if canary is not None:
-        comparison = (canary_compare(canary=canary) if canary.is_running or not canary.figures
-                      else CanaryComparison.model_validate(canary.figures))
+        comparison = (
+            canary_compare(canary=canary)
+            if canary.is_running or not canary.figures
+            else CanaryComparison.model_validate(canary.figures)
+        )
     may_manage = AGENT_CREATE in granted
     running = canary is not None and canary.is_running
     if form is None and may_manage and not running and agent.status != Agent.Status.ARCHIVED:
         current = agent.current_version.version if agent.current_version_id else None
         form = CanaryStartForm(numbers=agent_version_numbers(agent=agent), current=current)
-    return {"agent": agent, "canary": canary, "comparison": comparison, "running": running,
-            "rows": figure_rows(comparison) if comparison else [], "may_manage": may_manage,
-            "canary_form": form if form is not None and form.fields["version"].choices else None,
-            "poll_seconds": POLL_SECONDS}
+    return {
+        "agent": agent,
+        "canary": canary,
+        "comparison": comparison,
+        "running": running,
+        "rows": figure_rows(comparison) if comparison else [],
+        "may_manage": may_manage,
+        "canary_form": form if form is not None and form.fields["version"].choices else None,
+        "poll_seconds": POLL_SECONDS,
+    }
 
 
 def _agent(request, agent_id):
@@ -115,14 +177,22 @@ def canary_start(request, agent_id):
     current = agent.current_version.version if agent.current_version_id else None
     form = CanaryStartForm(request.POST, numbers=agent_version_numbers(agent=agent), current=current)
     if not form.is_valid():
-        problems = "; ".join(f"{form.fields[name].label if name in form.fields else name}: {' '.join(errors)}"
-                             for name, errors in form.errors.items())
+        problems = "; ".join(
+            f"{form.fields[name].label if name in form.fields else name}: {' '.join(errors)}"
+            for name, errors in form.errors.items()
+        )
         messages.error(request, f"No canary was started. {problems}")
         return _back(agent)
     version = or_404(agent_version_get, agent=agent, version=form.cleaned_data["version"])
     try:
-        agent_canary_start(agent=agent, version=version, actor=request.user, percent=form.cleaned_data["percent"],
-                           margin=form.cleaned_data["margin"] / 100, min_runs=form.cleaned_data["min_runs"])
+        agent_canary_start(
+            agent=agent,
+            version=version,
+            actor=request.user,
+            percent=form.cleaned_data["percent"],
+            margin=form.cleaned_data["margin"] / 100,
+            min_runs=form.cleaned_data["min_runs"],
+        )
     except RiverError as exc:
         messages.error(request, f"No canary was started: {exc.message}")
     else:
@@ -150,8 +220,11 @@ def canary_stop(request, agent_id):
     except RiverError as exc:
         messages.error(request, f"The canary was not stopped: {exc.message}")
     else:
-        messages.success(request, f"The canary of version {canary.version.version} is stopped: new runs all use "
-                                  f"version {canary.base_version.version}.")
+        messages.success(
+            request,
+            f"The canary of version {canary.version.version} is stopped: new runs all use "
+            f"version {canary.base_version.version}.",
+        )
     return _back(agent)
 
 

@@ -26,21 +26,32 @@ def _client(user) -> Client:
 @pytest.fixture
 def agent(workspace, owner):
     agent = make_agent(workspace=workspace, owner=owner, name="Ticket fixer", tools=["get_workspace_info"])
-    AgentVersion.objects.create(agent=agent, version=2, goal="<b>Faster</b>", instructions="Be quick.",
-                                action_level="automated", tools=["get_workspace_info"])
+    AgentVersion.objects.create(
+        agent=agent,
+        version=2,
+        goal="<b>Faster</b>",
+        instructions="Be quick.",
+        action_level="automated",
+        tools=["get_workspace_info"],
+    )
     return agent
 
 
 def _runs(agent, canary, *, arm: bool, outcome: str, count: int) -> None:
     for _ in range(count):
-        Execution.objects.create(workspace_id=agent.workspace_id, agent=agent, canary=canary, canary_arm=arm,
-                                 agent_version=canary.version if arm else canary.base_version,
-                                 status="completed" if outcome != "failed" else "failed", outcome=outcome)
+        Execution.objects.create(
+            workspace_id=agent.workspace_id,
+            agent=agent,
+            canary=canary,
+            canary_arm=arm,
+            agent_version=canary.version if arm else canary.base_version,
+            status="completed" if outcome != "failed" else "failed",
+            outcome=outcome,
+        )
 
 
 def test_the_page_shows_the_running_canarys_figures_and_polls(agent, owner):
-    canary = agent_canary_start(agent=agent, version=agent.versions.get(version=2), actor=owner, percent=10,
-                                min_runs=3)
+    canary = agent_canary_start(agent=agent, version=agent.versions.get(version=2), actor=owner, percent=10, min_runs=3)
     _runs(agent, canary, arm=True, outcome="answered", count=2)
     _runs(agent, canary, arm=True, outcome="failed", count=1)
     _runs(agent, canary, arm=False, outcome="answered", count=9)
@@ -60,8 +71,9 @@ def test_the_page_shows_the_running_canarys_figures_and_polls(agent, owner):
 
 def test_start_stop_and_promote_from_the_page(agent, owner):
     client = _client(owner)
-    response = client.post(f"/agents/{agent.pk}/canary/start",
-                           {"version": 2, "percent": 20, "margin": 5, "min_runs": 10})
+    response = client.post(
+        f"/agents/{agent.pk}/canary/start", {"version": 2, "percent": 20, "margin": 5, "min_runs": 10}
+    )
     assert response.status_code == 302
     canary = AgentCanary.objects.get()
     assert (canary.percent, canary.margin, canary.min_runs, canary.status) == (20, 0.05, 10, "running")
@@ -81,8 +93,9 @@ def test_start_stop_and_promote_from_the_page(agent, owner):
 
 def test_bad_form_values_start_nothing_and_say_why(agent, owner):
     client = _client(owner)
-    response = client.post(f"/agents/{agent.pk}/canary/start",
-                           {"version": 1, "percent": 80, "margin": 5, "min_runs": 10}, follow=True)
+    response = client.post(
+        f"/agents/{agent.pk}/canary/start", {"version": 1, "percent": 80, "margin": 5, "min_runs": 10}, follow=True
+    )
     assert not AgentCanary.objects.exists()
     html = response.content.decode()
     assert "No canary was started" in html and "Share of new runs" in html
@@ -95,8 +108,12 @@ def test_a_member_may_look_but_not_act_and_an_outsider_gets_404(agent, owner, me
     for action in ("stop", "promote"):
         assert _client(member).post(f"/agents/{agent.pk}/canary/{action}").status_code == 403
         assert _client(outsider).post(f"/agents/{agent.pk}/canary/{action}").status_code == 404
-    assert _client(member).post(f"/agents/{agent.pk}/canary/start",
-                                {"version": 2, "percent": 10, "margin": 5, "min_runs": 5}).status_code == 403
+    assert (
+        _client(member)
+        .post(f"/agents/{agent.pk}/canary/start", {"version": 2, "percent": 10, "margin": 5, "min_runs": 5})
+        .status_code
+        == 403
+    )
     assert _client(outsider).get(f"/agents/{agent.pk}/canary/panel").status_code == 404
     canary.refresh_from_db()
     assert canary.status == "running"
@@ -105,8 +122,9 @@ def test_a_member_may_look_but_not_act_and_an_outsider_gets_404(agent, owner, me
 def test_a_rolled_back_canary_shows_why(agent, owner):
     from executions.canary import canary_check
 
-    canary = agent_canary_start(agent=agent, version=agent.versions.get(version=2), actor=owner, percent=10,
-                                min_runs=3, margin=0.1)
+    canary = agent_canary_start(
+        agent=agent, version=agent.versions.get(version=2), actor=owner, percent=10, min_runs=3, margin=0.1
+    )
     _runs(agent, canary, arm=True, outcome="failed", count=3)
     _runs(agent, canary, arm=False, outcome="answered", count=3)
     assert canary_check(canary_id=canary.pk) == "rolled_back"
