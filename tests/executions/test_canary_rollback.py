@@ -200,3 +200,30 @@ def test_another_workspaces_runs_never_count(canary, other_workspace, outsider):
     comparison = canary_compare(canary=canary)
     assert comparison.canary.finished == 10 and comparison.current.finished == 10
     assert comparison.verdict == "not_worse"
+
+
+def test_the_check_is_a_beat_task_by_name(settings):
+    from riverapp.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["executions-canaries-check"]
+    assert entry["task"] == "executions.canaries_check" and entry["task"] in app.tasks
+    assert entry["schedule"].total_seconds() == settings.RIVER_CANARY_CHECK_SECONDS
+
+
+def test_one_canary_that_cannot_be_compared_does_not_stop_the_others(canary, agent, owner, workspace):
+    other = make_agent(workspace=workspace, owner=owner, name="Second")
+    AgentVersion.objects.create(agent=other, version=2, goal="g", instructions="i", action_level="automated")
+    second = agent_canary_start(agent=other, version=other.versions.get(version=2), actor=owner, percent=10, min_runs=1)
+    runs(second, arm=True, outcomes={"failed": 1})
+    runs(second, arm=False, outcomes={"answered": 1})
+    real = canary_compare
+
+    def flaky(*, canary):
+        if canary.pk == second.pk:
+            return real(canary=canary)
+        raise RuntimeError("database hiccup")
+
+    with mock.patch("executions.canary.canary_compare", side_effect=flaky):
+        assert tasks.canaries_check() == {"error": 1, "rolled_back": 1}
+    assert AgentCanary.objects.get(pk=second.pk).status == AgentCanary.Status.ROLLED_BACK
+    assert AgentCanary.objects.get(pk=canary.pk).status == AgentCanary.Status.RUNNING
