@@ -207,7 +207,7 @@ def agent_canary_roll_back(*, canary: AgentCanary, reason: str, figures: dict) -
             title=f"{agent.name}: canary v{ended.version.version} rolled back",
             body=f"River stopped sending runs to version {ended.version.version}: {reason} "
             f"Every new run uses version {ended.base_version.version} again.",
-            url=f"/agents/{agent.pk}/#canary-{ended.pk}",
+            url=f"/agents/{agent.pk}/?canary={ended.pk}#canary",
         )
     return ended
 

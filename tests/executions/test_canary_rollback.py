@@ -110,6 +110,7 @@ def test_a_canary_that_fails_more_is_rolled_back(canary, agent, owner, member):
     told = Notification.objects.filter(kind="canary_rolled_back")
     assert [n.user_id for n in told] == [owner.pk]  # the workspace's admin, not the analyst
     assert "v2 rolled back" in told[0].title and "failed 50.0%" in told[0].body
+    assert told[0].url == f"/agents/{agent.pk}/?canary={canary.pk}#canary"  # the agent's page, its panel
 
     # Safe to run again: nothing more happens, nothing more is recorded.
     assert tasks.canaries_check() == {}
