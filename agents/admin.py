@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from django.db.models import Q
 
 from agents.evaluation_models import Evaluation, PromotionGate, TestSetPin
-from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
+from agents.models import Agent, AgentCanary, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from agents.services import (
     agent_team_update,
     agent_transition,
@@ -325,3 +325,16 @@ class TestSetPinAdmin(ViewOnlyTenantScopedAdmin):
     list_display = ["agent", "execution_id", "label", "pinned_by", "created_at"]
     list_filter = ["label"]
     readonly_fields = ["agent", "execution_id", "label", "note", "pinned_by", "created_at"]
+@admin.register(AgentCanary)
+class AgentCanaryAdmin(ViewOnlyTenantScopedAdmin):
+    """Read-only: canaries start, stop, promote and roll back through agents.canary (the
+    agent's page and the API), which check who may and audit it."""
+
+    tenant_path = "agent__workspace__organization"
+
+    list_display = ["agent", "version", "base_version", "percent", "status", "started_at", "ended_at"]
+    list_select_related = ["agent", "version__agent", "base_version__agent"]
+    list_filter = ["status"]
+    search_fields = ["agent__name"]
+    readonly_fields = ["agent", "version", "base_version", "percent", "margin", "min_runs", "seed", "status",
+                       "started_at", "started_by", "ended_at", "ended_by", "end_reason", "figures"]

@@ -69,6 +69,9 @@ class Agent(models.Model):
     # transfer_to_agent may not hand the conversation back up to the parent / to a sibling.
     disallow_transfer_to_parent = models.BooleanField(default=False)
     disallow_transfer_to_peers = models.BooleanField(default=False)
+    # The canary running now (docs/changing-safely.md): a share of new runs use its version.
+    canary = models.ForeignKey("agents.AgentCanary", null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -199,3 +202,60 @@ from agents.evaluation_models import Evaluation, EvaluationRun, PromotionGate, T
 
 __all__ = ["Agent", "AgentVersion", "AgentMemory", "MemoryConsent", "Tier", "WorkspaceMemory",
            "Evaluation", "EvaluationRun", "PromotionGate", "TestSetPin"]
+
+
+class AgentCanary(models.Model):
+    """A version tried on a share of an agent's new runs beside the deployed one
+    (docs/changing-safely.md, "Canary and rollback"). At most one runs per agent; it ends
+    promoted (its version deployed), stopped by a person, or rolled back by River when
+    its runs do worse than the deployed version's beyond ``margin``."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        PROMOTED = "promoted", "Promoted"
+        STOPPED = "stopped", "Stopped"
+        ROLLED_BACK = "rolled_back", "Rolled back"
+
+    PERCENT_MIN, PERCENT_MAX = 1, 50
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="canaries")
+    version = models.ForeignKey(AgentVersion, on_delete=models.PROTECT, related_name="+")
+    # The version deployed when the canary started: the arm it is compared with.
+    base_version = models.ForeignKey(AgentVersion, on_delete=models.PROTECT, related_name="+")
+    percent = models.PositiveSmallIntegerField()
+    # How much worse the canary may do before it is rolled back: rate points (0.10 is ten
+    # points) for the rates, a fraction of the deployed version's mean for cost and turns.
+    margin = models.FloatField()
+    # Finished runs (approval decisions, for the approval rates) each arm needs before a
+    # figure is compared.
+    min_runs = models.PositiveIntegerField()
+    # With the run's id, decides its arm (agents.canary.canary_arm_draw).
+    seed = models.BigIntegerField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING)
+    started_at = models.DateTimeField(default=timezone.now)
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+")
+    end_reason = models.CharField(max_length=500, blank=True, default="")
+    # The comparison when it ended (executions.canary.CanaryComparison as JSON).
+    figures = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent"], condition=models.Q(status="running"),
+                                    name="uniq_running_canary_per_agent"),
+            models.CheckConstraint(condition=models.Q(percent__gte=1, percent__lte=50), name="canary_percent_1_50"),
+        ]
+
+    def __str__(self) -> str:
+        return f"canary v{self.version.version} of {self.agent} ({self.status})"
+
+    @property
+    def is_running(self) -> bool:
+        return self.status == self.Status.RUNNING
+
+
+__all__ += ["AgentCanary"]

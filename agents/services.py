@@ -367,7 +367,8 @@ def _require_approval_channel(*, agent: Agent, version: AgentVersion) -> None:
 
 
 def agent_version_deploy(*, agent: Agent, version: AgentVersion, actor, override_reason: str | None = None) -> Agent:
-    """Make ``version`` the one new runs use.
+    """Make ``version`` the one new runs use. Refused (409) while a canary runs: promote
+    or stop it first (agents.canary; a promotion ends the canary, then deploys).
 
     An active agent may only switch to an act_with_approval version while the
     workspace has an approval channel, the same rule as activation. The workspace's
@@ -379,6 +380,9 @@ def agent_version_deploy(*, agent: Agent, version: AgentVersion, actor, override
     with transaction.atomic():
         locked = Agent.objects.select_for_update(of=("self",)).select_related("workspace").get(pk=agent.pk)
         _refuse_if_archived(locked)
+        if locked.canary_id is not None:
+            raise Conflict("A canary is running on this agent: promote or stop it before deploying.",
+                           code="canary_running")
         if locked.status == Agent.Status.ACTIVE:
             _require_approval_channel(agent=locked, version=version)
         promotion_gate_check(agent=locked, version=version, actor=actor, override_reason=override_reason)

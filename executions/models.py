@@ -56,6 +56,11 @@ class Execution(models.Model):
     workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="executions")
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="executions")
     agent_version = models.ForeignKey("agents.AgentVersion", on_delete=models.PROTECT, related_name="executions")
+    # The canary trial the run was started under (docs/changing-safely.md) and whether it
+    # drew the canary's version; chosen once, at creation, and never changed.
+    canary = models.ForeignKey("agents.AgentCanary", null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="executions")
+    canary_arm = models.BooleanField(default=False, db_default=False)
     trigger_type = models.CharField(max_length=20, choices=[(t.value, t.value.capitalize()) for t in TriggerType],
                                     default=TriggerType.MANUAL.value)
     trigger_source = models.CharField(max_length=200, default="ui")

@@ -64,3 +64,10 @@ def evaluate_version(evaluation_id: str) -> str | None:
     from executions.services.evaluation import evaluation_run
 
     return evaluation_run(evaluation_id=evaluation_id)
+@shared_task(name="executions.canaries_check")
+def canaries_check() -> dict:
+    """Periodic: compare every running canary with its agent's deployed version and roll
+    back those that do worse beyond their margin (docs/changing-safely.md)."""
+    from executions.canary import canaries_check as check
+
+    return check()

@@ -482,3 +482,15 @@ LOGGING = logging_config(log_format=RIVER_LOG_FORMAT, level=env_str("LOG_LEVEL",
 # OTEL_EXPORTER_OTLP_* variables itself); without it no SDK provider is installed at all.
 OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or ""
 OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "river") or "river"
+
+# Canaries (docs/changing-safely.md): how much worse a canary's runs may do than the
+# deployed version's (rate points; a fraction of the mean for cost and turns) and on how
+# many finished runs per arm before River rolls it back; a canary may set its own. The
+# beat task compares the running canaries this often.
+RIVER_CANARY_MARGIN = env_float("RIVER_CANARY_MARGIN", 0.10, maximum=1.0)
+RIVER_CANARY_MIN_RUNS = env_int("RIVER_CANARY_MIN_RUNS", 30, minimum=1)
+RIVER_CANARY_CHECK_SECONDS = env_int("RIVER_CANARY_CHECK_SECONDS", 60, minimum=5)
+CELERY_BEAT_SCHEDULE |= {
+    "executions-canaries-check": {"task": "executions.canaries_check",
+                                  "schedule": timedelta(seconds=RIVER_CANARY_CHECK_SECONDS)},
+}

@@ -71,6 +71,7 @@ from triggers.selectors import trigger_firings_recent, triggers_filter
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
 from triggers.types import TriggerType
 from triggers.webhooks import json_strict_parse
+from web.agent_canary import canary_panel_context
 from web.evaluations import agent_evaluation_context
 from web.page_tools import (
     errors_onto_form,
@@ -286,6 +287,7 @@ def _detail_context(request, agent, form, granted) -> dict:
                                for memory in agent_memories_for_user(user=request.user, agent=agent)],
         "can_activate": agent.can_transition_to(Agent.Status.ACTIVE),
         "can_pause": agent.can_transition_to(Agent.Status.PAUSED),
+        **canary_panel_context(agent=agent, granted=granted),
     }
 
 

@@ -15,6 +15,7 @@ urlpatterns = [
     path("", include("web.runs")),
     path("", include("web.run")),
     path("", include("web.sessions")),
+    path("", include("web.agent_canary")),  # issue 30 §3: the canary panel
     path("", include("web.agents")),
     path("", include("web.triggers")),
     path("", include("web.data")),

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from agents.canary import canary_arm_draw, canary_running_arms
 from agents.models import Agent
 from artifacts.selectors import artifact_placeholder, artifacts_attachable, artifacts_in_workspace
 from executions.models import Execution
@@ -154,9 +156,10 @@ def execution_start(*, request: RunRequest, agent: Agent | None = None) -> Execu
             detections = screened.detections
             context.update(trigger_payload=screened.payload, security_events=detections)
     requester_id = origin.requester_id if origin.requester_id is not None else _requester_id(origin.user_id)
+    columns.update(_version_columns(agent))
     with transaction.atomic() if detections else contextlib.nullcontext():
         execution = Execution.objects.create(
-            workspace_id=agent.workspace_id, agent=agent, agent_version_id=agent.current_version_id,
+            workspace_id=agent.workspace_id, agent=agent,
             trigger_type=trigger_type, trigger_source=trigger_source,
             trigger_payload=payload if payload is not None else {},
             requested_by_id=origin.user_id, requester_id=requester_id,
@@ -166,6 +169,37 @@ def execution_start(*, request: RunRequest, agent: Agent | None = None) -> Execu
             _security_event(execution, agent, detections)
         segment_queue_on_commit(execution.pk)
     return execution
+
+
+def _version_columns(agent: Agent) -> dict:
+    """The run's version, chosen once here and never again (docs/engine.md, "The run's
+    version"): the deployed one, or while a canary runs, the canary's for the runs whose
+    draw (``agents.canary.canary_arm_draw`` of the canary's seed and the run's id) says
+    so. The id is taken from the table's sequence first so the draw can use it (one
+    statement more, only while a canary runs); without a sequence (SQLite) the key is a
+    random number instead."""
+    columns: dict = {"agent_version_id": agent.current_version_id}
+    arms = canary_running_arms(canary_id=agent.canary_id) if agent.canary_id is not None else None
+    if arms is None:
+        return columns
+    version_id, percent, seed = arms
+    run_id = _execution_id_reserve()
+    canary_arm = canary_arm_draw(seed=seed, key=run_id if run_id is not None else secrets.randbits(62),
+                                 percent=percent)
+    columns.update(canary_id=agent.canary_id, canary_arm=canary_arm)
+    if canary_arm:
+        columns["agent_version_id"] = version_id
+    if run_id is not None:
+        columns["id"] = run_id
+    return columns
+
+
+def _execution_id_reserve() -> int | None:
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id'))", [Execution._meta.db_table])
+        return cursor.fetchone()[0]
 
 
 def person_run_request(*, agent: Agent, user, prompt: str = "", payload=None, attachments=(),

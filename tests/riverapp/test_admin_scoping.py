@@ -23,7 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.evaluation_models import Evaluation, PromotionGate, TestSetPin
-from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
+from agents.models import Agent, AgentCanary, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from artifacts.models import Artifact
 from common.crypto import encrypt_text
 from datasources.models import DataSource
@@ -93,6 +93,10 @@ def seed(*, org: Organization, tag: str, n: int) -> dict:
     Session.objects.create(workspace=ws, agent=agent, created_by=person, title=f"{title} conversation {n}")
     WorkspaceMemory.objects.create(workspace=ws, agent=agent, content=f"{title} shared memory {n}", keywords=tag)
     MemoryConsent.objects.create(workspace=ws, user=person, personal=True)
+    canary_version = AgentVersion.objects.create(agent=agent, version=2, goal="Try.", instructions="Try.",
+                                                 action_level="automated")
+    AgentCanary.objects.create(agent=agent, version=canary_version, base_version=agent.current_version, percent=10,
+                               margin=0.1, min_runs=5, seed=n)
     Artifact.objects.create(workspace=ws, name=f"{title} notes {n}.txt", kind="text", content_type="text/plain",
                             size=1, sha256="0" * 64, version=1, storage_name=f"{ws.pk}/{tag}-{n}.txt",
                             created_by=person)
