@@ -24,18 +24,35 @@ def _client(user) -> Client:
 
 @pytest.fixture
 def agent(workspace, owner):
-    return make_agent(workspace=workspace, owner=owner, name="Ticket fixer", tools=["write_back", "execute_query"],
-                      require_approval_for=["write_back"], action_level="act_with_approval")
+    return make_agent(
+        workspace=workspace,
+        owner=owner,
+        name="Ticket fixer",
+        tools=["write_back", "execute_query"],
+        require_approval_for=["write_back"],
+        action_level="act_with_approval",
+    )
 
 
 def _post(*, quorum: list[dict] = (), escalation: list[dict] = (), **overrides) -> dict:
-    data = {"goal": "Help.", "instructions": "Be careful.", "action_level": "act_with_approval",
-            "governance_level": "standard", "tools": ["write_back", "execute_query"],
-            "require_approval_for": ["write_back"], "approver_roles": ["editor"],
-            "escalation_timeout_minutes": "240", "max_turns": "15", "token_budget": "100000",
-            "auto-TOTAL_FORMS": "0", "auto-INITIAL_FORMS": "0",
-            "quorum-TOTAL_FORMS": str(len(quorum)), "quorum-INITIAL_FORMS": "0",
-            "escalation-TOTAL_FORMS": str(len(escalation)), "escalation-INITIAL_FORMS": "0"}
+    data = {
+        "goal": "Help.",
+        "instructions": "Be careful.",
+        "action_level": "act_with_approval",
+        "governance_level": "standard",
+        "tools": ["write_back", "execute_query"],
+        "require_approval_for": ["write_back"],
+        "approver_roles": ["editor"],
+        "escalation_timeout_minutes": "240",
+        "max_turns": "15",
+        "token_budget": "100000",
+        "auto-TOTAL_FORMS": "0",
+        "auto-INITIAL_FORMS": "0",
+        "quorum-TOTAL_FORMS": str(len(quorum)),
+        "quorum-INITIAL_FORMS": "0",
+        "escalation-TOTAL_FORMS": str(len(escalation)),
+        "escalation-INITIAL_FORMS": "0",
+    }
     for index, rule in enumerate(quorum):
         data[f"quorum-{index}-approvals"] = rule.get("approvals", "")
         data[f"quorum-{index}-when"] = rule.get("when", "")
@@ -47,18 +64,24 @@ def _post(*, quorum: list[dict] = (), escalation: list[dict] = (), **overrides) 
 
 
 TWO_FOR_DELETES = {"approvals": "2", "when": "args.operation == 'delete' OR rows > 100"}
-CHAIN = [{"after_minutes": "30", "approver_roles": ["admin"]}, {"after_minutes": "120", "approver_roles": ["org_admin"]}]
+CHAIN = [
+    {"after_minutes": "30", "approver_roles": ["admin"]},
+    {"after_minutes": "120", "approver_roles": ["org_admin"]},
+]
 
 
 def test_saves_quorum_and_chain_and_the_agent_page_shows_them(owner, agent):
     client = _client(owner)
-    response = client.post(f"/agents/{agent.pk}/versions/new/", _post(quorum=[TWO_FOR_DELETES, {}],
-                                                                      escalation=[*CHAIN, {}]))
+    response = client.post(
+        f"/agents/{agent.pk}/versions/new/", _post(quorum=[TWO_FOR_DELETES, {}], escalation=[*CHAIN, {}])
+    )
     assert response.status_code == 302, re.findall(r'class="field-error"[^>]*>([^<]*)', response.content.decode())
     version = AgentVersion.objects.get(agent=agent, version=2)
     assert version.approval_rules["quorum"] == [{"when": TWO_FOR_DELETES["when"], "approvals": 2}]
-    assert version.approval_rules["escalation"] == [{"after_minutes": 30, "approver_roles": ["admin"]},
-                                                    {"after_minutes": 120, "approver_roles": ["org_admin"]}]
+    assert version.approval_rules["escalation"] == [
+        {"after_minutes": 30, "approver_roles": ["admin"]},
+        {"after_minutes": 120, "approver_roles": ["org_admin"]},
+    ]
     agent.current_version = version
     agent.save(update_fields=["current_version"])
     page = client.get(f"/agents/{agent.pk}/").content.decode()
@@ -75,8 +98,7 @@ def test_saves_quorum_and_chain_and_the_agent_page_shows_them(owner, agent):
 def test_a_rule_without_a_condition_applies_to_every_call(owner, agent):
     response = _client(owner).post(f"/agents/{agent.pk}/versions/new/", _post(quorum=[{"approvals": "3"}]))
     assert response.status_code == 302
-    assert AgentVersion.objects.get(agent=agent, version=2).approval_rules["quorum"] == [{"when": None,
-                                                                                          "approvals": 3}]
+    assert AgentVersion.objects.get(agent=agent, version=2).approval_rules["quorum"] == [{"when": None, "approvals": 3}]
 
 
 def _refused(owner, agent, **kwargs) -> str:
@@ -88,14 +110,29 @@ def _refused(owner, agent, **kwargs) -> str:
 
 def test_service_errors_land_on_the_row_and_field_with_the_apis_message(owner, agent, api_client_for):
     bad_when = {"approvals": "2", "when": "args.operation == "}
-    late = [{"after_minutes": "60", "approver_roles": ["admin"]}, {"after_minutes": "30", "approver_roles": ["org_admin"]}]
+    late = [
+        {"after_minutes": "60", "approver_roles": ["admin"]},
+        {"after_minutes": "30", "approver_roles": ["org_admin"]},
+    ]
     body = _refused(owner, agent, quorum=[{}, bad_when], escalation=late)
-    api = api_client_for(owner).post(f"/api/v1/agents/{agent.pk}/versions/", {
-        "goal": "Help.", "instructions": "Be careful.", "action_level": "act_with_approval",
-        "tools": ["write_back"], "approval_rules": {
-            "quorum": [{"approvals": 2, "when": "args.operation == "}], "escalation_timeout_minutes": 240,
-            "escalation": [{"after_minutes": 60, "approver_roles": ["admin"]},
-                           {"after_minutes": 30, "approver_roles": ["org_admin"]}]}}, format="json")
+    api = api_client_for(owner).post(
+        f"/api/v1/agents/{agent.pk}/versions/",
+        {
+            "goal": "Help.",
+            "instructions": "Be careful.",
+            "action_level": "act_with_approval",
+            "tools": ["write_back"],
+            "approval_rules": {
+                "quorum": [{"approvals": 2, "when": "args.operation == "}],
+                "escalation_timeout_minutes": 240,
+                "escalation": [
+                    {"after_minutes": 60, "approver_roles": ["admin"]},
+                    {"after_minutes": 30, "approver_roles": ["org_admin"]},
+                ],
+            },
+        },
+        format="json",
+    )
     assert api.status_code == 400, api.content
     rules = api.json()["error"]["details"]["approval_rules"]
     assert 'id="id_quorum-1-when_error"' in body
@@ -107,29 +144,32 @@ def test_service_errors_land_on_the_row_and_field_with_the_apis_message(owner, a
 
 def test_a_step_at_or_after_the_expiry_is_refused(owner, agent):
     body = _refused(owner, agent, escalation=[{"after_minutes": "240", "approver_roles": ["admin"]}])
-    assert 'id="id_escalation-0-after_minutes_error"' in body and "must be less than escalation_timeout_minutes" \
-        in body
+    assert 'id="id_escalation-0-after_minutes_error"' in body and "must be less than escalation_timeout_minutes" in body
 
 
 def test_half_filled_rows_are_refused_at_the_field(owner, agent):
-    body = _refused(owner, agent, quorum=[{"when": "rows > 5"}],
-                    escalation=[{"approver_roles": ["admin"]}, {"after_minutes": "90"}])
+    body = _refused(
+        owner, agent, quorum=[{"when": "rows > 5"}], escalation=[{"approver_roles": ["admin"]}, {"after_minutes": "90"}]
+    )
     assert 'id="id_quorum-0-approvals_error"' in body
     assert 'id="id_escalation-0-after_minutes_error"' in body and 'id="id_escalation-1-approver_roles_error"' in body
 
 
-@pytest.mark.parametrize(("quorum", "escalation", "field"), [
-    ([{"approvals": "11"}], [], "quorum-0-approvals"),
-    ([{"approvals": "0"}], [], "quorum-0-approvals"),
-    ([{"approvals": "two"}], [], "quorum-0-approvals"),
-    ([{"approvals": "2", "when": "rows > 1\x00"}], [], "quorum-0-when"),
-    ([{"approvals": "2", "when": "x" * 5000}], [], "quorum-0-when"),
-    ([{"approvals": "2", "when": "<script>alert(1)</script>"}], [], "quorum-0-when"),
-    ([], [{"after_minutes": "-5", "approver_roles": ["admin"]}], "escalation-0-after_minutes"),
-    ([], [{"after_minutes": "9" * 40, "approver_roles": ["admin"]}], "escalation-0-after_minutes"),
-    ([], [{"after_minutes": "30", "approver_roles": ["superuser"]}], "escalation-0-approver_roles"),
-    ([], [{"after_minutes": "30", "approver_roles": ["<b>admin</b>"]}], "escalation-0-approver_roles"),
-])
+@pytest.mark.parametrize(
+    ("quorum", "escalation", "field"),
+    [
+        ([{"approvals": "11"}], [], "quorum-0-approvals"),
+        ([{"approvals": "0"}], [], "quorum-0-approvals"),
+        ([{"approvals": "two"}], [], "quorum-0-approvals"),
+        ([{"approvals": "2", "when": "rows > 1\x00"}], [], "quorum-0-when"),
+        ([{"approvals": "2", "when": "x" * 5000}], [], "quorum-0-when"),
+        ([{"approvals": "2", "when": "<script>alert(1)</script>"}], [], "quorum-0-when"),
+        ([], [{"after_minutes": "-5", "approver_roles": ["admin"]}], "escalation-0-after_minutes"),
+        ([], [{"after_minutes": "9" * 40, "approver_roles": ["admin"]}], "escalation-0-after_minutes"),
+        ([], [{"after_minutes": "30", "approver_roles": ["superuser"]}], "escalation-0-approver_roles"),
+        ([], [{"after_minutes": "30", "approver_roles": ["<b>admin</b>"]}], "escalation-0-approver_roles"),
+    ],
+)
 def test_hostile_input_is_refused_and_nothing_is_saved(owner, agent, quorum, escalation, field):
     body = _refused(owner, agent, quorum=quorum, escalation=escalation)
     assert f'id="id_{field}_error"' in body
@@ -143,9 +183,15 @@ def test_more_rows_than_allowed_are_refused(owner, agent):
 
 
 def test_a_post_without_the_lists_keeps_the_base_versions_rules(owner, agent):
-    AgentVersion.objects.filter(agent=agent).update(approval_rules={
-        "require_approval_for": ["write_back"], "approver_roles": ["editor"], "escalation_timeout_minutes": 240,
-        "quorum": [{"approvals": 2}], "escalation": [{"after_minutes": 30, "approver_roles": ["admin"]}]})
+    AgentVersion.objects.filter(agent=agent).update(
+        approval_rules={
+            "require_approval_for": ["write_back"],
+            "approver_roles": ["editor"],
+            "escalation_timeout_minutes": 240,
+            "quorum": [{"approvals": 2}],
+            "escalation": [{"after_minutes": 30, "approver_roles": ["admin"]}],
+        }
+    )
     data = {key: value for key, value in _post().items() if not key.startswith(("quorum-", "escalation-"))}
     assert _client(owner).post(f"/agents/{agent.pk}/versions/new/", data).status_code == 302
     rules = AgentVersion.objects.get(agent=agent, version=2).approval_rules
