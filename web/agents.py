@@ -109,9 +109,8 @@ def _choices(enum) -> list[tuple[str, str]]:
 
 
 def _tool_choices() -> list[tuple[str, str]]:
-    return [
-        (name, f"{TOOL_LABELS.get(name, name.replace('_', ' ').capitalize())} ({name})") for name in sorted(TOOL_NAMES)
-    ]
+    return [(name, f"{TOOL_LABELS.get(name, name.replace('_', ' ').capitalize())} ({name})")
+            for name in sorted(TOOL_NAMES)]
 
 
 def _agent_or_404(request, agent_id) -> tuple[Agent, frozenset[str]]:
@@ -136,59 +135,36 @@ def agents_list(request):
     page = None
     if workspace is not None:
         data = form.cleaned_data
-        rows = agents_filter(
-            user=request.user,
-            workspace_id=workspace.pk,
-            name_contains=data["q"],
-            status=data["status"],
-            health=data["health"],
-        )
+        rows = agents_filter(user=request.user, workspace_id=workspace.pk, name_contains=data["q"],
+                             status=data["status"], health=data["health"])
         rows = agents_with_run_stats(rows, since=timezone.now() - SUCCESS_WINDOW)
         page = paginate(request, rows)
         for agent in page.object_list:
             rate = success_rate(answered=agent.runs_answered, finished=agent.runs_finished)
             agent.success_rate = None if rate is None else round(100 * rate)
-    return render(
-        request,
-        "agents/list.html",
-        {
-            "form": form,
-            "page": page,
-            "query": query_without_page(request),
-            "workspace": workspace,
-            "may_manage": AGENT_CREATE in granted,
-            "window_days": SUCCESS_WINDOW.days,
-        },
-    )
+    return render(request, "agents/list.html", {
+        "form": form, "page": page, "query": query_without_page(request), "workspace": workspace,
+        "may_manage": AGENT_CREATE in granted, "window_days": SUCCESS_WINDOW.days,
+    })
 
 
 # --- an agent's page --------------------------------------------------------------------
 
 
 class RunNowForm(forms.Form):
-    preset = forms.ChoiceField(
-        required=False,
-        label="Manual trigger",
-        help_text="Optional: run with one of the agent's manual triggers (its prompt, filled from the payload).",
-    )
-    prompt = forms.CharField(
-        required=False,
-        max_length=limits.PROMPT,
-        widget=forms.Textarea(attrs={"rows": 3}),
-        help_text="What the agent should do this time.",
-    )
-    payload = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 4, "data-json": "object"}),
-        help_text='Optional JSON, for example {"ticket_id": 42}.',
-    )
+    preset = forms.ChoiceField(required=False, label="Manual trigger",
+                               help_text="Optional: run with one of the agent's manual triggers (its prompt, "
+                                         "filled from the payload).")
+    prompt = forms.CharField(required=False, max_length=limits.PROMPT, widget=forms.Textarea(attrs={"rows": 3}),
+                             help_text="What the agent should do this time.")
+    payload = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4, "data-json": "object"}),
+                              help_text='Optional JSON, for example {"ticket_id": 42}.')
 
     def __init__(self, *args, manual_triggers=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.manual_triggers = {str(t.pk): t for t in manual_triggers}
         self.fields["preset"].choices = [("", "— none: type a prompt —")] + [
-            (key, trigger.name) for key, trigger in self.manual_triggers.items()
-        ]
+            (key, trigger.name) for key, trigger in self.manual_triggers.items()]
 
     def clean(self):
         cleaned = super().clean()
@@ -205,10 +181,8 @@ class RunNowForm(forms.Form):
         try:
             value = json_strict_parse(text.encode())
         except InvalidInput as exc:
-            problem = (
-                "; ".join(f"{where}: {', '.join(msgs)}" for where, msgs in exc.details.items() if where != "body")
-                or exc.message
-            )
+            problem = "; ".join(f"{where}: {', '.join(msgs)}" for where, msgs in exc.details.items()
+                                if where != "body") or exc.message
             raise forms.ValidationError(f"This is not valid JSON ({problem}).") from None
         if not isinstance(value, dict):
             raise forms.ValidationError('The payload must be a JSON object, for example {"ticket_id": 42}.')
@@ -256,12 +230,8 @@ def _run_now(request, agent, form) -> int | None:
         form.add_error(None, f"Nothing started: {firing.get_reason_display()}. {firing.detail}")
         return None
     try:
-        execution = execution_start(
-            agent=agent,
-            request=person_run_request(
-                agent=agent, user=request.user, prompt=form.cleaned_data["prompt"], payload=form.cleaned_data["payload"]
-            ),
-        )
+        execution = execution_start(agent=agent, request=person_run_request(
+            agent=agent, user=request.user, prompt=form.cleaned_data["prompt"], payload=form.cleaned_data["payload"]))
     except InvalidInput as exc:
         form.add_error(None, exc.message)
         return None
@@ -306,17 +276,13 @@ def _detail_context(request, agent, form, granted) -> dict:
         "diff": diff,
         "memories": list(reversed(agent_memories_recent(agent_id=agent.pk, limit=MEMORIES_SHOWN))),
         "workspace_memory_template": "agents/_workspace_memory.html",
-        "memory_settings": MemorySettingsForm(
-            initial={
-                "mode": workspace_memory_mode(workspace_id=agent.workspace_id),
-                "personal_consent": memory_consent_given(workspace_id=agent.workspace_id, user_id=request.user.pk),
-            }
-        ),
+        "memory_settings": MemorySettingsForm(initial={
+            "mode": workspace_memory_mode(workspace_id=agent.workspace_id),
+            "personal_consent": memory_consent_given(workspace_id=agent.workspace_id, user_id=request.user.pk),
+        }),
         "may_set_memory_mode": POLICY_CREATE in granted,
-        "workspace_memories": [
-            {"memory": memory, "may_delete": _may_delete_memory(memory, granted)}
-            for memory in agent_memories_for_user(user=request.user, agent=agent)
-        ],
+        "workspace_memories": [{"memory": memory, "may_delete": _may_delete_memory(memory, granted)}
+                               for memory in agent_memories_for_user(user=request.user, agent=agent)],
         "can_activate": agent.can_transition_to(Agent.Status.ACTIVE),
         "can_pause": agent.can_transition_to(Agent.Status.PAUSED),
     }
@@ -362,17 +328,13 @@ def agent_memory_delete(request, agent_id, memory_id):
 
 class MemorySettingsForm(forms.Form):
     mode = forms.ChoiceField(
-        choices=WorkspaceSettings.MemoryMode.choices,
-        label="What completed runs remember",
+        choices=WorkspaceSettings.MemoryMode.choices, label="What completed runs remember",
         help_text="Personal: a memory for the person who started the run, if they agreed. Shared: one memory for "
-        "the whole workspace. Off: nothing. Applies to every agent of the workspace; changes are audited.",
-    )
+                  "the whole workspace. Off: nothing. Applies to every agent of the workspace; changes are audited.")
     personal_consent = forms.BooleanField(
-        required=False,
-        label="Remember what my runs learn, for me only",
+        required=False, label="Remember what my runs learn, for me only",
         help_text="When the mode is personal, your completed runs in this workspace leave a memory only you and "
-        "your runs find. Turning it off keeps what was remembered; delete it below.",
-    )
+                  "your runs find. Turning it off keeps what was remembered; delete it below.")
 
 
 @require_POST
@@ -385,11 +347,8 @@ def agent_memory_settings(request, agent_id):
     agent, granted = _agent_or_404(request, agent_id)
     form = MemorySettingsForm(request.POST)
     if not form.is_valid():
-        messages.error(
-            request,
-            "The memory settings were not saved: "
-            + "; ".join(f"{form.fields[name].label}: {' '.join(errors)}" for name, errors in form.errors.items()),
-        )
+        messages.error(request, "The memory settings were not saved: " + "; ".join(
+            f"{form.fields[name].label}: {' '.join(errors)}" for name, errors in form.errors.items()))
         return redirect(reverse("agent-page", kwargs={"agent_id": agent.pk}) + "#workspace-memory-title")
     mode = form.cleaned_data["mode"]
     changing_mode = mode != workspace_memory_mode(workspace_id=agent.workspace_id)
@@ -398,7 +357,8 @@ def agent_memory_settings(request, agent_id):
     with transaction.atomic():
         if changing_mode:
             workspace_memory_mode_set(workspace=agent.workspace, mode=mode, actor=request.user)
-        memory_consent_set(workspace=agent.workspace, user=request.user, personal=form.cleaned_data["personal_consent"])
+        memory_consent_set(workspace=agent.workspace, user=request.user,
+                           personal=form.cleaned_data["personal_consent"])
     messages.success(request, "Memory settings saved.")
     return redirect(reverse("agent-page", kwargs={"agent_id": agent.pk}) + "#workspace-memory-title")
 
@@ -429,62 +389,37 @@ def agent_status(request, agent_id):
 
 
 def _approver_role_choices() -> list[tuple[str, str]]:
-    return [
-        (role, "Organization admins" if role == ORG_ADMIN_ROLE else role.replace("_", " ").capitalize())
-        for role in sorted(APPROVER_ROLES)
-    ]
+    return [(role, "Organization admins" if role == ORG_ADMIN_ROLE else role.replace("_", " ").capitalize())
+            for role in sorted(APPROVER_ROLES)]
 
 
 class VersionForm(forms.Form):
-    goal = forms.CharField(
-        max_length=limits.GOAL,
-        widget=forms.Textarea(attrs={"rows": 2}),
-        help_text="One or two sentences: what the agent is for.",
-    )
-    instructions = forms.CharField(
-        max_length=limits.PROMPT,
-        widget=forms.Textarea(attrs={"rows": 8}),
-        help_text="How it should work, step by step, in plain words.",
-    )
-    action_level = forms.ChoiceField(
-        choices=_choices(ActionLevel),
-        initial=ActionLevel.READ_ONLY,
-        help_text="Read only: it only reads. Recommend: it proposes, people act. Act "
-        "with approval: each change waits for a person. Automated: it acts "
-        "alone.",
-    )
+    goal = forms.CharField(max_length=limits.GOAL, widget=forms.Textarea(attrs={"rows": 2}),
+                           help_text="One or two sentences: what the agent is for.")
+    instructions = forms.CharField(max_length=limits.PROMPT, widget=forms.Textarea(attrs={"rows": 8}),
+                                   help_text="How it should work, step by step, in plain words.")
+    action_level = forms.ChoiceField(choices=_choices(ActionLevel), initial=ActionLevel.READ_ONLY,
+                                     help_text="Read only: it only reads. Recommend: it proposes, people act. Act "
+                                               "with approval: each change waits for a person. Automated: it acts "
+                                               "alone.")
     governance_level = forms.ChoiceField(choices=_choices(GovernanceLevel), initial=GovernanceLevel.STANDARD)
-    tools = forms.MultipleChoiceField(
-        required=False, widget=forms.CheckboxSelectMultiple, help_text="What the agent may do."
-    )
+    tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                      help_text="What the agent may do.")
     require_approval_for = forms.MultipleChoiceField(
-        required=False,
-        widget=forms.CheckboxSelectMultiple,
-        label="Ask a person before",
-        help_text="These tools wait for an approver's yes each time (they must be among the tools above).",
-    )
+        required=False, widget=forms.CheckboxSelectMultiple, label="Ask a person before",
+        help_text="These tools wait for an approver's yes each time (they must be among the tools above).")
     approver_roles = forms.MultipleChoiceField(
-        widget=forms.CheckboxSelectMultiple,
-        label="Who may approve",
-        initial=list(ApprovalRules().approver_roles),
-        help_text="Members with one of these roles (and approval rights) decide this agent's requests.",
-    )
+        widget=forms.CheckboxSelectMultiple, label="Who may approve", initial=list(ApprovalRules().approver_roles),
+        help_text="Members with one of these roles (and approval rights) decide this agent's requests.")
     escalation_timeout_minutes = forms.IntegerField(
-        min_value=1,
-        max_value=MAX_ESCALATION_TIMEOUT_MINUTES,
-        initial=ApprovalRules().escalation_timeout_minutes,
-        label="Minutes before a request escalates",
-        help_text="A request nobody decided in this time escalates.",
-    )
-    data_sources = forms.TypedMultipleChoiceField(
-        coerce=int, required=False, widget=forms.CheckboxSelectMultiple, help_text="The databases it may read."
-    )
-    max_turns = forms.IntegerField(
-        min_value=1, max_value=100, initial=ModelConfig().max_turns, label="Most steps per run"
-    )
-    token_budget = forms.IntegerField(
-        min_value=100, max_value=MAX_TOKEN_BUDGET, initial=ModelConfig().token_budget, label="Token budget per run"
-    )
+        min_value=1, max_value=MAX_ESCALATION_TIMEOUT_MINUTES, initial=ApprovalRules().escalation_timeout_minutes,
+        label="Minutes before a request escalates", help_text="A request nobody decided in this time escalates.")
+    data_sources = forms.TypedMultipleChoiceField(coerce=int, required=False, widget=forms.CheckboxSelectMultiple,
+                                                  help_text="The databases it may read.")
+    max_turns = forms.IntegerField(min_value=1, max_value=100, initial=ModelConfig().max_turns,
+                                   label="Most steps per run")
+    token_budget = forms.IntegerField(min_value=100, max_value=MAX_TOKEN_BUDGET, initial=ModelConfig().token_budget,
+                                      label="Token budget per run")
 
     def __init__(self, *args, workspace, **kwargs):
         super().__init__(*args, **kwargs)
@@ -493,13 +428,8 @@ class VersionForm(forms.Form):
         self.fields["approver_roles"].choices = _approver_role_choices()
         self.fields["data_sources"].choices = data_source_choices(workspace_id=workspace.pk, limit=limits.LIST_ITEMS)
 
-    def version_config(
-        self,
-        base: AgentVersion | None = None,
-        auto_approve: list[dict] | None = None,
-        quorum: list[dict] | None = None,
-        escalation: list[dict] | None = None,
-    ) -> dict:
+    def version_config(self, base: AgentVersion | None = None, auto_approve: list[dict] | None = None,
+                       quorum: list[dict] | None = None, escalation: list[dict] | None = None) -> dict:
         """The keyword arguments of ``agent_version_create``; settings the form does not
         show are carried over from ``base`` (its auto-approve conditions, quorum rules and
         escalation chain too, unless the formsets' rows replace them)."""
@@ -507,11 +437,9 @@ class VersionForm(forms.Form):
         model_config = dict(base.model_config or {}) if base else {}
         model_config.update(max_turns=data["max_turns"], token_budget=data["token_budget"])
         approval_rules = dict(base.approval_rules or {}) if base else {}
-        approval_rules.update(
-            require_approval_for=list(data["require_approval_for"]),
-            approver_roles=list(data["approver_roles"]),
-            escalation_timeout_minutes=data["escalation_timeout_minutes"],
-        )
+        approval_rules.update(require_approval_for=list(data["require_approval_for"]),
+                              approver_roles=list(data["approver_roles"]),
+                              escalation_timeout_minutes=data["escalation_timeout_minutes"])
         if auto_approve is not None:
             approval_rules["auto_approve_conditions"] = auto_approve
         if quorum is not None:
@@ -519,13 +447,9 @@ class VersionForm(forms.Form):
         if escalation is not None:
             approval_rules["escalation"] = escalation
         config = {
-            "goal": data["goal"],
-            "instructions": data["instructions"],
-            "action_level": data["action_level"],
-            "governance_level": data["governance_level"],
-            "tools": list(data["tools"]),
-            "approval_rules": approval_rules,
-            "model_config": model_config,
+            "goal": data["goal"], "instructions": data["instructions"], "action_level": data["action_level"],
+            "governance_level": data["governance_level"], "tools": list(data["tools"]),
+            "approval_rules": approval_rules, "model_config": model_config,
             "data_source_ids": list(data["data_sources"]),
         }
         if base is not None:
@@ -538,22 +462,11 @@ class AutoApproveForm(forms.Form):
 
     tool = forms.ChoiceField(required=False, label="Tool")
     condition = forms.CharField(
-        required=False,
-        max_length=MAX_EXPRESSION_CHARS,
-        strip=False,
-        label="Approve without asking when",
-        widget=forms.Textarea(
-            attrs={
-                "rows": 2,
-                "spellcheck": "false",
-                "autocomplete": "off",
-                "class": "condition-expression",
-                "data-auto-approve-condition": "",
-            }
-        ),
+        required=False, max_length=MAX_EXPRESSION_CHARS, strip=False, label="Approve without asking when",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off",
+                                     "class": "condition-expression", "data-auto-approve-condition": ""}),
         help_text="For example confidence_score >= 0.9 AND args.table_name == 'tickets'. It may look at the "
-        "call only: confidence_score, tool.name and args.",
-    )
+                  "call only: confidence_score, tool.name and args.")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -577,7 +490,8 @@ class AutoApproveForm(forms.Form):
         return {"tool": data["tool"], "condition": data["condition"]}
 
 
-AutoApproveFormSet = forms.formset_factory(AutoApproveForm, extra=1, max_num=50, absolute_max=50, validate_max=True)
+AutoApproveFormSet = forms.formset_factory(AutoApproveForm, extra=1, max_num=50, absolute_max=50,
+                                           validate_max=True)
 AUTO_APPROVE_PREFIX = "auto"
 
 
@@ -585,24 +499,15 @@ class QuorumForm(forms.Form):
     """One quorum rule (issue 29 §3): how many distinct people approve a call, and when."""
 
     approvals = forms.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=MAX_REQUIRED_APPROVALS,
-        label="Approvers needed",
+        required=False, min_value=1, max_value=MAX_REQUIRED_APPROVALS, label="Approvers needed",
         help_text=f"Different people, 1 to {MAX_REQUIRED_APPROVALS}; the run's requester never counts and one "
-        "rejection ends the request.",
-    )
+                  "rejection ends the request.")
     when = forms.CharField(
-        required=False,
-        max_length=limits.GOAL,
-        strip=False,
-        label="When the call matches",
-        widget=forms.Textarea(
-            attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off", "class": "condition-expression"}
-        ),
+        required=False, max_length=limits.GOAL, strip=False, label="When the call matches",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off",
+                                     "class": "condition-expression"}),
         help_text="Optional; empty means every call that asks a person. For example "
-        "args.operation == 'delete' OR rows > 100 (tool.name, args, confidence_score, rows).",
-    )
+                  "args.operation == 'delete' OR rows > 100 (tool.name, args, confidence_score, rows).")
 
     def clean(self):
         cleaned = super().clean()
@@ -624,18 +529,11 @@ class EscalationForm(forms.Form):
     """One step of the escalation chain: after how long an undecided request moves, and to whom."""
 
     after_minutes = forms.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=MAX_ESCALATION_TIMEOUT_MINUTES,
-        label="After (minutes)",
-        help_text="Counted from when the request opened; later than the step before, earlier than the expiry.",
-    )
+        required=False, min_value=1, max_value=MAX_ESCALATION_TIMEOUT_MINUTES, label="After (minutes)",
+        help_text="Counted from when the request opened; later than the step before, earlier than the expiry.")
     approver_roles = forms.MultipleChoiceField(
-        required=False,
-        widget=forms.CheckboxSelectMultiple,
-        label="Moves to",
-        help_text="These roles decide from then on (organization admins always may).",
-    )
+        required=False, widget=forms.CheckboxSelectMultiple, label="Moves to",
+        help_text="These roles decide from then on (organization admins always may).")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -667,27 +565,18 @@ ESCALATION_PREFIX = "escalation"
 def _version_initial(version: AgentVersion) -> dict:
     rules = version.rules
     return {
-        "goal": version.goal,
-        "instructions": version.instructions,
-        "action_level": version.action_level,
-        "governance_level": version.governance_level,
-        "tools": list(version.tools or []),
-        "require_approval_for": list(rules.require_approval_for),
-        "approver_roles": list(rules.approver_roles),
+        "goal": version.goal, "instructions": version.instructions, "action_level": version.action_level,
+        "governance_level": version.governance_level, "tools": list(version.tools or []),
+        "require_approval_for": list(rules.require_approval_for), "approver_roles": list(rules.approver_roles),
         "escalation_timeout_minutes": rules.escalation_timeout_minutes,
         "data_sources": [source.pk for source in version.data_sources.all()],
-        "max_turns": version.model_settings.max_turns,
-        "token_budget": version.model_settings.token_budget,
+        "max_turns": version.model_settings.max_turns, "token_budget": version.model_settings.token_budget,
     }
 
 
 # Where a version service's error details land on the form.
-VERSION_FIELD_MAP = {
-    "approval_rules": "require_approval_for",
-    "model_config": "max_turns",
-    "model_config.max_turns": "max_turns",
-    "model_config.token_budget": "token_budget",
-}
+VERSION_FIELD_MAP = {"approval_rules": "require_approval_for", "model_config": "max_turns",
+                     "model_config.max_turns": "max_turns", "model_config.token_budget": "token_budget"}
 
 
 def _version_errors_onto_forms(form, lists: dict, exc: RiverError) -> None:
@@ -697,7 +586,7 @@ def _version_errors_onto_forms(form, lists: dict, exc: RiverError) -> None:
     formset and the formset row of each rule sent), the rules' own fields otherwise."""
     details = dict(exc.details) if isinstance(exc.details, dict) else {}
     rules = details.pop("approval_rules", None)
-    for key, found in rules.items() if isinstance(rules, dict) else []:
+    for key, found in (rules.items() if isinstance(rules, dict) else []):
         parts = key.split(".")
         formset, rows = lists.get(parts[0], (None, []))
         if formset is not None and len(parts) >= 2 and parts[1].isdigit() and int(parts[1]) < len(rows):
@@ -742,78 +631,47 @@ def version_new(request, agent_id):
     base = agent.current_version or agent_versions(agent=agent).first()
     if base is not None:
         base = agent_version_get(agent=agent, version=base.version)  # with its data sources
-    form = VersionForm(
-        request.POST or None, workspace=agent.workspace, initial=_version_initial(base) if base else None
-    )
+    form = VersionForm(request.POST or None, workspace=agent.workspace,
+                       initial=_version_initial(base) if base else None)
     # A posted row counts as typed, whatever it started as: no initial data to compare with.
     posted = request.method == "POST"
-    formset = AutoApproveFormSet(
-        request.POST or None, prefix=AUTO_APPROVE_PREFIX, initial=None if posted else _auto_approve_initial(base)
-    )
+    formset = AutoApproveFormSet(request.POST or None, prefix=AUTO_APPROVE_PREFIX,
+                                 initial=None if posted else _auto_approve_initial(base))
     # A post without a list's management form (an older page) keeps the base version's rules.
     quorum_posted = posted and f"{QUORUM_PREFIX}-TOTAL_FORMS" in request.POST
     escalation_posted = posted and f"{ESCALATION_PREFIX}-TOTAL_FORMS" in request.POST
-    quorum_formset = QuorumFormSet(
-        request.POST if quorum_posted else None,
-        prefix=QUORUM_PREFIX,
-        initial=None if quorum_posted else _quorum_initial(base),
-    )
-    escalation_formset = EscalationFormSet(
-        request.POST if escalation_posted else None,
-        prefix=ESCALATION_PREFIX,
-        initial=None if escalation_posted else _escalation_initial(base),
-    )
+    quorum_formset = QuorumFormSet(request.POST if quorum_posted else None, prefix=QUORUM_PREFIX,
+                                   initial=None if quorum_posted else _quorum_initial(base))
+    escalation_formset = EscalationFormSet(request.POST if escalation_posted else None, prefix=ESCALATION_PREFIX,
+                                           initial=None if escalation_posted else _escalation_initial(base))
     status = 200
     if posted:
         status = 400
         # all of them, so each shows its errors
-        valid = [
-            formset.is_valid(),
-            not quorum_posted or quorum_formset.is_valid(),
-            not escalation_posted or escalation_formset.is_valid(),
-            form.is_valid(),
-        ]
+        valid = [formset.is_valid(), not quorum_posted or quorum_formset.is_valid(),
+                 not escalation_posted or escalation_formset.is_valid(), form.is_valid()]
         if all(valid):
             rules, rows = _filled_rows(formset)
             quorum, quorum_rows = _filled_rows(quorum_formset) if quorum_posted else (None, [])
             escalation, escalation_rows = _filled_rows(escalation_formset) if escalation_posted else (None, [])
             try:
-                version = agent_version_create(
-                    agent=agent,
-                    actor=request.user,
-                    **form.version_config(base, auto_approve=rules, quorum=quorum, escalation=escalation),
-                )
+                version = agent_version_create(agent=agent, actor=request.user, **form.version_config(
+                    base, auto_approve=rules, quorum=quorum, escalation=escalation))
             except RiverError as exc:
-                _version_errors_onto_forms(
-                    form,
-                    {
-                        "auto_approve_conditions": (formset, rows),
-                        "quorum": (quorum_formset, quorum_rows),
-                        "escalation": (escalation_formset, escalation_rows),
-                    },
-                    exc,
-                )
+                _version_errors_onto_forms(form, {"auto_approve_conditions": (formset, rows),
+                                                  "quorum": (quorum_formset, quorum_rows),
+                                                  "escalation": (escalation_formset, escalation_rows)}, exc)
             else:
-                messages.success(
-                    request, f"Version {version.version} saved. Compare it below, then deploy it when it is right."
-                )
+                messages.success(request, f"Version {version.version} saved. Compare it below, then deploy it "
+                                          "when it is right.")
                 url = reverse("agent-page", kwargs={"agent_id": agent.pk})
                 compare = f"a={base.version}&b={version.version}" if base else ""
                 return redirect(f"{url}?{compare}#versions" if compare else f"{url}#versions")
-    return render(
-        request,
-        "agents/version_new.html",
-        {
-            "agent": agent,
-            "form": form,
-            "base": base,
-            "formset": formset,
-            "quorum_formset": quorum_formset,
-            "escalation_formset": escalation_formset,
-            "builder": {"tools": sorted(TOOL_NAMES), "tables": catalog_tables(workspace=agent.workspace)},
-        },
-        status=status,
-    )
+    return render(request, "agents/version_new.html", {
+        "agent": agent, "form": form, "base": base, "formset": formset, "quorum_formset": quorum_formset,
+        "escalation_formset": escalation_formset,
+        "builder": {"tools": sorted(TOOL_NAMES), "tables": catalog_tables(workspace=agent.workspace)},
+    }, status=status)
 
 
 @page_login_required
@@ -825,12 +683,8 @@ def auto_approve_validate_json(request, agent_id):
     require(granted, AGENT_CREATE)
     expression = request.GET.get("expression", "")
     if len(expression) > MAX_EXPRESSION_CHARS:
-        return error_json(
-            InvalidInput(
-                "Condition too long.",
-                details={"condition": [f"Ensure this field has no more than {MAX_EXPRESSION_CHARS} characters."]},
-            )
-        )
+        return error_json(InvalidInput("Condition too long.", details={
+            "condition": [f"Ensure this field has no more than {MAX_EXPRESSION_CHARS} characters."]}))
     try:
         auto_approve_condition_validate(expression)
     except ExpressionError as exc:
@@ -840,9 +694,8 @@ def auto_approve_validate_json(request, agent_id):
 
 class AgentForm(VersionForm):
     name = forms.CharField(max_length=limits.NAME)
-    description = forms.CharField(
-        required=False, max_length=limits.DESCRIPTION, widget=forms.Textarea(attrs={"rows": 2})
-    )
+    description = forms.CharField(required=False, max_length=limits.DESCRIPTION,
+                                  widget=forms.Textarea(attrs={"rows": 2}))
     business_function = forms.ChoiceField(choices=_choices(BusinessFunction), label="Business function")
     domain = forms.CharField(required=False, max_length=limits.NAME, help_text="Optional, for example EMEA billing.")
 
@@ -862,10 +715,8 @@ def agent_new(request):
         if form.is_valid():
             agent = _agent_save(request, workspace, form)
             if agent is not None:
-                messages.success(
-                    request,
-                    f"{agent.name} is saved as a draft with version 1 deployed. Activate it when you are ready.",
-                )
+                messages.success(request, f"{agent.name} is saved as a draft with version 1 deployed. Activate it "
+                                          "when you are ready.")
                 return redirect("agent-page", agent_id=agent.pk)
     return render(request, "agents/new.html", {"form": form, "workspace": workspace}, status=status)
 
@@ -875,14 +726,9 @@ def _agent_save(request, workspace, form) -> Agent | None:
     data = form.cleaned_data
     try:
         with transaction.atomic():
-            agent = agent_create(
-                workspace=workspace,
-                owner=request.user,
-                name=data["name"],
-                business_function=data["business_function"],
-                domain=data["domain"],
-                description=data["description"],
-            )
+            agent = agent_create(workspace=workspace, owner=request.user, name=data["name"],
+                                 business_function=data["business_function"], domain=data["domain"],
+                                 description=data["description"])
             version = agent_version_create(agent=agent, actor=request.user, **form.version_config())
             return agent_version_deploy(agent=agent, version=version, actor=request.user)
     except RiverError as exc:
@@ -892,12 +738,9 @@ def _agent_save(request, workspace, form) -> Agent | None:
 
 class DescribeForm(forms.Form):
     description = forms.CharField(
-        max_length=limits.PROMPT,
-        widget=forms.Textarea(attrs={"rows": 5}),
-        label="Describe the agent",
+        max_length=limits.PROMPT, widget=forms.Textarea(attrs={"rows": 5}), label="Describe the agent",
         help_text="What should it do, with which data, how often, and may it change anything? For example: "
-        "monitor support tickets every hour and draft replies for urgent ones.",
-    )
+                  "monitor support tickets every hour and draft replies for urgent ones.")
 
 
 @page_login_required
@@ -916,42 +759,22 @@ def agent_describe(request):
     try:
         suggestion = _generate(request, workspace, granted, form.cleaned_data["description"])
     except RiverError as exc:
-        form.add_error(
-            "description",
-            f"River could not draft an agent from this: {exc.message} Try again, or describe it in other words.",
-        )
+        form.add_error("description", f"River could not draft an agent from this: {exc.message} Try again, or "
+                                      "describe it in other words.")
         return render(request, "agents/describe.html", {"form": form})
     config = suggestion.agent_config
-    policies_tools = [
-        str(p.conditions.get("tool"))
-        for p in config.suggested_policies
-        if p.enforcement == "require_approval" and p.conditions.get("tool")
-    ]
+    policies_tools = [str(p.conditions.get("tool")) for p in config.suggested_policies
+                      if p.enforcement == "require_approval" and p.conditions.get("tool")]
     tools = [tool.tool_name for tool in config.suggested_tools]
-    draft = AgentForm(
-        workspace=workspace,
-        initial={
-            "name": config.name[: limits.NAME],
-            "description": config.description[: limits.DESCRIPTION],
-            "business_function": config.category.value,
-            "goal": config.goal,
-            "instructions": config.instructions,
-            "action_level": config.action_level.value,
-            "tools": tools,
-            "require_approval_for": [name for name in policies_tools if name in tools],
-            "data_sources": [source.data_source_id for source in config.suggested_data_sources],
-        },
-    )
-    return render(
-        request,
-        "agents/new.html",
-        {
-            "form": draft,
-            "workspace": workspace,
-            "suggestion": suggestion,
-            "description": form.cleaned_data["description"],
-        },
-    )
+    draft = AgentForm(workspace=workspace, initial={
+        "name": config.name[:limits.NAME], "description": config.description[:limits.DESCRIPTION],
+        "business_function": config.category.value, "goal": config.goal, "instructions": config.instructions,
+        "action_level": config.action_level.value, "tools": tools,
+        "require_approval_for": [name for name in policies_tools if name in tools],
+        "data_sources": [source.data_source_id for source in config.suggested_data_sources],
+    })
+    return render(request, "agents/new.html", {"form": draft, "workspace": workspace, "suggestion": suggestion,
+                                               "description": form.cleaned_data["description"]})
 
 
 def _generate(request, workspace, granted, description: str):
@@ -961,17 +784,12 @@ def _generate(request, workspace, granted, description: str):
     sources = data_sources_first(workspace_id=workspace.pk, limit=limits.LIST_ITEMS)
     body = GenerateAgentRequest(
         prompt=description,
-        user_context=UserContext(
-            user_id=request.user.pk,
-            org_id=workspace.organization_id,
-            workspace_id=workspace.pk,
-            roles=workspace_roles(user=request.user, workspace=workspace),
-            permissions=sorted(granted),
-        ),
-        available_data_sources=[
-            AvailableDataSource(data_source_id=s.pk, name=s.name, type=s.type, description=s.description[:500])
-            for s in sources
-        ],
+        user_context=UserContext(user_id=request.user.pk, org_id=workspace.organization_id,
+                                 workspace_id=workspace.pk, roles=workspace_roles(user=request.user,
+                                                                                  workspace=workspace),
+                                 permissions=sorted(granted)),
+        available_data_sources=[AvailableDataSource(data_source_id=s.pk, name=s.name, type=s.type,
+                                                    description=s.description[:500]) for s in sources],
         available_tools=sorted(TOOL_NAMES),
     )
     return agent_generate(request=body, llm=router_for_organization(organization_id=workspace.organization_id))
@@ -986,10 +804,7 @@ urlpatterns = [
     path("agents/<str:agent_id>/memory/<str:memory_id>/delete", agent_memory_delete, name="agent-memory-delete"),
     path("agents/<str:agent_id>/memory/settings", agent_memory_settings, name="agent-memory-settings"),
     path("agents/<str:agent_id>/versions/new/", version_new, name="agent-version-new"),
-    path(
-        "agents/<str:agent_id>/versions/validate-condition",
-        auto_approve_validate_json,
-        name="agent-auto-approve-validate",
-    ),
+    path("agents/<str:agent_id>/versions/validate-condition", auto_approve_validate_json,
+         name="agent-auto-approve-validate"),
     path("agents/<str:agent_id>/versions/<int:version>/deploy", agent_deploy, name="agent-deploy"),
 ]

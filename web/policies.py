@@ -56,53 +56,31 @@ def _choices(enum) -> list[tuple[str, str]]:
 
 class PolicyForm(forms.Form):
     name = forms.CharField(max_length=limits.NAME, help_text="For example No writes to invoices at night.")
-    description = forms.CharField(
-        required=False, max_length=limits.DESCRIPTION, widget=forms.Textarea(attrs={"rows": 2})
-    )
+    description = forms.CharField(required=False, max_length=limits.DESCRIPTION,
+                                  widget=forms.Textarea(attrs={"rows": 2}))
     expression = forms.CharField(
-        max_length=MAX_EXPRESSION,
-        label="Condition",
-        strip=False,
-        widget=forms.Textarea(
-            attrs={
-                "rows": 4,
-                "spellcheck": "false",
-                "autocomplete": "off",
-                "class": "condition-expression",
-                "data-policy-expression": "",
-            }
-        ),
+        max_length=MAX_EXPRESSION, label="Condition", strip=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "autocomplete": "off",
+                                     "class": "condition-expression", "data-policy-expression": ""}),
         help_text="The calls this policy matches, in River's condition language, for example "
-        "tool.name == 'write_back' AND args.table_name == 'invoices'. "
-        "Build it with the condition builder or type it.",
-    )
+                  "tool.name == 'write_back' AND args.table_name == 'invoices'. "
+                  "Build it with the condition builder or type it.")
     policy_type = forms.ChoiceField(
-        required=False,
-        choices=[("", "Inferred from the condition")] + _choices(PolicyType),
-        label="Policy type",
+        required=False, choices=[("", "Inferred from the condition")] + _choices(PolicyType), label="Policy type",
         help_text="When it is checked: before a tool call (most types), before a model call (budget) or after "
-        "a query (data export limit).",
-    )
-    enforcement = forms.ChoiceField(
-        choices=_choices(Enforcement), initial=Enforcement.BLOCK.value, help_text=" ".join(ENFORCEMENT_HELP.values())
-    )
+                  "a query (data export limit).")
+    enforcement = forms.ChoiceField(choices=_choices(Enforcement), initial=Enforcement.BLOCK.value,
+                                    help_text=" ".join(ENFORCEMENT_HELP.values()))
     enabled = forms.BooleanField(required=False, initial=True, label="Enabled")
     # Issue 29: what a require_approval policy asks of its approvers (docs/approvals.md).
     required_approvals = forms.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=MAX_REQUIRED_APPROVALS,
-        initial=1,
-        label="Approvers needed",
+        required=False, min_value=1, max_value=MAX_REQUIRED_APPROVALS, initial=1, label="Approvers needed",
         help_text="Require approval only: how many different people must approve a call this policy pauses "
-        "(the run's requester never counts; one rejection ends it). 1 is one approver, as usual.",
-    )
+                  "(the run's requester never counts; one rejection ends it). 1 is one approver, as usual.")
     require_preview = forms.BooleanField(
-        required=False,
-        label="Approve only with a preview of the effect",
+        required=False, label="Approve only with a preview of the effect",
         help_text="Require approval only: a call whose effect River cannot preview (the rows it would change) "
-        "can be rejected but not approved.",
-    )
+                  "can be rejected but not approved.")
 
 
 def _policies_workspace(request):
@@ -133,8 +111,7 @@ def catalog_tables(*, workspace) -> list[dict]:
         for raw in source.schema_cache or []:
             table = TableInfo.model_validate(raw)
             tables.setdefault(policy_name_key(table.table_name), set()).update(
-                identifier_key(column.column_name) for column in table.columns
-            )
+                identifier_key(column.column_name) for column in table.columns)
     return [{"name": name, "columns": sorted(columns)} for name, columns in sorted(tables.items())]
 
 
@@ -163,9 +140,8 @@ def policies_list(request):
     page = None
     if workspace is not None:
         page = paginate(request, policies_for_workspace(user=request.user, workspace_id=workspace.pk))
-    return render(
-        request, "policies/list.html", {"workspace": workspace, "page": page, "enforcement_help": ENFORCEMENT_HELP}
-    )
+    return render(request, "policies/list.html", {"workspace": workspace, "page": page,
+                                                  "enforcement_help": ENFORCEMENT_HELP})
 
 
 # --- creating and editing ---------------------------------------------------------------
@@ -198,29 +174,18 @@ def policy_new(request):
         data = form.cleaned_data
         try:
             policy = policy_create(
-                actor=request.user,
-                scope=PolicyScope.WORKSPACE.value,
-                workspace_id=workspace.pk,
-                name=data["name"],
-                description=data["description"],
-                conditions={"expression": data["expression"]},
-                policy_type=data["policy_type"] or None,
-                enforcement=data["enforcement"],
-                enabled=data["enabled"],
-                **_approval_fields(data),
-            )
+                actor=request.user, scope=PolicyScope.WORKSPACE.value, workspace_id=workspace.pk,
+                name=data["name"], description=data["description"], conditions={"expression": data["expression"]},
+                policy_type=data["policy_type"] or None, enforcement=data["enforcement"], enabled=data["enabled"],
+                **_approval_fields(data))
         except RiverError as exc:
             _error_onto_form(form, exc)
         else:
             messages.success(request, f"Policy {policy.name} is saved and applies to the next call it matches.")
             return redirect("policy-page", policy_id=policy.pk)
     status = 400 if request.method == "POST" else 200
-    return render(
-        request,
-        "policies/form.html",
-        {"form": form, "workspace": workspace, "policy": None, **_builder_context(request, workspace)},
-        status=status,
-    )
+    return render(request, "policies/form.html", {"form": form, "workspace": workspace, "policy": None,
+                                                  **_builder_context(request, workspace)}, status=status)
 
 
 def _inferred_type(policy: Policy) -> str | None:
@@ -240,49 +205,29 @@ def policy_page(request, policy_id):
     workspace = policy.workspace or _policies_workspace(request)
     if workspace is None:
         raise Http404("Choose a workspace first.")
-    initial = {
-        "name": policy.name,
-        "description": policy.description,
-        "enforcement": policy.enforcement,
-        "expression": (policy.conditions or {}).get("expression", ""),
-        "enabled": policy.enabled,
-        "policy_type": "" if _inferred_type(policy) == policy.policy_type else policy.policy_type,
-        "required_approvals": policy.required_approvals,
-        "require_preview": policy.require_preview,
-    }
+    initial = {"name": policy.name, "description": policy.description, "enforcement": policy.enforcement,
+               "expression": (policy.conditions or {}).get("expression", ""), "enabled": policy.enabled,
+               "policy_type": "" if _inferred_type(policy) == policy.policy_type else policy.policy_type,
+               "required_approvals": policy.required_approvals, "require_preview": policy.require_preview}
     form = PolicyForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             policy = policy_update(
-                actor=request.user,
-                policy_id=policy.pk,
-                name=data["name"],
-                description=data["description"],
-                conditions={"expression": data["expression"]},
-                policy_type=data["policy_type"] or None,
-                enforcement=data["enforcement"],
-                enabled=data["enabled"],
-                **_approval_fields(data),
-            )
+                actor=request.user, policy_id=policy.pk, name=data["name"], description=data["description"],
+                conditions={"expression": data["expression"]}, policy_type=data["policy_type"] or None,
+                enforcement=data["enforcement"], enabled=data["enabled"], **_approval_fields(data))
         except RiverError as exc:
             _error_onto_form(form, exc)
         else:
             messages.success(request, f"Policy {policy.name} is saved.")
             return redirect("policy-page", policy_id=policy.pk)
     status = 400 if request.method == "POST" else 200
-    return render(
-        request,
-        "policies/form.html",
-        {
-            "form": form,
-            "workspace": workspace,
-            "policy": policy,
-            "history": paginate(request, policy_history(user=request.user, policy_id=policy.pk)),
-            **_builder_context(request, workspace),
-        },
-        status=status,
-    )
+    return render(request, "policies/form.html", {
+        "form": form, "workspace": workspace, "policy": policy,
+        "history": paginate(request, policy_history(user=request.user, policy_id=policy.pk)),
+        **_builder_context(request, workspace),
+    }, status=status)
 
 
 @page_login_required
@@ -321,10 +266,8 @@ def policy_delete_page(request, policy_id):
 def _draft(request) -> tuple[str, str | None]:
     expression = request.GET.get("expression", "")
     if len(expression) > MAX_EXPRESSION:
-        raise InvalidInput(
-            "Condition too long.",
-            details={"conditions": [f"Ensure this field has no more than {MAX_EXPRESSION} characters."]},
-        )
+        raise InvalidInput("Condition too long.",
+                           details={"conditions": [f"Ensure this field has no more than {MAX_EXPRESSION} characters."]})
     return expression, request.GET.get("policy_type") or None
 
 
@@ -371,58 +314,27 @@ def policy_test_json(request):
     if run.workspace_id != workspace.pk:
         raise Http404("Run not found.")
     if shape.policy_type == PolicyType.DATA_EXPORT_LIMIT:
-        return JsonResponse(
-            {
-                "valid": True,
-                "policy_type": shape.policy_type.value,
-                "calls": [],
-                "note": "Data export limits are checked on a query's result, after it ran; "
-                "this panel tests the calls before they run.",
-            }
-        )
-    spec = GovernancePolicySpec(
-        policy_id=None,
-        name="Draft policy",
-        scope=PolicyScope.WORKSPACE.value,
-        policy_type=shape.policy_type.value,
-        conditions=shape.conditions,
-        enforcement=enforcement.value,
-    )
+        return JsonResponse({"valid": True, "policy_type": shape.policy_type.value, "calls": [],
+                             "note": "Data export limits are checked on a query's result, after it ran; "
+                                     "this panel tests the calls before they run."})
+    spec = GovernancePolicySpec(policy_id=None, name="Draft policy", scope=PolicyScope.WORKSPACE.value,
+                                policy_type=shape.policy_type.value, conditions=shape.conditions,
+                                enforcement=enforcement.value)
     calls = []
     for step in execution_tool_calls(execution=run):
         tool = get_tool(step.tool_name)
         facts = CallFacts(
-            tool_name=step.tool_name,
-            tool_category=step.tool_category or (tool.category.value if tool else ""),
-            writes=bool(tool.writes) if tool else True,
-            arguments=step.input if isinstance(step.input, dict) else {},
-            action_level=run.agent_version.action_level,
-            policies=[spec],
-            org_id=workspace.organization_id,
-            workspace_id=workspace.pk,
-            agent_id=str(run.agent_id),
-            execution_id=run.pk,
-        )
+            tool_name=step.tool_name, tool_category=step.tool_category or (tool.category.value if tool else ""),
+            writes=bool(tool.writes) if tool else True, arguments=step.input if isinstance(step.input, dict) else {},
+            action_level=run.agent_version.action_level, policies=[spec], org_id=workspace.organization_id,
+            workspace_id=workspace.pk, agent_id=str(run.agent_id), execution_id=run.pk)
         result = checker.check_tool_call(facts, now=step.created_at, count=False)
         matched = any(match.policy_id is None for match in result.matched)
-        calls.append(
-            {
-                "step": step.step_number,
-                "tool": step.tool_name,
-                "matched": matched,
-                "decision": result.decision.value,
-                "reason": result.reason,
-                "recorded_decision": step.governance_decision,
-            }
-        )
-    return JsonResponse(
-        {
-            "valid": True,
-            "policy_type": shape.policy_type.value,
-            "calls": calls,
-            "run": {"id": run.pk, "agent": run.agent.name},
-        }
-    )
+        calls.append({"step": step.step_number, "tool": step.tool_name, "matched": matched,
+                      "decision": result.decision.value, "reason": result.reason,
+                      "recorded_decision": step.governance_decision})
+    return JsonResponse({"valid": True, "policy_type": shape.policy_type.value, "calls": calls,
+                         "run": {"id": run.pk, "agent": run.agent.name}})
 
 
 urlpatterns = [
