@@ -1,0 +1,129 @@
+"""Slack messages that follow a request decided elsewhere (issue 29 §4).
+
+River posts the approval message through the workspace's incoming webhook, which returns
+no handle to the message. What Slack does give River is a ``response_url`` with every
+click on the message's buttons: for 30 minutes it may replace that message. So:
+
+- a click that does not decide the request (an unlinked Slack user, a role that may not
+  decide, the requester, one vote of a quorum) leaves its ``response_url`` with River
+  (``slack_message_remember``, encrypted, one row per URL);
+- when the request is then decided on any channel (inbox, e-mail link, API, Slack), or
+  expires, or its run is cancelled, the deciding transaction queues one task after commit
+  (``slack_messages_update_on_commit``, only when such a message is remembered);
+- the task (``governance.slack_update_decided``, retried with backoff) replaces each
+  remembered message whose URL is still fresh with the outcome and who decided it, and
+  marks it updated with a compare-and-set, so a retry never posts twice to a message that
+  took the update. Slack being down delays the update; the decision was committed first
+  and never waits for Slack.
+
+A message nobody clicked, or whose last click is older than 30 minutes, keeps its buttons;
+a later click on them is answered with the outcome (``governance.slack``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from common.crypto import decrypt_text, encrypt_text
+from governance.models import ApprovalRequest, SlackApprovalMessage
+
+logger = logging.getLogger("river.governance")
+
+RESPONSE_URL_MINUTES = 30  # Slack honours a response_url this long (and for 5 posts)
+MESSAGES_PER_REQUEST = 20  # a bound on what a burst of clicks can make River store and post
+
+
+def _url_hash(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()
+
+
+def slack_message_remember(*, approval_id: str, response_url: str) -> bool:
+    """Keep ``response_url`` (from a click that did not decide) so the message can show
+    the request's outcome later. Returns True when a new URL was kept.
+
+    The status is read under the request's row lock (the lock ``approval_decide`` takes):
+    either the request is still pending and a later decision finds this row, or it was
+    decided meanwhile and this message is answered with the outcome now."""
+    from governance.slack import decided_message, decided_via, response_url_allowed, slack_respond_later
+
+    if not response_url_allowed(response_url):
+        return False
+    try:
+        pk = uuid.UUID(str(approval_id))
+    except ValueError:
+        return False
+    with transaction.atomic():
+        approval = (
+            ApprovalRequest.objects.select_for_update(of=("self",))
+            .select_related("workspace", "resolved_by")
+            .filter(pk=pk)
+            .first()
+        )
+        if approval is None:
+            return False
+        if approval.status != ApprovalRequest.Status.PENDING:
+            slack_respond_later(
+                response_url=response_url,
+                message={**decided_message(approval, via=decided_via(approval)), "replace_original": True},
+            )
+            return False
+        if SlackApprovalMessage.objects.filter(approval=approval).count() >= MESSAGES_PER_REQUEST:
+            return False
+        _, created = SlackApprovalMessage.objects.get_or_create(
+            approval=approval,
+            url_hash=_url_hash(response_url),
+            defaults={
+                "response_url_encrypted": encrypt_text(response_url),
+                "expires_at": timezone.now() + timedelta(minutes=RESPONSE_URL_MINUTES),
+            },
+        )
+    return created
+
+
+def slack_messages_update_on_commit(*, approval: ApprovalRequest) -> None:
+    """Caller is deciding, expiring or closing ``approval`` in its transaction: after
+    commit, queue the update of its remembered Slack messages (nothing when it has none
+    still fresh: most requests never had a click that did not decide)."""
+    if not SlackApprovalMessage.objects.filter(
+        approval_id=approval.pk, updated_at__isnull=True, expires_at__gt=timezone.now()
+    ).exists():
+        return
+    from governance.tasks import slack_update_decided
+    from telemetry.aftercommit import task_send_on_commit
+
+    task_send_on_commit(slack_update_decided, str(approval.pk), subject=f"approval {approval.pk}'s Slack messages")
+
+
+def slack_messages_update(*, approval_id: str) -> int:
+    """The task's body: replace each fresh, not yet updated message of a decided request
+    with its outcome. Returns how many were updated; raises NotificationError (the task
+    retries) when any could not be, after marking those that were."""
+    from governance.notifications import NotificationError
+    from governance.slack import decided_message, decided_via, slack_respond_now
+
+    approval = ApprovalRequest.objects.select_related("workspace", "resolved_by").filter(pk=approval_id).first()
+    if approval is None or approval.status == ApprovalRequest.Status.PENDING:
+        return 0
+    message = {**decided_message(approval, via=decided_via(approval)), "replace_original": True}
+    updated = failed = 0
+    for row in SlackApprovalMessage.objects.filter(
+        approval=approval, updated_at__isnull=True, expires_at__gt=timezone.now()
+    ).order_by("pk"):
+        try:
+            slack_respond_now(response_url=decrypt_text(row.response_url_encrypted), message=message)
+        except NotificationError as exc:
+            failed += 1
+            logger.info("approval %s: a Slack message was not updated yet: %s", approval.pk, exc)
+            continue
+        updated += SlackApprovalMessage.objects.filter(pk=row.pk, updated_at__isnull=True).update(
+            updated_at=timezone.now()
+        )
+    if failed:
+        raise NotificationError(f"{failed} Slack message(s) of the request could not be updated")
+    return updated
