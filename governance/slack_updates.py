@@ -88,16 +88,22 @@ def slack_message_remember(*, approval_id: str, response_url: str) -> bool:
 
 def slack_messages_update_on_commit(*, approval: ApprovalRequest) -> None:
     """Caller is deciding, expiring or closing ``approval`` in its transaction: after
-    commit, queue the update of its remembered Slack messages (nothing when it has none
-    still fresh: most requests never had a click that did not decide)."""
-    if not SlackApprovalMessage.objects.filter(
-        approval_id=approval.pk, updated_at__isnull=True, expires_at__gt=timezone.now()
-    ).exists():
-        return
+    commit, queue the update of its remembered Slack messages. Whether there are any
+    (most requests never had a click that did not decide) is read after commit too, so
+    the decision's locked transaction gains no statement; a failure there is logged as a
+    fault, never raised to the decider."""
     from governance.tasks import slack_update_decided
-    from telemetry.aftercommit import task_send_on_commit
+    from telemetry.aftercommit import call_on_commit, task_send
 
-    task_send_on_commit(slack_update_decided, str(approval.pk), subject=f"approval {approval.pk}'s Slack messages")
+    approval_id = str(approval.pk)
+
+    def send() -> None:
+        if SlackApprovalMessage.objects.filter(
+            approval_id=approval_id, updated_at__isnull=True, expires_at__gt=timezone.now()
+        ).exists():
+            task_send(slack_update_decided, approval_id, subject=f"approval {approval_id}'s Slack messages")
+
+    call_on_commit(send, component="notifications", operation="slack message update", subject=f"approval {approval_id}")
 
 
 def slack_messages_update(*, approval_id: str) -> int:
