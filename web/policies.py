@@ -75,12 +75,12 @@ class PolicyForm(forms.Form):
     # Issue 29: what a require_approval policy asks of its approvers (docs/approvals.md).
     required_approvals = forms.IntegerField(
         required=False, min_value=1, max_value=MAX_REQUIRED_APPROVALS, initial=1, label="Approvers needed",
-        help_text="Require approval only: how many different people must approve a call this policy pauses "
-                  "(the run's requester never counts; one rejection ends it). 1 is one approver, as usual.")
+        help_text="How many different people must approve a call this policy pauses (the run's requester "
+                  "never counts; one rejection ends it). 1 is one approver, as usual.")
     require_preview = forms.BooleanField(
         required=False, label="Approve only with a preview of the effect",
-        help_text="Require approval only: a call whose effect River cannot preview (the rows it would change) "
-                  "can be rejected but not approved.")
+        help_text="A call whose effect River cannot preview (the rows it would change) can be rejected but "
+                  "not approved.")
 
 
 def _policies_workspace(request):

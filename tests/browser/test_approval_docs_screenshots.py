@@ -44,8 +44,9 @@ def demo(demo):
     return {**demo, "casey": casey}
 
 
-def _keep(page, name: str, *, dark: bool = False, phone: bool = False) -> None:
-    """The page at 1280 px light, and if asked dark and 390 px, into docs/screenshots."""
+def _keep(page, name: str, *, dark: bool = False, phone: bool = False, part: str | None = None) -> None:
+    """The page (or its ``part``, a CSS selector) at 1280 px light, and if asked dark and
+    390 px, into docs/screenshots."""
     shots = [(f"{name}-light-1280", "light", WIDE)]
     if dark:
         shots.append((f"{name}-dark-1280", "dark", WIDE))
@@ -57,7 +58,10 @@ def _keep(page, name: str, *, dark: bool = False, phone: bool = False) -> None:
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), file
         assert axe_violations(page) == [], file
         DOCS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(screenshot(page, file), DOCS / f"{file}.png")
+        if part is None:
+            shutil.copy(screenshot(page, file), DOCS / f"{file}.png")
+        else:
+            page.locator(part).screenshot(path=str(DOCS / f"{file}.png"))
     page.emulate_media(color_scheme="light")
     page.set_viewport_size(WIDE)
 
@@ -118,7 +122,7 @@ def test_docs_screenshots_of_the_approval_pages(signed_in, demo, second_page):  
     admin.goto(f"/agents/{agent.pk}/versions/new/")
     expect(admin.locator("#escalation-chain")).to_be_visible()
     expect(admin.locator("[name='quorum-0-approvals']")).to_have_value("2")
-    _keep(admin, "version-quorum-escalation", dark=True, phone=True)
+    _keep(admin, "version-quorum-escalation", dark=True, phone=True, part="#approval-chain-rules")
 
     admin.goto(f"/agents/{agent.pk}/")
     expect(admin.locator("#escalation-read")).to_contain_text("after 30 minutes to Admin")
