@@ -424,11 +424,15 @@ class SlackApprovalMessage(models.Model):
     for 30 minutes, so when the request is decided elsewhere or expires within that time,
     River replaces the message with the outcome (``governance.slack_updates``). The URL
     lets anyone holding it post into the channel, so it is kept encrypted; its SHA-256
-    keeps one row per URL."""
+    keeps one row per URL. Or, with River's bot token: a message River posted with
+    chat.postMessage (its channel and timestamp), updated with chat.update at any time."""
 
     approval = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="slack_messages")
     url_hash = models.CharField(max_length=64)
-    response_url_encrypted = models.TextField()
+    response_url_encrypted = models.TextField(blank=True)
+    # A message River posted with chat.postMessage (bot token): updated with chat.update.
+    channel_id = models.CharField(max_length=32, blank=True)
+    message_ts = models.CharField(max_length=32, blank=True)
     expires_at = models.DateTimeField()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(null=True, blank=True)  # when River showed the outcome there

@@ -18,15 +18,24 @@ click on the message's buttons: for 30 minutes it may replace that message. So:
 
 A message nobody clicked, or whose last click is older than 30 minutes, keeps its buttons;
 a later click on them is answered with the outcome (``governance.slack``).
+
+With River's bot token (``RIVER_SLACK_BOT_TOKEN``) and a ``channel_id`` in the workspace's
+Slack settings, the approval message is posted with ``chat.postMessage`` instead of the
+webhook (``slack_chat_post``), and River keeps its channel and timestamp: that message is
+replaced with ``chat.update`` when the request is decided, whenever that is.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import urllib.error
+import urllib.request
 import uuid
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -37,6 +46,8 @@ logger = logging.getLogger("river.governance")
 
 RESPONSE_URL_MINUTES = 30  # Slack honours a response_url this long (and for 5 posts)
 MESSAGES_PER_REQUEST = 20  # a bound on what a burst of clicks can make River store and post
+CHAT_MESSAGE_DAYS = 7  # a posted message is updatable this long after its request expires
+SLACK_API_TIMEOUT_SECONDS = 5
 
 
 def _url_hash(url: str) -> str:
@@ -86,6 +97,67 @@ def slack_message_remember(*, approval_id: str, response_url: str) -> bool:
     return created
 
 
+def slack_chat_enabled(channel_id: str | None) -> bool:
+    """Whether approval messages go through the Web API (a bot token and a channel)."""
+    return bool(settings.RIVER_SLACK_BOT_TOKEN and channel_id)
+
+
+def _slack_api(method: str, payload: dict) -> dict:
+    """One call of Slack's Web API with the bot token; its JSON answer when ``ok``,
+    NotificationError otherwise (the token is never in a message or a log line)."""
+    from governance.notifications import NotificationError
+
+    base = settings.RIVER_SLACK_API_URL.rstrip("/")
+    if not base.startswith(("https://", "http://")):
+        raise NotificationError("RIVER_SLACK_API_URL is not http(s)")
+    request = urllib.request.Request(  # noqa: S310 - scheme checked above
+        f"{base}/{method}",
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json; charset=utf-8",
+            "Authorization": f"Bearer {settings.RIVER_SLACK_BOT_TOKEN}",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=SLACK_API_TIMEOUT_SECONDS) as response:  # noqa: S310
+            answer = json.loads(response.read(65536) or b"{}")
+    except urllib.error.HTTPError as exc:
+        raise NotificationError(f"slack {method} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise NotificationError(f"slack {method} unreachable: {type(exc).__name__}") from None
+    if not isinstance(answer, dict) or answer.get("ok") is not True:
+        error = str(answer.get("error", "not ok"))[:60] if isinstance(answer, dict) else "not ok"
+        raise NotificationError(f"slack {method} refused: {error}")
+    return answer
+
+
+def slack_chat_post(*, approval: ApprovalRequest, channel_id: str, text: str, blocks: list) -> SlackApprovalMessage:
+    """Post the approval message with ``chat.postMessage`` and keep where it is. If the
+    request was decided while the message was on its way, it is updated at once."""
+    answer = _slack_api("chat.postMessage", {"channel": channel_id, "text": text, "blocks": blocks})
+    channel, ts = str(answer.get("channel") or channel_id)[:32], str(answer.get("ts") or "")[:32]
+    with transaction.atomic():
+        current = (
+            ApprovalRequest.objects.select_for_update(of=("self",))
+            .filter(pk=approval.pk)
+            .values_list("status", flat=True)
+            .first()
+        )
+        row, _ = SlackApprovalMessage.objects.get_or_create(
+            approval=approval,
+            url_hash=_url_hash(f"chat:{channel}:{ts}"),
+            defaults={
+                "channel_id": channel,
+                "message_ts": ts,
+                "expires_at": approval.expires_at + timedelta(days=CHAT_MESSAGE_DAYS),
+            },
+        )
+        if current != ApprovalRequest.Status.PENDING:
+            slack_messages_update_on_commit(approval=approval)
+    return row
+
+
 def slack_messages_update_on_commit(*, approval: ApprovalRequest) -> None:
     """Caller is deciding, expiring or closing ``approval`` in its transaction: after
     commit, queue the update of its remembered Slack messages. Whether there are any
@@ -122,7 +194,18 @@ def slack_messages_update(*, approval_id: str) -> int:
         approval=approval, updated_at__isnull=True, expires_at__gt=timezone.now()
     ).order_by("pk"):
         try:
-            slack_respond_now(response_url=decrypt_text(row.response_url_encrypted), message=message)
+            if row.message_ts:
+                _slack_api(
+                    "chat.update",
+                    {
+                        "channel": row.channel_id,
+                        "ts": row.message_ts,
+                        "text": message["text"],
+                        "blocks": message["blocks"],
+                    },
+                )
+            else:
+                slack_respond_now(response_url=decrypt_text(row.response_url_encrypted), message=message)
         except NotificationError as exc:
             failed += 1
             logger.info("approval %s: a Slack message was not updated yet: %s", approval.pk, exc)

@@ -249,3 +249,164 @@ def test_a_url_outside_the_allow_list_is_never_remembered(paused, slack):
 
     assert slack_message_remember(approval_id=str(paused.pk), response_url="http://127.0.0.1:1/x") is False
     assert not SlackApprovalMessage.objects.exists()
+
+
+# --- with a bot token: chat.postMessage, then chat.update whenever it is decided ---------------
+
+BOT_TOKEN = "xoxb-test-token-0001"
+
+
+class FakeSlackApi:
+    """A local stand-in for Slack's Web API: records each call (method, auth header, JSON)
+    and answers as Slack does, or refuses with ``fail`` (an HTTP status or an error code)."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.calls: list[tuple[str, str, dict]] = []
+        self.fail: int | str | None = None
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                import json
+
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                with fake.lock:
+                    fake.calls.append((self.path, self.headers.get("Authorization", ""), body))
+                    fail = fake.fail
+                if isinstance(fail, int):
+                    self.send_response(fail)
+                    self.end_headers()
+                    return
+                answer = {"ok": False, "error": fail} if fail else {"ok": True, "channel": body.get("channel"),
+                                                                    "ts": f"1700000000.{len(fake.calls):06d}"}
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+    def called(self, method: str) -> list[tuple[str, dict]]:
+        with self.lock:
+            return [(auth, body) for path, auth, body in self.calls if path == f"/api/{method}"]
+
+
+@pytest.fixture
+def slack_api(settings, workspace):
+    from governance.models import WorkspaceSettings
+
+    fake = FakeSlackApi()
+    settings.RIVER_SLACK_BOT_TOKEN = BOT_TOKEN
+    settings.RIVER_SLACK_API_URL = fake.url
+    WorkspaceSettings.objects.update_or_create(workspace=workspace, defaults={"approval_notification_config": {
+        "slack": {"enabled": True, "webhook_url": "http://127.0.0.1:9/unused", "channel_id": "C0APPROVALS"}}})
+    yield fake
+    fake.close()
+
+
+def _posted(paused, slack_api) -> SlackApprovalMessage:
+    from governance.notifications import SLACK, approval_channel_deliver
+
+    assert approval_channel_deliver(approval_id=paused.pk, channel=SLACK) is True
+    [(auth, body)] = slack_api.called("chat.postMessage")
+    assert auth == f"Bearer {BOT_TOKEN}" and body["channel"] == "C0APPROVALS"
+    assert [e["action_id"] for b in body["blocks"] if b["type"] == "actions" for e in b["elements"]] == [
+        "river_approve", "river_reject"]
+    return SlackApprovalMessage.objects.get(approval=paused)
+
+
+def test_with_a_bot_token_the_posted_message_is_updated_when_decided_hours_later(paused, owner, slack_api):
+    row = _posted(paused, slack_api)
+    assert row.channel_id == "C0APPROVALS" and row.message_ts.startswith("1700000000.")
+    SlackApprovalMessage.objects.filter(pk=row.pk).update(created_at=timezone.now() - timedelta(hours=5))
+
+    response = committed(lambda: signed_in(owner).post(f"/approvals/{paused.pk}/resolve", {"decision": "approved"}))
+
+    assert response.status_code == 200
+    [(auth, update)] = slack_api.called("chat.update")
+    assert auth == f"Bearer {BOT_TOKEN}"
+    assert update["channel"] == "C0APPROVALS" and update["ts"] == row.message_ts
+    assert "Approved by owner" in update["text"] and "(via inbox)" in update["text"]
+    assert [block["type"] for block in update["blocks"]] == ["section"]
+    assert SlackApprovalMessage.objects.get(pk=row.pk).updated_at is not None
+
+
+def test_with_a_bot_token_an_expiry_is_shown_too(paused, slack_api):
+    _posted(paused, slack_api)
+    ApprovalRequest.objects.filter(pk=paused.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    assert committed(approvals_expire_due) == 1
+
+    [(_, update)] = slack_api.called("chat.update")
+    assert "Expired without a decision" in update["text"]
+
+
+@pytest.mark.parametrize("failure", [500, "channel_not_found"])
+def test_slack_api_down_or_refusing_never_blocks_the_decision(paused, owner, slack_api, failure, caplog):
+    row = _posted(paused, slack_api)
+    slack_api.fail = failure
+
+    with mock.patch.object(governance_tasks.slack_update_decided, "retry",
+                           side_effect=NotificationError("retry scheduled")) as retry:
+        response = committed(lambda: signed_in(owner).post(f"/approvals/{paused.pk}/resolve",
+                                                           {"decision": "rejected"}))
+
+    assert response.status_code == 200
+    assert ApprovalRequest.objects.get(pk=paused.pk).status == ApprovalRequest.Status.REJECTED
+    assert retry.called and SlackApprovalMessage.objects.get(pk=row.pk).updated_at is None
+    assert BOT_TOKEN not in caplog.text
+    slack_api.fail = None  # Slack is back: the retry updates it, once
+    assert slack_messages_update(approval_id=str(paused.pk)) == 1
+    assert slack_messages_update(approval_id=str(paused.pk)) == 0
+    assert "Rejected by owner" in slack_api.called("chat.update")[-1][1]["text"]
+
+
+def test_a_message_posted_after_the_decision_is_updated_at_once(paused, owner, slack_api):
+    from governance.slack_updates import slack_chat_post
+
+    committed(lambda: signed_in(owner).post(f"/approvals/{paused.pk}/resolve", {"decision": "approved"}))
+
+    committed(lambda: slack_chat_post(approval=paused, channel_id="C0APPROVALS", text="Approval needed",
+                                      blocks=[]))
+
+    [(_, update)] = slack_api.called("chat.update")
+    assert "Approved by owner" in update["text"]
+
+
+@pytest.mark.parametrize("channel_id", ["c0lower", "C0 SPACE", "<!channel>", "C" * 40])
+def test_a_channel_id_that_is_not_slacks_is_refused(channel_id):
+    from pydantic import ValidationError
+
+    from rivercore.types.governance import SlackChannel
+
+    with pytest.raises(ValidationError):
+        SlackChannel(enabled=True, webhook_url="https://hooks.slack.com/x", channel_id=channel_id)
+
+
+def test_without_a_bot_token_the_webhook_is_used(paused, workspace, slack, settings):
+    from governance.models import WorkspaceSettings
+    from governance.notifications import SLACK, approval_channel_deliver
+
+    settings.RIVER_SLACK_BOT_TOKEN = ""
+    WorkspaceSettings.objects.update_or_create(workspace=workspace, defaults={"approval_notification_config": {
+        "slack": {"enabled": True, "webhook_url": f"{slack.url}/webhook", "channel_id": "C0APPROVALS"}}})
+
+    assert approval_channel_deliver(approval_id=paused.pk, channel=SLACK) is True
+    assert len(slack.received("/webhook")) == 1 and not SlackApprovalMessage.objects.exists()
