@@ -132,11 +132,19 @@ def _slack_api(method: str, payload: dict) -> dict:
     return answer
 
 
-def slack_chat_post(*, approval: ApprovalRequest, channel_id: str, text: str, blocks: list) -> SlackApprovalMessage:
-    """Post the approval message with ``chat.postMessage`` and keep where it is. If the
-    request was decided while the message was on its way, it is updated at once."""
+def slack_chat_post(
+    *, approval: ApprovalRequest, channel_id: str, text: str, blocks: list
+) -> SlackApprovalMessage | None:
+    """Post the approval message with ``chat.postMessage`` and keep where it is (None when
+    Slack named no message). If the request was decided while the message was on its way,
+    it is updated at once."""
     answer = _slack_api("chat.postMessage", {"channel": channel_id, "text": text, "blocks": blocks})
     channel, ts = str(answer.get("channel") or channel_id)[:32], str(answer.get("ts") or "")[:32]
+    if not ts:
+        logger.warning(
+            "approval %s: Slack posted the message but named no timestamp; it cannot be updated", approval.pk
+        )
+        return None
     with transaction.atomic():
         current = (
             ApprovalRequest.objects.select_for_update(of=("self",))
