@@ -211,3 +211,37 @@ def test_an_outsider_gets_404(outsider, agent):
     assert client.post(f"/agents/{agent.pk}/versions/new/", _post(quorum=[TWO_FOR_DELETES])).status_code == 404
     assert client.get(f"/agents/{agent.pk}/").status_code == 404
     assert not AgentVersion.objects.filter(agent=agent, version=2).exists()
+
+
+def test_the_card_shows_every_step_of_the_chain(workspace, owner, editor):
+    from datetime import timedelta
+
+    from governance.models import ApprovalRequest
+    from tests.governance.test_approval_quorum import pause, quorum_agent
+
+    agent = quorum_agent(
+        workspace,
+        owner,
+        approver_roles=("editor",),
+        timeout=240,
+        escalation=[
+            {"after_minutes": 30, "approver_roles": ["admin"]},
+            {"after_minutes": 120, "approver_roles": ["org_admin"]},
+        ],
+    )
+    _, approval = pause(agent)
+    page = _client(owner).get(f"/approvals/{approval.pk}/").content.decode()
+    line = page.split('class="approval-escalation"')[1].split("</p>")[0]
+    assert "Waiting for editor; escalates to admin at" in line and ", then to org_admin at" in line
+
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        approver_roles=["admin"], escalation_level=1, escalated_at=approval.created_at + timedelta(minutes=30)
+    )
+    line = (
+        _client(owner)
+        .get(f"/approvals/{approval.pk}/")
+        .content.decode()
+        .split('class="approval-escalation"')[1]
+        .split("</p>")[0]
+    )
+    assert "escalates to org_admin at" in line and "then to" not in line
