@@ -26,6 +26,7 @@ from governance.quorum import (
     quorum_round_check,
     quorum_vote,
 )
+from governance.slack_updates import slack_messages_update_on_commit
 from rivercore.errors import Conflict, NotFound, PermissionDenied
 from rivercore.types.agents import ApprovalRules
 from rivercore.types.governance import DecisionChannel, ResolutionStatus
@@ -331,6 +332,7 @@ def approval_decide(
         event_type=f"approval_{approval.status}", actor=user, execution_id=approval.execution_id,
         agent_id=approval.agent_id, approval_id=approval.pk, details=details,
     )
+    slack_messages_update_on_commit(approval=approval)  # issue 29 §4: Slack shows the outcome
     return approval
 
 
@@ -371,6 +373,7 @@ def approvals_close_for_execution(*, execution_id: int, reason: str, cancelled_b
             event_type="approval_expired", execution_id=execution_id, agent_id=approval.agent_id,
             approval_id=approval.pk, details={"reason": reason},
         )
+        slack_messages_update_on_commit(approval=approval)
         closed += 1
     return closed
 
@@ -393,6 +396,7 @@ def approval_expire(*, approval_id) -> ApprovalRequest | None:
         event_type="approval_expired", execution_id=approval.execution_id, agent_id=approval.agent_id,
         approval_id=approval.pk, details={"reason": "expired", "expires_at": approval.expires_at.isoformat()},
     )
+    slack_messages_update_on_commit(approval=approval)
     return approval
 
 

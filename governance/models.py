@@ -415,3 +415,30 @@ class SlackIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"Slack {self.team_id}/{self.slack_user_id} is user {self.user_id}"
+
+
+class SlackApprovalMessage(models.Model):
+    """A Slack message showing an approval request that River can still change: the
+    ``response_url`` Slack sent with a click on it that did not decide the request (an
+    unlinked person, a role that may not decide, a quorum vote). Slack honours such a URL
+    for 30 minutes, so when the request is decided elsewhere or expires within that time,
+    River replaces the message with the outcome (``governance.slack_updates``). The URL
+    lets anyone holding it post into the channel, so it is kept encrypted; its SHA-256
+    keeps one row per URL. Or, with River's bot token: a message River posted with
+    chat.postMessage (its channel and timestamp), updated with chat.update at any time."""
+
+    approval = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="slack_messages")
+    url_hash = models.CharField(max_length=64)
+    response_url_encrypted = models.TextField(blank=True)
+    # A message River posted with chat.postMessage (bot token): updated with chat.update.
+    channel_id = models.CharField(max_length=32, blank=True)
+    message_ts = models.CharField(max_length=32, blank=True)
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(null=True, blank=True)  # when River showed the outcome there
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["approval", "url_hash"], name="uniq_slack_approval_message")]
+
+    def __str__(self) -> str:
+        return f"Slack message of approval {self.approval_id}"

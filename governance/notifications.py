@@ -291,9 +291,14 @@ def approval_channel_deliver(*, approval_id: UUID | str, channel: str, reminder:
     if channel == SLACK and config.slack.enabled and config.slack.webhook_url:
         # Issue 29 §4: the message carries Approve and Reject buttons (governance.slack).
         from governance.slack import approval_message_blocks
+        from governance.slack_updates import slack_chat_enabled, slack_chat_post
 
-        slack_post(webhook_url=config.slack.webhook_url, text=f"*{title}*\n{body}",
-                   blocks=approval_message_blocks(approval=approval, title=title, body=body))
+        blocks = approval_message_blocks(approval=approval, title=title, body=body)
+        if slack_chat_enabled(config.slack.channel_id):  # a message River can update later
+            slack_chat_post(approval=approval, channel_id=config.slack.channel_id, text=f"*{title}*\n{body}",
+                            blocks=blocks)
+            return True
+        slack_post(webhook_url=config.slack.webhook_url, text=f"*{title}*\n{body}", blocks=blocks)
         return True
     return False
 

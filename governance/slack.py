@@ -34,6 +34,7 @@ from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from governance.models import ApprovalRequest, SlackIdentity, SlackLinkCode
+from governance.quorum import APPROVALS_COUNTED
 from rivercore.errors import Conflict, NotFound, RiverError
 from rivercore.types.governance import DecisionChannel, ResolutionStatus
 
@@ -229,7 +230,7 @@ def slack_interaction_parse(raw: str) -> SlackInteraction:
         raise InvalidInput("The interaction payload is not valid.", details={"payload": ["not valid"]}) from None
 
 
-def _response_url_allowed(url: str) -> bool:
+def response_url_allowed(url: str) -> bool:
     return bool(url) and any(url.startswith(prefix) for prefix in settings.RIVER_SLACK_RESPONSE_URL_PREFIXES)
 
 
@@ -238,7 +239,7 @@ def slack_interaction_handle(interaction: SlackInteraction) -> dict | None:
     interaction's ``response_url``. Returns the message queued, or None when the click
     was not River's (another action, or a response_url River may not contact)."""
     action = next((a for a in interaction.actions if a.action_id in ACTIONS), None)
-    if interaction.type != "block_actions" or action is None or not _response_url_allowed(interaction.response_url):
+    if interaction.type != "block_actions" or action is None or not response_url_allowed(interaction.response_url):
         return None
     user = slack_user_resolve(team_id=interaction.team.id, slack_user_id=interaction.user.id)
     if user is None:
@@ -248,6 +249,11 @@ def slack_interaction_handle(interaction: SlackInteraction) -> dict | None:
     else:
         message = _decide(user=user, approval_id=action.value, status=ACTIONS[action.action_id])
     slack_respond_later(response_url=interaction.response_url, message=message)
+    if not message.get("replace_original"):
+        # The click did not decide: when the request is decided elsewhere, this message follows.
+        from governance.slack_updates import slack_message_remember
+
+        slack_message_remember(approval_id=action.value, response_url=interaction.response_url)
     return message
 
 
@@ -266,13 +272,17 @@ def _decide(*, user, approval_id: str, status: str) -> dict:
         current = approval_get_for_user(user=user, approval_id=approval_id)
         if current.status == ApprovalRequest.Status.PENDING:  # not decided: an expiry not yet swept
             return _ephemeral("This request can no longer be decided.")
-        return {**decided_message(current, via=_decided_via(current)), "replace_original": True}
+        return {**decided_message(current, via=decided_via(current)), "replace_original": True}
     except RiverError as exc:  # 403 (role, requester rule), 404, 400
         return _ephemeral(exc.message)
+    if decided.status == ApprovalRequest.Status.PENDING:  # a vote under a quorum: more approvers needed
+        given = decided.votes.filter(round=decided.quorum_round, decision__in=APPROVALS_COUNTED).count()
+        return _ephemeral(f"Your approval is recorded: {given} of {decided.required_approvals} approvals. The "
+                          "request waits for another approver; this message will show the outcome.")
     return {**decided_message(decided, via=DecisionChannel.SLACK.value), "replace_original": True}
 
 
-def _decided_via(approval: ApprovalRequest) -> str | None:
+def decided_via(approval: ApprovalRequest) -> str | None:
     """The channel named by the audit entry of the request's decision (None for an expiry)."""
     from governance.models import AuditLogEntry
 
@@ -293,7 +303,7 @@ def slack_respond_now(*, response_url: str, message: dict) -> None:
     """The task's body: one POST to an allowed response_url; NotificationError to retry."""
     from governance.notifications import NotificationError, slack_post
 
-    if not _response_url_allowed(response_url):
+    if not response_url_allowed(response_url):
         raise NotificationError("the response_url is not one River may contact")
     extra = {key: value for key, value in message.items() if key not in ("text", "blocks")}
     slack_post(webhook_url=response_url, text=message.get("text", ""), blocks=message.get("blocks"), extra=extra)

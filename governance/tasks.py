@@ -100,3 +100,25 @@ def slack_respond(self, response_url: str, message: dict) -> None:
         logger.warning("a Slack interaction's answer failed (attempt %d of %d): %s",
                        self.request.retries + 1, self.max_retries + 1, exc)
         raise
+
+
+@shared_task(
+    bind=True,
+    name="governance.slack_update_decided",
+    autoretry_for=(NotificationError,),
+    retry_backoff=True,
+    retry_backoff_max=120,
+    retry_jitter=True,
+    max_retries=5,
+)
+def slack_update_decided(self, approval_id: str) -> int:
+    """Show a decided (or expired) request's outcome on the Slack messages River may still
+    change (governance.slack_updates). Safe to run twice: each message is marked once."""
+    from governance.slack_updates import slack_messages_update
+
+    try:
+        return slack_messages_update(approval_id=approval_id)
+    except NotificationError as exc:
+        logger.warning("approval %s: Slack update failed (attempt %d of %d): %s",
+                       approval_id, self.request.retries + 1, self.max_retries + 1, exc)
+        raise

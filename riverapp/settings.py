@@ -436,6 +436,11 @@ RIVER_APPROVAL_REMINDER_MINUTES = env_int("RIVER_APPROVAL_REMINDER_MINUTES", 60,
 RIVER_APPROVAL_LINK_HOURS = env_int("RIVER_APPROVAL_LINK_HOURS", 24, minimum=1)
 RIVER_SLACK_SIGNING_SECRET = env_str("RIVER_SLACK_SIGNING_SECRET", "") or ""
 RIVER_SLACK_RESPONSE_URL_PREFIXES = env_list("RIVER_SLACK_RESPONSE_URL_PREFIXES", ["https://hooks.slack.com/"])
+# Optional: the Slack app's bot token. With it, a workspace whose Slack channel names a
+# channel_id gets its approval messages through chat.postMessage, and River replaces them
+# with the outcome (chat.update) however the request was decided (governance.slack_updates).
+RIVER_SLACK_BOT_TOKEN = env_str("RIVER_SLACK_BOT_TOKEN", "") or ""
+RIVER_SLACK_API_URL = env_str("RIVER_SLACK_API_URL", "https://slack.com/api") or "https://slack.com/api"
 # A standing approval grant lasts at most this many days (docs/approvals.md, scopes).
 RIVER_APPROVAL_GRANT_MAX_DAYS = env_int("RIVER_APPROVAL_GRANT_MAX_DAYS", 30, minimum=1)
 # Triggers (docs/triggers.md): a cron slot whose task runs later than this after the slot

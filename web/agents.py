@@ -57,6 +57,7 @@ from rivercore.contracts import AvailableDataSource, GenerateAgentRequest, UserC
 from rivercore.errors import InvalidInput, RiverError
 from rivercore.types.agents import (
     MAX_ESCALATION_TIMEOUT_MINUTES,
+    MAX_REQUIRED_APPROVALS,
     MAX_TOKEN_BUDGET,
     TOOL_NAMES,
     ActionLevel,
@@ -431,10 +432,11 @@ class VersionForm(forms.Form):
         self.fields["approver_roles"].choices = _approver_role_choices()
         self.fields["data_sources"].choices = data_source_choices(workspace_id=workspace.pk, limit=limits.LIST_ITEMS)
 
-    def version_config(self, base: AgentVersion | None = None, auto_approve: list[dict] | None = None) -> dict:
+    def version_config(self, base: AgentVersion | None = None, auto_approve: list[dict] | None = None,
+                       quorum: list[dict] | None = None, escalation: list[dict] | None = None) -> dict:
         """The keyword arguments of ``agent_version_create``; settings the form does not
-        show are carried over from ``base`` (its auto-approve conditions too, unless
-        ``auto_approve`` replaces them)."""
+        show are carried over from ``base`` (its auto-approve conditions, quorum rules and
+        escalation chain too, unless the formsets' rows replace them)."""
         data = self.cleaned_data
         model_config = dict(base.model_config or {}) if base else {}
         model_config.update(max_turns=data["max_turns"], token_budget=data["token_budget"])
@@ -444,6 +446,10 @@ class VersionForm(forms.Form):
                               escalation_timeout_minutes=data["escalation_timeout_minutes"])
         if auto_approve is not None:
             approval_rules["auto_approve_conditions"] = auto_approve
+        if quorum is not None:
+            approval_rules["quorum"] = quorum
+        if escalation is not None:
+            approval_rules["escalation"] = escalation
         config = {
             "goal": data["goal"], "instructions": data["instructions"], "action_level": data["action_level"],
             "governance_level": data["governance_level"], "tools": list(data["tools"]),
@@ -493,6 +499,73 @@ AutoApproveFormSet = forms.formset_factory(AutoApproveForm, extra=1, max_num=50,
 AUTO_APPROVE_PREFIX = "auto"
 
 
+class QuorumForm(forms.Form):
+    """One quorum rule (issue 29 §3): how many distinct people approve a call, and when."""
+
+    approvals = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_REQUIRED_APPROVALS, label="Approvers needed",
+        help_text=f"Different people, 1 to {MAX_REQUIRED_APPROVALS}; the run's requester never counts and one "
+                  "rejection ends the request.")
+    when = forms.CharField(
+        required=False, max_length=limits.GOAL, strip=False, label="When the call matches",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off",
+                                     "class": "condition-expression"}),
+        help_text="Optional; empty means every call that asks a person. For example "
+                  "args.operation == 'delete' OR rows > 100 (tool.name, args, confidence_score, rows).")
+
+    def clean(self):
+        cleaned = super().clean()
+        if (cleaned.get("when") or "").strip() and cleaned.get("approvals") is None and "approvals" not in self.errors:
+            self.add_error("approvals", "Say how many approvers this rule needs, or clear the condition.")
+        return cleaned
+
+    @property
+    def rule(self) -> dict | None:
+        data = self.cleaned_data
+        if data.get("approvals") is None:
+            return None
+        when = data.get("when") or ""
+        # As typed: the service's error positions count from what the person sees.
+        return {"approvals": data["approvals"], "when": when if when.strip() else None}
+
+
+class EscalationForm(forms.Form):
+    """One step of the escalation chain: after how long an undecided request moves, and to whom."""
+
+    after_minutes = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_ESCALATION_TIMEOUT_MINUTES, label="After (minutes)",
+        help_text="Counted from when the request opened; later than the step before, earlier than the expiry.")
+    approver_roles = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Moves to",
+        help_text="These roles decide from then on (organization admins always may).")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["approver_roles"].choices = _approver_role_choices()
+
+    def clean(self):
+        cleaned = super().clean()
+        minutes, roles = cleaned.get("after_minutes"), cleaned.get("approver_roles")
+        if roles and minutes is None and "after_minutes" not in self.errors:
+            self.add_error("after_minutes", "Say after how many minutes, or clear the roles.")
+        if minutes is not None and not roles and "approver_roles" not in self.errors:
+            self.add_error("approver_roles", "Choose who the request moves to, or clear the minutes.")
+        return cleaned
+
+    @property
+    def rule(self) -> dict | None:
+        data = self.cleaned_data
+        if data.get("after_minutes") is None:
+            return None
+        return {"after_minutes": data["after_minutes"], "approver_roles": list(data["approver_roles"])}
+
+
+QuorumFormSet = forms.formset_factory(QuorumForm, extra=1, max_num=20, absolute_max=20, validate_max=True)
+EscalationFormSet = forms.formset_factory(EscalationForm, extra=1, max_num=5, absolute_max=5, validate_max=True)
+QUORUM_PREFIX = "quorum"
+ESCALATION_PREFIX = "escalation"
+
+
 def _version_initial(version: AgentVersion) -> dict:
     rules = version.rules
     return {
@@ -510,18 +583,21 @@ VERSION_FIELD_MAP = {"approval_rules": "require_approval_for", "model_config": "
                      "model_config.max_turns": "max_turns", "model_config.token_budget": "token_budget"}
 
 
-def _version_errors_onto_forms(form, formset, rows: list[int], exc: RiverError) -> None:
+def _version_errors_onto_forms(form, lists: dict, exc: RiverError) -> None:
     """The service's error next to the field it names. Approval rules' details are keyed
-    inside ``approval_rules``: ``auto_approve_conditions.<n>.<field>`` (n counts the
-    rules sent, ``rows`` maps it back to the formset's row), the rules' own fields."""
+    inside ``approval_rules``: ``<list>.<n>.<field>`` for the rules kept as rows
+    (``auto_approve_conditions``, ``quorum``, ``escalation``; ``lists`` maps each to its
+    formset and the formset row of each rule sent), the rules' own fields otherwise."""
     details = dict(exc.details) if isinstance(exc.details, dict) else {}
     rules = details.pop("approval_rules", None)
     for key, found in (rules.items() if isinstance(rules, dict) else []):
         parts = key.split(".")
-        if formset is not None and parts[0] == "auto_approve_conditions" and len(parts) == 3 \
-                and parts[1].isdigit() and int(parts[1]) < len(rows) and parts[2] in ("tool", "condition"):
+        formset, rows = lists.get(parts[0], (None, []))
+        if formset is not None and len(parts) >= 2 and parts[1].isdigit() and int(parts[1]) < len(rows):
+            row = formset.forms[rows[int(parts[1])]]
+            field = parts[2] if len(parts) >= 3 and parts[2] in row.fields else None
             for message in found if isinstance(found, list) else [found]:
-                formset.forms[rows[int(parts[1])]].add_error(parts[2], str(message))
+                row.add_error(field, str(message))
         else:
             details[key] = found
     if rules is not None and not isinstance(rules, dict):
@@ -530,7 +606,7 @@ def _version_errors_onto_forms(form, formset, rows: list[int], exc: RiverError) 
         errors_onto_form(form, InvalidInput(exc.message, details=details), VERSION_FIELD_MAP)
 
 
-def _auto_approve_rules(formset) -> tuple[list[dict], list[int]]:
+def _filled_rows(formset) -> tuple[list[dict], list[int]]:
     """The rules of the rows that are filled in, and each one's row number."""
     rules, rows = [], []
     for index, row in enumerate(formset.forms):
@@ -544,6 +620,14 @@ def _auto_approve_initial(version: AgentVersion | None) -> list[dict]:
     return [rule.model_dump() for rule in version.rules.auto_approve_conditions] if version else []
 
 
+def _quorum_initial(version: AgentVersion | None) -> list[dict]:
+    return [{"approvals": rule.approvals, "when": rule.when or ""} for rule in version.rules.quorum] if version else []
+
+
+def _escalation_initial(version: AgentVersion | None) -> list[dict]:
+    return [step.model_dump(mode="json") for step in version.rules.escalation] if version else []
+
+
 @page_login_required
 def version_new(request, agent_id):
     agent, granted = _agent_or_404(request, agent_id)
@@ -554,19 +638,33 @@ def version_new(request, agent_id):
     form = VersionForm(request.POST or None, workspace=agent.workspace,
                        initial=_version_initial(base) if base else None)
     # A posted row counts as typed, whatever it started as: no initial data to compare with.
+    posted = request.method == "POST"
     formset = AutoApproveFormSet(request.POST or None, prefix=AUTO_APPROVE_PREFIX,
-                                 initial=None if request.method == "POST" else _auto_approve_initial(base))
+                                 initial=None if posted else _auto_approve_initial(base))
+    # A post without a list's management form (an older page) keeps the base version's rules.
+    quorum_posted = posted and f"{QUORUM_PREFIX}-TOTAL_FORMS" in request.POST
+    escalation_posted = posted and f"{ESCALATION_PREFIX}-TOTAL_FORMS" in request.POST
+    quorum_formset = QuorumFormSet(request.POST if quorum_posted else None, prefix=QUORUM_PREFIX,
+                                   initial=None if quorum_posted else _quorum_initial(base))
+    escalation_formset = EscalationFormSet(request.POST if escalation_posted else None, prefix=ESCALATION_PREFIX,
+                                           initial=None if escalation_posted else _escalation_initial(base))
     status = 200
-    if request.method == "POST":
+    if posted:
         status = 400
-        valid = [formset.is_valid(), form.is_valid()]  # both, so each shows its errors
+        # all of them, so each shows its errors
+        valid = [formset.is_valid(), not quorum_posted or quorum_formset.is_valid(),
+                 not escalation_posted or escalation_formset.is_valid(), form.is_valid()]
         if all(valid):
-            rules, rows = _auto_approve_rules(formset)
+            rules, rows = _filled_rows(formset)
+            quorum, quorum_rows = _filled_rows(quorum_formset) if quorum_posted else (None, [])
+            escalation, escalation_rows = _filled_rows(escalation_formset) if escalation_posted else (None, [])
             try:
-                version = agent_version_create(agent=agent, actor=request.user,
-                                               **form.version_config(base, auto_approve=rules))
+                version = agent_version_create(agent=agent, actor=request.user, **form.version_config(
+                    base, auto_approve=rules, quorum=quorum, escalation=escalation))
             except RiverError as exc:
-                _version_errors_onto_forms(form, formset, rows, exc)
+                _version_errors_onto_forms(form, {"auto_approve_conditions": (formset, rows),
+                                                  "quorum": (quorum_formset, quorum_rows),
+                                                  "escalation": (escalation_formset, escalation_rows)}, exc)
             else:
                 messages.success(request, f"Version {version.version} saved. Compare it below, then deploy it "
                                           "when it is right.")
@@ -574,7 +672,8 @@ def version_new(request, agent_id):
                 compare = f"a={base.version}&b={version.version}" if base else ""
                 return redirect(f"{url}?{compare}#versions" if compare else f"{url}#versions")
     return render(request, "agents/version_new.html", {
-        "agent": agent, "form": form, "base": base, "formset": formset,
+        "agent": agent, "form": form, "base": base, "formset": formset, "quorum_formset": quorum_formset,
+        "escalation_formset": escalation_formset,
         "builder": {"tools": sorted(TOOL_NAMES), "tables": catalog_tables(workspace=agent.workspace)},
     }, status=status)
 
@@ -637,7 +736,7 @@ def _agent_save(request, workspace, form) -> Agent | None:
             version = agent_version_create(agent=agent, actor=request.user, **form.version_config())
             return agent_version_deploy(agent=agent, version=version, actor=request.user)
     except RiverError as exc:
-        _version_errors_onto_forms(form, None, [], exc)
+        _version_errors_onto_forms(form, {}, exc)
         return None
 
 

@@ -34,6 +34,9 @@ def _escalation(approval: ApprovalRequest) -> dict | None:
         "roles": list(approval.approver_roles or []),
         "next_roles": list(upcoming["approver_roles"]) if upcoming else [],
         "next_at": approval.created_at + timedelta(minutes=upcoming["after_minutes"]) if upcoming else None,
+        # The rest of the chain after the next step, so the card shows all of it.
+        "later": [{"roles": list(step["approver_roles"]),
+                   "at": approval.created_at + timedelta(minutes=step["after_minutes"])} for step in chain[level + 1:]],
     }
 
 

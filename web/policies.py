@@ -32,6 +32,7 @@ from governance.services import policy_create, policy_delete, policy_update, pol
 from rivercore import limits
 from rivercore.errors import InvalidInput, RiverError
 from rivercore.tools import all_tools, get_tool
+from rivercore.types.agents import MAX_REQUIRED_APPROVALS
 from rivercore.types.datasources import TableInfo
 from rivercore.types.governance import CallFacts, Enforcement, GovernancePolicySpec, PolicyScope, PolicyType
 from tenancy.permissions import POLICY_CREATE
@@ -71,6 +72,15 @@ class PolicyForm(forms.Form):
     enforcement = forms.ChoiceField(choices=_choices(Enforcement), initial=Enforcement.BLOCK.value,
                                     help_text=" ".join(ENFORCEMENT_HELP.values()))
     enabled = forms.BooleanField(required=False, initial=True, label="Enabled")
+    # Issue 29: what a require_approval policy asks of its approvers (docs/approvals.md).
+    required_approvals = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_REQUIRED_APPROVALS, initial=1, label="Approvers needed",
+        help_text="How many different people must approve a call this policy pauses (the run's requester "
+                  "never counts; one rejection ends it). 1 is one approver, as usual.")
+    require_preview = forms.BooleanField(
+        required=False, label="Approve only with a preview of the effect",
+        help_text="A call whose effect River cannot preview (the rows it would change) can be rejected but "
+                  "not approved.")
 
 
 def _policies_workspace(request):
@@ -147,6 +157,12 @@ def _error_onto_form(form, exc: RiverError) -> None:
     errors_onto_form(form, InvalidInput(exc.message, details=trimmed), FIELD_MAP)
 
 
+def _approval_fields(data: dict) -> dict:
+    """The form's approval settings, checked by the services with the API's messages
+    (more than one approver only for a require_approval policy, at the field)."""
+    return {"required_approvals": data["required_approvals"] or 1, "require_preview": data["require_preview"]}
+
+
 @page_login_required
 @require_http_methods(["GET", "POST"])
 def policy_new(request):
@@ -160,7 +176,8 @@ def policy_new(request):
             policy = policy_create(
                 actor=request.user, scope=PolicyScope.WORKSPACE.value, workspace_id=workspace.pk,
                 name=data["name"], description=data["description"], conditions={"expression": data["expression"]},
-                policy_type=data["policy_type"] or None, enforcement=data["enforcement"], enabled=data["enabled"])
+                policy_type=data["policy_type"] or None, enforcement=data["enforcement"], enabled=data["enabled"],
+                **_approval_fields(data))
         except RiverError as exc:
             _error_onto_form(form, exc)
         else:
@@ -190,7 +207,8 @@ def policy_page(request, policy_id):
         raise Http404("Choose a workspace first.")
     initial = {"name": policy.name, "description": policy.description, "enforcement": policy.enforcement,
                "expression": (policy.conditions or {}).get("expression", ""), "enabled": policy.enabled,
-               "policy_type": "" if _inferred_type(policy) == policy.policy_type else policy.policy_type}
+               "policy_type": "" if _inferred_type(policy) == policy.policy_type else policy.policy_type,
+               "required_approvals": policy.required_approvals, "require_preview": policy.require_preview}
     form = PolicyForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -198,7 +216,7 @@ def policy_page(request, policy_id):
             policy = policy_update(
                 actor=request.user, policy_id=policy.pk, name=data["name"], description=data["description"],
                 conditions={"expression": data["expression"]}, policy_type=data["policy_type"] or None,
-                enforcement=data["enforcement"], enabled=data["enabled"])
+                enforcement=data["enforcement"], enabled=data["enabled"], **_approval_fields(data))
         except RiverError as exc:
             _error_onto_form(form, exc)
         else:

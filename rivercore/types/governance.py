@@ -81,6 +81,9 @@ class EmailChannel(ChannelToggle):
 
 class SlackChannel(ChannelToggle):
     webhook_url: str | None = None
+    # With River's bot token (RIVER_SLACK_BOT_TOKEN): approval messages go to this channel
+    # through chat.postMessage, so River can update them when decided elsewhere.
+    channel_id: str | None = Field(default=None, pattern=r"^[A-Z0-9]{1,32}$")
 
     @field_validator("webhook_url")
     @classmethod

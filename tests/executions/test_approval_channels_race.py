@@ -1,13 +1,16 @@
-"""The approval storm with mixed channels (issue 29 §4): each paused run's request is
-raced at once by the REST API, e-mail links (the confirm page's POST, signed in) and
-Slack buttons (interactions signed as Slack signs them). Every channel lands on the same
-request row, so each is decided exactly once: one audit entry naming the winning
-channel, one resume, the approved write in the table once; every API and e-mail loser
-gets 409, every Slack loser's message shows the decision that won.
+"""The approval storm with mixed channels (issue 29 §4): 200 paused runs, each request
+raced at once by 8 contenders on four channels, two each: the inbox card's POST (signed
+in, with the CSRF token), the REST API, e-mail links (the confirm page's POST, signed in)
+and Slack buttons (interactions signed as Slack signs them: HMAC-SHA256 over
+``v0:{timestamp}:{body}`` with the signing secret; slack_sdk is not a dependency). Every
+channel lands on the same request row, so each is decided exactly once: one audit entry
+naming the winning channel, one resume, the approved write in the table once; every
+inbox, API and e-mail loser gets 409, every Slack loser's message shows the decision
+that won.
 
 Real HTTP (the live server: one thread and one PostgreSQL connection per request), real
 runs paused at the gate of ``write_back`` into a SQLite table, as in
-test_approval_storm.py, at a smaller size."""
+test_approval_storm.py (the same size, 200 × 8)."""
 
 from __future__ import annotations
 
@@ -42,10 +45,12 @@ pytestmark = [
                        reason="row-lock concurrency needs PostgreSQL"),
 ]
 
-APPROVALS = 24
+APPROVALS = 200
+RACERS = 8  # two per channel
 RESPONSE_URL = "https://hooks.slack.com/actions/T0001/race"
 API_DECISIONS = ({"status": "approved"}, {"status": "rejected", "resolution_comment": "no"})
 LINK_DECISIONS = ("approved", "rejected")
+INBOX_DECISIONS = ({"decision": "approved"}, {"decision": "rejected", "resolution_comment": "no"})
 SLACK_ACTIONS = ("river_approve", "river_reject")
 
 
@@ -56,7 +61,8 @@ def _approver(workspace, name: str):
 
 
 def _signed_in_http(base_url: str, user, first_link: str) -> tuple[httpx.Client, str]:
-    """An HTTP client with ``user``'s session, and a CSRF token read from a confirm page."""
+    """An HTTP client with ``user``'s session, and a CSRF token read from a page with a
+    form (an e-mail link's confirm page, a request's card)."""
     session = Client()
     session.force_login(user)
     client = httpx.Client(base_url=base_url, timeout=60, cookies={"sessionid": session.cookies["sessionid"].value})
@@ -74,8 +80,8 @@ def _rows(path, index: int) -> list[tuple]:
         conn.close()
 
 
-def test_api_email_and_slack_race_on_each_request_and_one_wins(live_server, workspace, owner, sqlite_file,
-                                                               settings):
+def test_inbox_api_email_and_slack_race_on_each_request_and_one_wins(live_server, workspace, owner, sqlite_file,
+                                                                     settings):
     settings.RIVER_SLACK_SIGNING_SECRET = SIGNING_SECRET
     source = data_source_create(workspace=workspace, name="Refunds", type="sqlite",
                                 connection_config={"path": sqlite_file.name}, credentials={},
@@ -83,6 +89,7 @@ def test_api_email_and_slack_race_on_each_request_and_one_wins(live_server, work
     data_source_discover(data_source=source)
     agent = make_agent(workspace=workspace, owner=owner, tools=["write_back"], action_level="act_with_approval",
                        require_approval_for=["write_back"], approver_roles=["admin"], data_sources=[source])
+    inbox_users = [_approver(workspace, f"inbox{n}") for n in range(2)]
     api_users = [_approver(workspace, f"api{n}") for n in range(2)]
     mail_users = [_approver(workspace, f"mail{n}") for n in range(2)]
     slack_users = [_approver(workspace, f"slack{n}") for n in range(2)]
@@ -105,10 +112,12 @@ def test_api_email_and_slack_race_on_each_request_and_one_wins(live_server, work
             for n, user in enumerate(mail_users) for p in paused}
         mail_clients = [_signed_in_http(live_server.url, user, links[(user.pk, paused[0].approval_id)])
                         for user in mail_users]
-        codes: dict[str, Counter] = {"api": Counter(), "email": Counter(), "slack": Counter()}
+        inbox_clients = [_signed_in_http(live_server.url, user, f"/approvals/{paused[0].approval_id}/")
+                         for user in inbox_users]
+        codes: dict[str, Counter] = {"inbox": Counter(), "api": Counter(), "email": Counter(), "slack": Counter()}
         won: dict[str, list[str]] = {}
         unexpected: list[tuple] = []
-        start = threading.Barrier(6)  # cyclic: all six racers set off together on each request
+        start = threading.Barrier(RACERS)  # cyclic: all eight racers set off together on each request
 
         def note(channel: str, approval_id: str, status: int, text: str) -> None:
             with lock:
@@ -126,6 +135,15 @@ def test_api_email_and_slack_race_on_each_request_and_one_wins(live_server, work
                     response = client.post(f"/api/v1/approvals/{p.approval_id}/resolve",
                                            json=API_DECISIONS[(p.index + number) % 2])
                     note("api", p.approval_id, response.status_code, response.text)
+
+        def inbox_racer(number: int) -> None:
+            client, csrf = inbox_clients[number]
+            for p in paused:
+                start.wait(timeout=60)
+                response = client.post(f"/approvals/{p.approval_id}/resolve",
+                                       data={"csrfmiddlewaretoken": csrf, **INBOX_DECISIONS[(p.index + number) % 2]},
+                                       headers={"Referer": live_server.url + "/", "HX-Request": "true"})
+                note("inbox", p.approval_id, response.status_code, response.text)
 
         def mail_racer(number: int) -> None:
             client, csrf = mail_clients[number]
@@ -155,17 +173,17 @@ def test_api_email_and_slack_race_on_each_request_and_one_wins(live_server, work
                 start.abort()
 
         threads = [threading.Thread(target=guarded, args=(target, n))
-                   for target in (api_racer, mail_racer, slack_racer) for n in range(2)]
+                   for target in (inbox_racer, api_racer, mail_racer, slack_racer) for n in range(2)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=300)
-        for client, _ in mail_clients:
+        for client, _ in mail_clients + inbox_clients:
             client.close()
 
         assert unexpected == []
         assert codes["slack"] == Counter({200: 2 * APPROVALS})  # Slack always hears 200; the answer says more
-        assert set(codes["api"]) <= {200, 409} and set(codes["email"]) <= {200, 409}
+        assert all(set(codes[channel]) <= {200, 409} for channel in ("inbox", "api", "email")), codes
         by_channel = Counter()
         for p in paused:
             [decision] = AuditLogEntry.objects.filter(approval_id=p.approval_id).exclude(
@@ -176,7 +194,8 @@ def test_api_email_and_slack_race_on_each_request_and_one_wins(live_server, work
             assert won.get(p.approval_id, []) == ([] if channel == "slack" else [channel])
             approval = ApprovalRequest.objects.get(pk=p.approval_id)
             assert approval.status != ApprovalRequest.Status.PENDING
-            assert approval.resolved_by.username.startswith({"api": "api", "email": "mail", "slack": "slack"}[channel])
+            assert approval.resolved_by.username.startswith(
+                {"inbox": "inbox", "api": "api", "email": "mail", "slack": "slack"}[channel])
         # A genuine race: more than one channel won somewhere (which ones varies by run).
         assert len(by_channel) >= 2, by_channel
         # Each Slack click was answered, by the decision that won (whichever channel it was).
@@ -192,5 +211,5 @@ def test_api_email_and_slack_race_on_each_request_and_one_wins(live_server, work
     for p in paused:
         rejected = ApprovalRequest.objects.get(pk=p.approval_id).status == ApprovalRequest.Status.REJECTED
         assert _rows(sqlite_file, p.index) == ([] if rejected else [(storm.PROPOSED_AMOUNT,)])
-    print(f"\nmixed-channel race: {APPROVALS} requests × 6 racers; wins by channel {dict(by_channel)}; "
+    print(f"\nmixed-channel race: {APPROVALS} requests × {RACERS} racers; wins by channel {dict(by_channel)}; "
           f"codes {({k: dict(v) for k, v in codes.items()})}")
