@@ -482,3 +482,10 @@ LOGGING = logging_config(log_format=RIVER_LOG_FORMAT, level=env_str("LOG_LEVEL",
 # OTEL_EXPORTER_OTLP_* variables itself); without it no SDK provider is installed at all.
 OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or ""
 OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "river") or "river"
+
+# River as an MCP server (/mcp/) and as A2A agents (/a2a/): docs/mcp.md, docs/a2a.md.
+# Requests a minute per personal access token (a trigger API key keeps its own limit, or
+# its workspace's API rate); how long a call waits for its run before it answers with
+# the run's state (get_run / tasks/get report the rest).
+RIVER_INTEROP_REQUESTS_PER_MINUTE = env_int("RIVER_INTEROP_REQUESTS_PER_MINUTE", 120, minimum=1)
+RIVER_INTEROP_WAIT_SECONDS = env_int("RIVER_INTEROP_WAIT_SECONDS", 120, minimum=1)
