@@ -64,9 +64,15 @@ print("SETUP " + json.dumps({
 class LiveRiver:
     url: str
     credentials: dict
+    env: dict
 
     def bearer(self, who: str) -> dict:
         return {"Authorization": f"Bearer {self.credentials[who]}"}
+
+    def tickets_topped_up(self) -> None:
+        """``seed_demo`` beside the running server: fresh open high-priority tickets, so
+        the specialist's close request finds rows to change (and pauses) again."""
+        _manage(self.env, "seed_demo")
 
 
 def _free_port() -> int:
@@ -149,7 +155,7 @@ def live_river(tmp_path_factory):
                     pass
                 assert time.monotonic() < deadline, f"no /health in time:\n{log_path.read_text()}"
                 time.sleep(0.2)
-            yield LiveRiver(url=f"http://127.0.0.1:{port}", credentials=credentials)
+            yield LiveRiver(url=f"http://127.0.0.1:{port}", credentials=credentials, env=env)
         finally:
             process.terminate()
             try:

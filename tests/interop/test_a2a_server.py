@@ -96,6 +96,7 @@ def test_a_message_becomes_a_run_whose_task_completes_with_the_answer(live_river
 
 
 def test_a_paused_run_is_input_required_with_the_approval_link(live_river):
+    live_river.tickets_topped_up()
     specialist = agent_id(live_river, "L1 Support Specialist")
 
     async def asked():

@@ -68,10 +68,21 @@ def test_asking_an_agent_streams_progress_and_returns_the_answer_with_the_query_
     assert messages[0] == "run started" and "tool called: execute_query" in messages
     assert messages[-1] == "run completed"
     assert again.structured_content == report
+    # Audited as started over MCP, naming the credential by its public prefix only.
+    audit = httpx2.get(
+        f"{live_river.url}/api/v1/audit/",
+        headers=live_river.bearer("admin"),
+        params={"event_type": "mcp_run_started", "execution_id": report["execution_id"]},
+    ).json()
+    [entry] = audit["results"]
+    assert entry["details"]["credential"] == f"token {live_river.credentials['admin'].split('_')[1]}"
+    assert live_river.credentials["admin"] not in json.dumps(audit)
     assert listed.structured_content["runs"][0]["execution_id"] == report["execution_id"]
 
 
 def test_a_run_that_pauses_for_approval_returns_at_once_with_the_approval_link(live_river):
+    live_river.tickets_topped_up()
+
     async def asked():
         async with mcp_client(live_river, live_river.bearer("admin")) as client:
             return await client.call_tool(SPECIALIST, {"prompt": CLOSE})
@@ -113,7 +124,7 @@ def test_a_run_that_pauses_for_approval_returns_at_once_with_the_approval_link(l
 def test_an_outsider_sees_no_tool_and_no_run_of_another_workspace(live_river):
     async def asked():
         async with mcp_client(live_river, live_river.bearer("admin")) as client:
-            own = await client.call_tool(SPECIALIST, {"prompt": CLOSE})
+            own = await client.call_tool(ANALYST, {"prompt": QUESTION})
         async with mcp_client(live_river, live_river.bearer("stranger")) as client:
             tools = (await client.list_tools()).tools
             ask = await client.call_tool(ANALYST, {"prompt": QUESTION})
@@ -171,18 +182,16 @@ def test_a_missing_or_bad_credential_is_a_401(live_river, headers):
 
 def test_the_key_rate_limit_answers_429_with_retry_after(live_river):
     headers = {"X-API-Key": live_river.credentials["tight_key"], "Accept": "application/json, text/event-stream"}
-    codes = []
-    for _ in range(5):
-        response = httpx2.post(
-            f"{live_river.url}/mcp/", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}
-        )
-        codes.append(response.status_code)
-    # The window may turn over between requests: at most 3 pass in one, at least one is refused.
-    assert 429 in codes and codes.count(429) >= 1
-    assert codes[:3].count(429) <= 1
-    refused = response if response.status_code == 429 else None
-    if refused is not None:
-        assert 1 <= int(refused.headers["retry-after"]) <= 60
+    responses = [
+        httpx2.post(f"{live_river.url}/mcp/", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        for _ in range(7)
+    ]
+    codes = [response.status_code for response in responses]
+    # 3 a minute: seven quick requests span at most two windows, so at most six pass.
+    assert set(codes) <= {200, 429} and 429 in codes, codes
+    refused = next(response for response in responses if response.status_code == 429)
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.json()["error"]["code"] == "rate_limited"
 
 
 def test_hostile_arguments_are_tool_errors_naming_the_argument(live_river):
