@@ -9,11 +9,14 @@ from __future__ import annotations
 from contextvars import ContextVar
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http.request import split_domain_port, validate_host
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from common.dberrors import error_is_transient, is_pool_timeout
+from common.dbpool import RETRY_AFTER_SECONDS
 from interop.callers import Caller, caller_authenticate, caller_throttle
 from interop.runs import Links, db
 from rivercore.errors import RiverError
@@ -21,6 +24,22 @@ from triggers.apikeys import NotAuthenticated, RateLimited
 
 CALLER: ContextVar[Caller] = ContextVar("interop_caller")
 LINKS: ContextVar[Links] = ContextVar("interop_links")
+# Added to every answer, as Django's SecurityHeadersMiddleware does for its own: nothing
+# here is a page to sniff or a response to keep.
+HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
+
+
+def with_headers(send: Send) -> Send:
+    async def sending(message) -> None:
+        if message["type"] == "http.response.start":
+            present = {name.lower() for name, _ in message.get("headers", [])}
+            message = {
+                **message,
+                "headers": [*message.get("headers", []), *[(n, v) for n, v in HEADERS if n not in present]],
+            }
+        await send(message)
+
+    return sending
 
 
 def error_response(error: RiverError) -> JSONResponse:
@@ -60,6 +79,24 @@ async def edge_admit(scope: Scope, receive: Receive, send: Send) -> bool:
         await db(caller_throttle, caller=caller)
     except (NotAuthenticated, RateLimited) as error:
         await error_response(error)(scope, receive, send)
+        return False
+    except DatabaseError as error:
+        # As common.dbpool answers for Django's views: busy or briefly away is a 503 with
+        # Retry-After, never a 500; anything else is a real fault and propagates.
+        if not (is_pool_timeout(error) or error_is_transient(error)):
+            raise
+        response = JSONResponse(
+            {
+                "error": {
+                    "code": "database_unavailable",
+                    "message": "The database is briefly unavailable; try again shortly.",
+                    "details": {},
+                }
+            },
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+        await response(scope, receive, send)
         return False
     CALLER.set(caller)
     LINKS.set(_links(scope, host))
