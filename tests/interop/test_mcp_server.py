@@ -20,9 +20,9 @@ CLOSE = "Close the open high-priority tickets created in the last 24 hours"
 
 
 @asynccontextmanager
-async def mcp_client(live_river, headers: dict):
+async def mcp_client(live_river, headers: dict, mode: str = "auto"):
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http:
-        async with Client(streamable_http_client(f"{live_river.url}/mcp/", http_client=http)) as client:
+        async with Client(streamable_http_client(f"{live_river.url}/mcp/", http_client=http), mode=mode) as client:
             yield client
 
 
@@ -30,9 +30,13 @@ def run(coroutine_function, *args):
     return anyio.run(coroutine_function, *args)
 
 
-def test_a_member_lists_one_tool_per_agent_they_may_run_and_the_run_tools(live_river):
+# "legacy": the initialize handshake of the 2025 protocol versions, which clients such as
+# Claude Desktop's bridge speak; "auto" probes the 2026 server/discover first.
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_member_lists_one_tool_per_agent_they_may_run_and_the_run_tools(live_river, mode):
     async def listed():
-        async with mcp_client(live_river, live_river.bearer("admin")) as client:
+        async with mcp_client(live_river, live_river.bearer("admin"), mode) as client:
+            assert client.server_info.name == "river"
             return (await client.list_tools()).tools
 
     tools = {tool.name: tool for tool in run(listed)}
@@ -41,14 +45,15 @@ def test_a_member_lists_one_tool_per_agent_they_may_run_and_the_run_tools(live_r
     assert tools[ANALYST].input_schema["required"] == ["prompt"]
 
 
-def test_asking_an_agent_streams_progress_and_returns_the_answer_with_the_query_result(live_river):
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_asking_an_agent_streams_progress_and_returns_the_answer_with_the_query_result(live_river, mode):
     progress: list[tuple[float, str | None]] = []
 
     async def on_progress(value, total, message):
         progress.append((value, message))
 
     async def asked():
-        async with mcp_client(live_river, live_river.bearer("admin")) as client:
+        async with mcp_client(live_river, live_river.bearer("admin"), mode) as client:
             result = await client.call_tool(ANALYST, {"prompt": QUESTION}, progress_callback=on_progress)
             again = await client.call_tool("get_run", {"execution_id": result.structured_content["execution_id"]})
             listed = await client.call_tool("list_runs", {"limit": 5})
