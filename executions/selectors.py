@@ -410,6 +410,12 @@ def execution_events_first(*, execution_id: int, limit: int) -> QuerySet[Executi
     return ExecutionEvent.objects.filter(execution_id=execution_id).order_by("seq")[:limit]
 
 
+def execution_events_after(*, execution_id: int, after: int, limit: int = 200) -> QuerySet[ExecutionEvent]:
+    """The run's stored events after ``seq`` ``after``, in order, at most ``limit`` (an MCP
+    or A2A caller's progress, docs/mcp.md)."""
+    return ExecutionEvent.objects.filter(execution_id=execution_id, seq__gt=after).order_by("seq")[:limit]
+
+
 def execution_question_open(*, execution_id: int) -> dict | None:
     """The pending interaction step's ``{"input", "step_number"}`` (the question an
     ``ask_user`` call left open), or None."""

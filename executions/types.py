@@ -31,11 +31,12 @@ class _Origin(BaseModel):
 
 
 class PersonOrigin(_Origin):
-    """Someone started it by hand, from a page (``ui``) or the API (``api``)."""
+    """Someone started it by hand, from a page (``ui``), the API (``api``), or a client of
+    River's MCP server (``mcp``) or A2A endpoints (``a2a``): docs/mcp.md, docs/a2a.md."""
 
     kind: Literal["person"] = "person"
     user_id: int | None
-    source: Literal["ui", "api"] = "ui"
+    source: Literal["ui", "api", "mcp", "a2a"] = "ui"
 
 
 class TriggerOrigin(_Origin):

@@ -1,6 +1,7 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels.
 
-HTTP passes the body limit first (common.asgi_limits). Served by Daphne
+HTTP passes the body limit first (common.asgi_limits); ``/mcp`` and ``/a2a/`` go to River's
+MCP server and A2A endpoints instead of Django (interop.asgi). Served by Daphne
 (``daphne riverapp.asgi:application`` or ``manage.py runriver``), River's server edge
 (common.daphne_edge) also holds the limits Daphne applies before any application runs:
 the body's size while it arrives, the request line and the header block.
@@ -23,6 +24,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from common.asgi_limits import BodyLimitMiddleware  # noqa: E402
+from interop.asgi import interop_route  # noqa: E402
 from riverapp.routing import websocket_urlpatterns  # noqa: E402
 
 if "daphne.server" in sys.modules:
@@ -36,5 +38,5 @@ from telemetry.traces import traces_asgi_wrap  # noqa: E402
 
 # With tracing on, a server span per request and per WebSocket connection (telemetry.traces).
 application = traces_asgi_wrap(ProtocolTypeRouter(
-    {"http": BodyLimitMiddleware(django_asgi_app), "websocket": URLRouter(websocket_urlpatterns)}
+    {"http": BodyLimitMiddleware(interop_route(django_asgi_app)), "websocket": URLRouter(websocket_urlpatterns)}
 ))

@@ -499,3 +499,10 @@ CELERY_BEAT_SCHEDULE |= {
     "executions-canaries-check": {"task": "executions.canaries_check",
                                   "schedule": timedelta(seconds=RIVER_CANARY_CHECK_SECONDS)},
 }
+
+# River as an MCP server (/mcp/) and as A2A agents (/a2a/): docs/mcp.md, docs/a2a.md.
+# Requests a minute per personal access token (a trigger API key keeps its own limit, or
+# its workspace's API rate); how long a call waits for its run before it answers with
+# the run's state (get_run / tasks/get report the rest).
+RIVER_INTEROP_REQUESTS_PER_MINUTE = env_int("RIVER_INTEROP_REQUESTS_PER_MINUTE", 120, minimum=1)
+RIVER_INTEROP_WAIT_SECONDS = env_int("RIVER_INTEROP_WAIT_SECONDS", 120, minimum=1)
