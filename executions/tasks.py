@@ -55,3 +55,12 @@ def model_calls_prune() -> int:
     from executions.modelcalls import model_calls_prune as prune
 
     return prune(days=settings.RIVER_MODEL_CALL_RETENTION_DAYS)
+
+
+@shared_task(name="executions.policy_backtest", acks_late=True)
+def policy_backtest(backtest_id: int) -> str | None:
+    """Run a policy or auto-approve backtest (docs/changing-safely.md); claimed with a
+    compare-and-set, so a second delivery returns None."""
+    from executions.backtest import backtest_run
+
+    return backtest_run(backtest_id=backtest_id)

@@ -415,3 +415,5 @@ class SlackIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"Slack {self.team_id}/{self.slack_user_id} is user {self.user_id}"
+
+from governance.backtest_models import PolicyBacktest  # noqa: E402,F401  (issue 30 §1; its own module)

@@ -482,3 +482,9 @@ LOGGING = logging_config(log_format=RIVER_LOG_FORMAT, level=env_str("LOG_LEVEL",
 # OTEL_EXPORTER_OTLP_* variables itself); without it no SDK provider is installed at all.
 OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or ""
 OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "river") or "river"
+
+# Policy backtests (docs/changing-safely.md): the newest runs one backtest considers at
+# most. Each run costs its recorded tool calls decided twice, in a Celery worker.
+RIVER_BACKTEST_MAX_RUNS = env_int("RIVER_BACKTEST_MAX_RUNS", 20000, minimum=1)
+if RIVER_BACKTEST_MAX_RUNS > 1_000_000:
+    raise ImproperlyConfigured("RIVER_BACKTEST_MAX_RUNS must be at most 1000000")

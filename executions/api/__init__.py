@@ -7,4 +7,5 @@ urlpatterns = [
     path("", include("executions.api.runs")),
     path("", include("executions.api.replays")),
     path("", include("executions.api.sessions")),
+    path("", include("executions.api.backtests")),
 ]
