@@ -165,8 +165,10 @@ def policy_fields_validate_prefixed(fields: dict, *, prefix: str) -> dict:
         raise _prefixed(exc, prefix) if prefix else exc from None
 
 
-def auto_approve_conditions_validate(conditions, *, field: str = "auto_approve_conditions") -> list[dict]:
-    """Each condition checked as a version's are when it is saved; errors name the item."""
+def auto_approve_conditions_validate(conditions, *, tools: list[str],
+                                     field: str = "auto_approve_conditions") -> list[dict]:
+    """Each condition checked as a version's are when it is saved (its tool among the
+    version's ``tools``, the condition looks at the call); errors name the item."""
     if not isinstance(conditions, list) or not conditions:
         raise InvalidInput("Give the auto-approve conditions to try.", details={field: ["a non-empty list"]})
     if len(conditions) > 50:
@@ -179,25 +181,29 @@ def auto_approve_conditions_validate(conditions, *, field: str = "auto_approve_c
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise InvalidInput("Invalid auto-approve condition.",
-                               details={f"{field}[{index}]" + (f".{where}" if where else ""): [first["msg"]]}) from None
+                               details={f"{field}.{index}" + (f".{where}" if where else ""): [first["msg"]]}) from None
+        if rule.tool not in tools:
+            raise InvalidInput("Invalid auto-approve condition.",
+                               details={f"{field}.{index}.tool": [f"{rule.tool} is not among the version's tools."]})
         try:
             checker.auto_approve_condition_validate(rule.condition)
         except expressions.ExpressionError as exc:
             raise InvalidInput("Invalid auto-approve condition.",
-                               details={f"{field}[{index}].condition": [str(exc)]}) from None
+                               details={f"{field}.{index}.condition": [str(exc)]}) from None
         checked.append(rule.model_dump(mode="json"))
     return checked
 
 
 def auto_approve_backtest_create(
-    *, actor, workspace: Workspace, agent_id, agent_version: int | None, conditions, days: int | None = None,
+    *, actor, workspace: Workspace, agent_id, agent_version: int, tools: list[str], conditions,
+    days: int | None = None,
 ) -> PolicyBacktest:
-    """A queued backtest of auto-approve conditions for an agent the caller resolved in
-    ``workspace`` (``agent:create`` there, as writing a version needs)."""
+    """A queued backtest of auto-approve conditions for an agent version the caller
+    resolved in ``workspace`` (``agent:create`` there, as writing a version needs)."""
     require_permission(user=actor, workspace=workspace, permission=AGENT_CREATE)
     days = days_validate(days)
     proposal = AutoApproveProposal(agent_version=agent_version,
-                                   auto_approve_conditions=auto_approve_conditions_validate(conditions))
+                                   auto_approve_conditions=auto_approve_conditions_validate(conditions, tools=tools))
     with transaction.atomic():
         backtest = PolicyBacktest.objects.create(
             workspace=workspace, kind=PolicyBacktest.Kind.AUTO_APPROVE, days=days, agent_id=agent_id,

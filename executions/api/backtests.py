@@ -13,7 +13,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.selectors import agent_get_for_user
+from agents.selectors import agent_get_for_user, agent_version_get
 from common.api import StrictInput
 from executions.backtest import backtest_queue
 from governance.backtest_models import PolicyBacktest
@@ -24,7 +24,10 @@ from governance.backtests import (
     policy_backtest_create,
 )
 from rivercore import limits
+from rivercore.errors import InvalidInput
 from rivercore.types.governance import Enforcement, PolicyScope, PolicyType
+from tenancy.permissions import AGENT_CREATE
+from tenancy.selectors import require_permission
 
 _ID = {"min_value": 1, "max_value": 2**63 - 1}
 
@@ -97,7 +100,8 @@ class AutoApproveConditionInput(NestedStrictInput):
 
 class AutoApproveBacktestInput(StrictInput):
     auto_approve_conditions = serializers.ListField(child=AutoApproveConditionInput(), min_length=1, max_length=50)
-    agent_version = serializers.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
+    agent_version = serializers.IntegerField(required=False, min_value=1, max_value=2**31 - 1,
+                                             help_text="Whose tools the conditions name (default: current).")
     days = serializers.IntegerField(required=False, default=14, min_value=1, max_value=MAX_DAYS)
 
 
@@ -141,12 +145,19 @@ class AutoApproveBacktestStart(APIView):
     @extend_schema(request=AutoApproveBacktestInput, responses={202: BacktestSerializer})
     def post(self, request, agent_id):
         agent = agent_get_for_user(user=request.user, agent_id=agent_id)
+        require_permission(user=request.user, workspace=agent.workspace, permission=AGENT_CREATE)
         body = AutoApproveBacktestInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        if data.get("agent_version"):
+            version = agent_version_get(agent=agent, version=data["agent_version"])
+        elif agent.current_version_id:
+            version = agent.current_version
+        else:
+            raise InvalidInput("The agent has no version.", details={"agent_version": ["required"]})
         backtest = auto_approve_backtest_create(
-            actor=request.user, workspace=agent.workspace, agent_id=agent.pk,
-            agent_version=data.get("agent_version"), days=data["days"],
+            actor=request.user, workspace=agent.workspace, agent_id=agent.pk, agent_version=version.version,
+            tools=list(version.tools), days=data["days"],
             conditions=[dict(item) for item in data["auto_approve_conditions"]])
         backtest_queue(backtest=backtest)
         return Response({"id": backtest.pk, "status": backtest.status}, status=status.HTTP_202_ACCEPTED)
