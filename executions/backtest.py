@@ -68,6 +68,7 @@ class Tally:
     approvals_before: int = 0
     approvals_after: int = 0
     runs_affected: set[int] = field(default_factory=set)
+    runs_blocked: set[int] = field(default_factory=set)
     examples: list[dict] = field(default_factory=list)
     calls_this_hour: Counter = field(default_factory=Counter)
 
@@ -161,6 +162,7 @@ def policy_backtest_compute(*, backtest: PolicyBacktest) -> dict:
         "calls_considered": tally.calls_considered,
         "calls_matched": tally.calls_matched,
         "runs_affected": len(tally.runs_affected),
+        "runs_blocked": len(tally.runs_blocked),
         "would_block": tally.would_block,
         "would_unblock": tally.would_unblock,
         "would_need_approval": tally.would_need_approval,
@@ -227,6 +229,7 @@ def _backtest_batch(batch, *, tally: Tally, versions: dict[int, VersionRules], b
         tally.runs_affected.add(execution_id)
         if verdict_after == Decision.BLOCKED.value:
             tally.would_block += 1
+            tally.runs_blocked.add(execution_id)
         elif verdict_before == Decision.BLOCKED.value:
             tally.would_unblock += 1
         if needs_after and not needs_before:

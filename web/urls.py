@@ -24,4 +24,5 @@ urlpatterns = [
     path("", include("web.search")),
     path("", include("web.api_keys")),
     path("", include("web.results")),
+    path("", include("web.policy_backtest")),  # issue 30 §1: the policy form's Backtest panel
 ]
