@@ -62,6 +62,7 @@ class Tally:
     runs_considered: int = 0
     calls_considered: int = 0
     calls_matched: int = 0
+    calls_changed: int = 0
     would_block: int = 0
     would_unblock: int = 0
     would_need_approval: int = 0
@@ -161,6 +162,7 @@ def policy_backtest_compute(*, backtest: PolicyBacktest) -> dict:
         "runs_considered": tally.runs_considered,
         "calls_considered": tally.calls_considered,
         "calls_matched": tally.calls_matched,
+        "calls_changed": tally.calls_changed,
         "runs_affected": len(tally.runs_affected),
         "runs_blocked": len(tally.runs_blocked),
         "would_block": tally.would_block,
@@ -226,6 +228,7 @@ def _backtest_batch(batch, *, tally: Tally, versions: dict[int, VersionRules], b
         tally.approvals_after += needs_after
         if verdict_before == verdict_after:
             continue
+        tally.calls_changed += 1
         tally.runs_affected.add(execution_id)
         if verdict_after == Decision.BLOCKED.value:
             tally.would_block += 1

@@ -78,6 +78,7 @@ def test_a_new_blocking_policy_counts_the_calls_and_runs_it_would_have_blocked(h
     assert data["runs_considered"] == 4
     assert data["calls_considered"] == 6
     assert data["calls_matched"] == 2
+    assert data["calls_changed"] == 2
     assert data["runs_affected"] == 2
     assert data["runs_blocked"] == 2
     assert data["would_block"] == 2
