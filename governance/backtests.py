@@ -195,7 +195,7 @@ def auto_approve_conditions_validate(conditions, *, tools: list[str],
 
 
 def auto_approve_backtest_create(
-    *, actor, workspace: Workspace, agent_id, agent_version: int, tools: list[str], conditions,
+    *, actor, workspace: Workspace, agent_id, agent_version: int | None, tools: list[str], conditions,
     days: int | None = None,
 ) -> PolicyBacktest:
     """A queued backtest of auto-approve conditions for an agent version the caller

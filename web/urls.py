@@ -25,4 +25,5 @@ urlpatterns = [
     path("", include("web.api_keys")),
     path("", include("web.results")),
     path("", include("web.policy_backtest")),  # issue 30 §1: the policy form's Backtest panel
+    path("", include("web.version_backtest")),  # issue 30 §1: auto-approve conditions
 ]
