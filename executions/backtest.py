@@ -20,7 +20,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import transaction
 
 from agents.models import AgentVersion
 from executions.models import Execution, ExecutionStep
@@ -72,20 +71,6 @@ class Tally:
     runs_blocked: set[int] = field(default_factory=set)
     examples: list[dict] = field(default_factory=list)
     calls_this_hour: Counter = field(default_factory=Counter)
-
-
-def backtest_queue(*, backtest: PolicyBacktest) -> None:
-    """Send the backtest's task once the row is committed. A broker that cannot be reached
-    leaves the row queued (the GET shows it) and is logged, never raised."""
-    from executions.tasks import policy_backtest
-
-    def send() -> None:
-        try:
-            policy_backtest.delay(backtest.pk)
-        except Exception:  # the broker is down: the row stays queued
-            logger.exception("could not queue backtest %s", backtest.pk)
-
-    transaction.on_commit(send)
 
 
 def backtest_run(*, backtest_id: int) -> str | None:

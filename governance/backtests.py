@@ -44,6 +44,9 @@ FALLBACK_DECISION_MINUTES = 5.0
 # can be told from the others'.
 PROPOSED_ID = "proposed"
 LEASE = dt.timedelta(minutes=10)
+# The Celery task that runs a backtest (executions.tasks.policy_backtest), sent by name:
+# it reads runs' steps, which live above governance.
+BACKTEST_TASK = "executions.policy_backtest"
 BACKTEST_REQUESTED = "policy_backtest_requested"
 
 
@@ -54,6 +57,9 @@ class PolicyProposal(pydantic.BaseModel):
     replaces: str | None = None
     spec: GovernancePolicySpec
     enabled: bool = True
+    # Compare with the set *without* the policy (what the policy itself decides), not
+    # with the set as it is: the admin's "Backtest" action on saved policies.
+    baseline_without: bool = False
 
 
 class AutoApproveProposal(pydantic.BaseModel):
@@ -84,7 +90,7 @@ def _audit_requested(*, backtest: PolicyBacktest, actor) -> None:
 
 def policy_backtest_create(
     *, actor, days: int | None = None, workspace_id: int | None = None, policy: dict | None = None,
-    policy_id=None, changes: dict | None = None,
+    policy_id=None, changes: dict | None = None, baseline_without: bool = False,
 ) -> PolicyBacktest:
     """A queued backtest of a new policy (``policy``: the fields of ``POST /policies/``)
     or of changed fields of an existing one (``policy_id`` + ``changes``), checked as a
@@ -125,7 +131,8 @@ def policy_backtest_create(
         policy_type=fields["policy_type"].value, conditions=fields["conditions"],
         enforcement=fields["enforcement"].value, required_approvals=fields["required_approvals"],
     )
-    proposal = PolicyProposal(replaces=replaces, spec=spec, enabled=enabled)
+    proposal = PolicyProposal(replaces=replaces, spec=spec, enabled=enabled,
+                              baseline_without=baseline_without and replaces is not None)
     with transaction.atomic():
         backtest = PolicyBacktest.objects.create(
             workspace=workspace, kind=PolicyBacktest.Kind.POLICY, days=days, policy_id=replaces,
@@ -213,6 +220,22 @@ def auto_approve_backtest_create(
     return backtest
 
 
+def backtest_queue(*, backtest: PolicyBacktest) -> None:
+    """Send the backtest's task once the row is committed. A broker that cannot be
+    reached leaves the row queued (the GET shows it) and is logged, never raised."""
+    from celery import current_app
+
+    backtest_id = backtest.pk
+
+    def send() -> None:
+        try:
+            current_app.send_task(BACKTEST_TASK, args=[backtest_id])
+        except Exception:  # the broker is down: the row stays queued
+            logger.exception("could not queue backtest %s", backtest_id)
+
+    transaction.on_commit(send)
+
+
 # --- reading ---------------------------------------------------------------------------
 
 
@@ -248,6 +271,8 @@ def backtest_policy_sets(*, backtest: PolicyBacktest) -> tuple[list[GovernancePo
     proposal = PolicyProposal.model_validate(backtest.proposal)
     before = active_policies(org_id=backtest.workspace.organization_id, workspace_id=backtest.workspace_id)
     after = [spec for spec in before if spec.policy_id != proposal.replaces]
+    if proposal.baseline_without:
+        before = list(after)
     if proposal.enabled:
         after.append(proposal.spec)
     return before, after

@@ -2,7 +2,7 @@
 
 *Backtest* posts the form as drafted (htmx); the policy is not saved. The draft goes
 through ``governance.backtests.policy_backtest_create`` (the API's checks and
-authority) and ``executions.backtest.backtest_queue``; the panel then polls the row
+authority) and ``governance.backtests.backtest_queue``; the panel then polls the row
 every second until the worker has finished, and shows what the draft would have
 decided over the last days of recorded runs, with the changed calls linked to their
 runs. The admin then confirms with the form's own Save button.
@@ -15,8 +15,13 @@ from django.shortcuts import render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
-from executions.backtest import backtest_queue
-from governance.backtests import DEFAULT_DAYS, MAX_DAYS, backtest_get_for_user, policy_backtest_create
+from governance.backtests import (
+    DEFAULT_DAYS,
+    MAX_DAYS,
+    backtest_get_for_user,
+    backtest_queue,
+    policy_backtest_create,
+)
 from rivercore.errors import PermissionDenied, RiverError
 from tenancy.permissions import POLICY_CREATE
 from web.page_tools import or_404, page_login_required, require, workspace_and_permissions

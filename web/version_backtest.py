@@ -4,7 +4,7 @@ people made on this agent's requests, before the version is saved.
 
 The rows are read by the page's own formset; the check and the row are
 ``governance.backtests.auto_approve_backtest_create``'s (the API's), the work is the
-worker's (``executions.backtest.backtest_queue``); the panel polls until it is done."""
+worker's (``governance.backtests.backtest_queue``); the panel polls until it is done."""
 
 from __future__ import annotations
 
@@ -14,8 +14,13 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.selectors import agent_get_with_permissions
-from executions.backtest import backtest_queue
-from governance.backtests import DEFAULT_DAYS, MAX_DAYS, auto_approve_backtest_create, backtest_get_for_user
+from governance.backtests import (
+    DEFAULT_DAYS,
+    MAX_DAYS,
+    auto_approve_backtest_create,
+    backtest_get_for_user,
+    backtest_queue,
+)
 from rivercore.errors import PermissionDenied, RiverError
 from rivercore.types.agents import TOOL_NAMES
 from tenancy.permissions import AGENT_CREATE

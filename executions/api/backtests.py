@@ -15,12 +15,12 @@ from rest_framework.views import APIView
 
 from agents.selectors import agent_get_for_user, agent_version_get
 from common.api import StrictInput
-from executions.backtest import backtest_queue
 from governance.backtest_models import PolicyBacktest
 from governance.backtests import (
     MAX_DAYS,
     auto_approve_backtest_create,
     backtest_get_for_user,
+    backtest_queue,
     policy_backtest_create,
 )
 from rivercore import limits

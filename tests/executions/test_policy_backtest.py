@@ -274,3 +274,25 @@ def test_an_unknown_backtest_is_404(owner, api_client_for):
     client = api_client_for(owner)
     assert client.get("/api/v1/policies/backtest/99999").status_code == 404
     assert client.get("/api/v1/policies/backtest/abc").status_code == 404
+
+
+def test_the_admin_action_backtests_what_a_saved_policy_decides(history, owner):
+    """Against the set without it: the policy asks for the two customers writes."""
+    from django.test import Client
+
+    owner.is_staff = owner.is_superuser = True
+    owner.save(update_fields=["is_staff", "is_superuser"])
+    client = Client()
+    client.force_login(owner)
+    policy = Policy.objects.get(name="Approve customers")
+    response = client.post("/admin/governance/policy/", {"action": "backtest_policies",
+                                                         "_selected_action": [str(policy.pk)]})
+    assert response.status_code == 302
+    backtest = PolicyBacktest.objects.get()
+    assert backtest.policy_id == policy.pk and backtest.proposal["baseline_without"] is True
+    backtest_run(backtest_id=backtest.pk)
+    backtest.refresh_from_db()
+    assert backtest.result["calls_matched"] == 2
+    assert backtest.result["approvals_added"] == 2
+    assert backtest.result["would_need_approval"] == 2
+    assert client.get("/admin/governance/policybacktest/").status_code == 200
