@@ -62,3 +62,28 @@ def test_backtest_a_draft_policy_then_confirm(signed_in, demo, page_errors):
     panel.get_by_role("button", name="Confirm and save").click()
     page.wait_for_url(re.compile(r"/policies/[0-9a-f-]+/$"))
     assert Policy.objects.get(name="No invoice writes").enforcement == "require_approval"
+
+
+def test_backtest_auto_approve_conditions_on_the_new_version_page(signed_in, demo, page_errors):
+    admin = demo["admin"]
+    agent = make_agent(workspace=demo["workspace"], owner=admin, tools=["write_back"], name="Refund clerk",
+                       action_level="act_with_approval")
+    run = recorded_run(agent=agent, days_ago=1, calls=[])
+    for status, amount in [("approved", 5), ("approved", 40), ("approved", 700), ("edited", 30), ("rejected", 900)]:
+        decided_approval(agent=agent, run=run, tool="write_back", status=status, wait_minutes=4, by=admin,
+                         arguments={"table_name": "refunds", "data": {"amount": amount}})
+    page = signed_in(admin)
+    page.goto(f"/agents/{agent.pk}/versions/new/")
+    row = page.locator("[data-auto-approve-row]").first
+    row.locator("select[name=auto-0-tool]").select_option("write_back")
+    row.locator("textarea[name=auto-0-condition]").fill("args.data.amount < 100")
+    panel = page.locator("#auto-approve-backtest")
+    panel.get_by_role("button", name="Backtest").click()
+    expect(panel.locator(".backtest-summary")).to_have_text(
+        "Would have auto-approved 2 of the 3 calls people approved; 1 of the 1 they edited; 0 of the 1 they "
+        "rejected.", timeout=WAIT_MS)
+    panel.scroll_into_view_if_needed()
+    screenshot(page, "version-backtest")
+    assert axe_violations(page) == []
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
