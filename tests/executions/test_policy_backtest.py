@@ -296,3 +296,77 @@ def test_the_admin_action_backtests_what_a_saved_policy_decides(history, owner):
     assert backtest.result["approvals_added"] == 2
     assert backtest.result["would_need_approval"] == 2
     assert client.get("/admin/governance/policybacktest/").status_code == 200
+
+
+def _new_policy(client, workspace, expression, enforcement="block"):
+    return _finished(client, _start(client, {"policy": {
+        "name": "Proposed", "workspace_id": workspace.pk, "conditions": {"expression": expression},
+        "enforcement": enforcement}}))
+
+
+def test_rate_limits_count_the_agents_recorded_calls_in_that_hour(workspace, owner, api_client_for):
+    """Three calls within a minute: with "more than 1 an hour" the 2nd and 3rd are blocked;
+    the live counter is neither read nor written."""
+    from governance.models import PolicyCounter
+
+    agent = make_agent(workspace=workspace, owner=owner, tools=["write_back"])
+    run = recorded_run(agent=agent, days_ago=1, calls=[("write_back", INVOICES)] * 3)
+    data = _new_policy(api_client_for(owner), workspace, "agent.tool_calls_this_hour > 1")
+    assert data["would_block"] == 2
+    assert [e["step"] for e in data["examples"]] == [2, 3] and data["examples"][0]["execution_id"] == run.pk
+    assert not PolicyCounter.objects.exists()
+
+
+def test_budget_policies_see_the_tokens_used_before_the_call(workspace, owner, api_client_for):
+    agent = make_agent(workspace=workspace, owner=owner, tools=["write_back"])
+    thrifty = recorded_run(agent=agent, days_ago=1, calls=[("write_back", INVOICES)], tokens=100)
+    costly = recorded_run(agent=agent, days_ago=1, calls=[("write_back", INVOICES)], tokens=5000)
+    data = _new_policy(api_client_for(owner), workspace, "cost.tokens > 1000")
+    assert data["would_block"] == 1
+    assert [e["execution_id"] for e in data["examples"]] == [costly.pk]
+    assert thrifty.pk not in {e["execution_id"] for e in data["examples"]}
+
+
+def test_the_versions_auto_approve_conditions_count_as_no_person_asked(workspace, owner, api_client_for):
+    agent = make_agent(workspace=workspace, owner=owner, tools=["write_back"],
+                       auto_approve_conditions=[{"tool": "write_back", "condition": "args.data.amount < 100"}])
+    recorded_run(agent=agent, days_ago=1, calls=[("write_back", INVOICES),
+                                                 ("write_back", {"table_name": "invoices", "data": {"amount": 900}})])
+    data = _new_policy(api_client_for(owner), workspace, "tool.name == 'write_back'", "require_approval")
+    assert data["approvals_added"] == 1  # the 10 is approved by the version's own condition
+    assert sorted(e["verdict_after"] for e in data["examples"]) == ["APPROVAL_REQUIRED", "AUTO_APPROVED"]
+
+
+def test_a_lapsed_claim_is_taken_over_and_a_live_one_is_not(history, workspace, owner, api_client_for):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from governance.backtests import backtest_claim
+
+    client = api_client_for(owner)
+    body = {"policy": {"name": "x", "workspace_id": workspace.pk,
+                       "conditions": {"expression": "tool.name == 'write_back'"}, "enforcement": "block"}}
+    backtest_id = _start(client, body).json()["id"]
+    assert backtest_claim(backtest_id=backtest_id) is not None
+    assert backtest_claim(backtest_id=backtest_id) is None  # running, lease alive
+    PolicyBacktest.objects.filter(pk=backtest_id).update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
+    assert backtest_run(backtest_id=backtest_id) == "policy"
+    assert PolicyBacktest.objects.get(pk=backtest_id).status == "done"
+
+
+def test_an_error_ends_the_backtest_failed_with_its_reason(history, workspace, owner, api_client_for, monkeypatch):
+    from executions import backtest as module
+
+    def broken(**kwargs):
+        raise RuntimeError("the steps could not be read")
+
+    monkeypatch.setattr(module, "policy_backtest_compute", broken)
+    client = api_client_for(owner)
+    body = {"policy": {"name": "x", "workspace_id": workspace.pk,
+                       "conditions": {"expression": "tool.name == 'write_back'"}, "enforcement": "block"}}
+    backtest_id = _start(client, body).json()["id"]
+    assert backtest_run(backtest_id=backtest_id) is None
+    data = client.get(f"/api/v1/policies/backtest/{backtest_id}").json()
+    assert data["status"] == "failed" and data["error"] == "RuntimeError: the steps could not be read"
+    assert "would_block" not in data
