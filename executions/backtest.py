@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db.models import Q
 
 from agents.models import AgentVersion
 from executions.models import Execution, ExecutionStep
@@ -44,6 +45,7 @@ from rivercore.types.governance import CallFacts, Decision, GovernancePolicySpec
 logger = logging.getLogger("river.executions")
 
 BATCH = 250
+AUTO_CACHE_MAX = 10_000  # remembered auto-approve answers, so memory stays bounded
 AUTO_APPROVED = "AUTO_APPROVED"  # a verdict: approval required, granted by the version's own conditions
 STEP_FIELDS = ("execution_id", "step_number", "step_type", "tool_name", "tool_category", "input", "tokens",
                "created_at")
@@ -127,19 +129,33 @@ def policy_backtest_compute(*, backtest: PolicyBacktest) -> dict:
     proposed_id = proposal.replaces or PROPOSED_ID
     since, until = backtest_window(backtest)
     workspace = backtest.workspace
-    runs = list(Execution.objects.filter(workspace_id=workspace.pk, queued_at__gte=since, queued_at__lt=until)
-                .order_by("-queued_at", "-pk").values_list("pk", "agent_id", "agent_version_id")
-                [:settings.RIVER_BACKTEST_MAX_RUNS])
-    runs.reverse()  # oldest first: the hour's call counts build up in order
-    tally = Tally(runs_considered=len(runs))
+    runs = Execution.objects.filter(workspace_id=workspace.pk, queued_at__gte=since, queued_at__lt=until)
+    total = runs.count()
+    if total > settings.RIVER_BACKTEST_MAX_RUNS:  # the newest ones: from the Nth newest on
+        first_at, first_pk = (runs.order_by("-queued_at", "-pk").values_list("queued_at", "pk")
+                              [settings.RIVER_BACKTEST_MAX_RUNS - 1])
+        runs = runs.filter(Q(queued_at__gt=first_at) | Q(queued_at=first_at, pk__gte=first_pk))
+        total = settings.RIVER_BACKTEST_MAX_RUNS
+    tally = Tally(runs_considered=total)
     versions: dict[int, VersionRules] = {}
     auto_cache: dict = {}
-    for start in range(0, len(runs), BATCH):
-        batch = runs[start:start + BATCH]
-        _version_rules({version_id for _, _, version_id in batch}, versions)
-        _backtest_batch(batch, tally=tally, versions=versions, before_set=before_set, after_set=after_set,
-                        proposed_id=proposed_id, workspace=workspace, auto_cache=auto_cache)
-        backtest_progress(backtest=backtest, progress=(start + len(batch)) * 100 // max(len(runs), 1))
+    done, last = 0, None
+    while True:  # oldest first, a batch of ids at a time: the hour's call counts build up in order
+        page = runs.order_by("queued_at", "pk")
+        if last is not None:
+            page = page.filter(Q(queued_at__gt=last[0]) | Q(queued_at=last[0], pk__gt=last[1]))
+        batch = list(page.values_list("pk", "agent_id", "agent_version_id", "queued_at")[:BATCH])
+        if not batch:
+            break
+        last = (batch[-1][3], batch[-1][0])
+        _version_rules({row[2] for row in batch}, versions)
+        if len(auto_cache) > AUTO_CACHE_MAX:
+            auto_cache.clear()
+        _backtest_batch([row[:3] for row in batch], tally=tally, versions=versions, before_set=before_set,
+                        after_set=after_set, proposed_id=proposed_id, workspace=workspace, auto_cache=auto_cache)
+        done += len(batch)
+        backtest_progress(backtest=backtest, progress=done * 100 // max(total, 1))
+    tally.runs_considered = done
     minutes = decision_minutes(workspace=workspace, since=since)
     added = tally.approvals_after - tally.approvals_before
     per_day = added / backtest.days
