@@ -2,6 +2,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Q
 
+from agents.evaluation_models import Evaluation, PromotionGate, TestSetPin
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from agents.services import (
     agent_team_update,
@@ -295,3 +296,32 @@ class MemoryConsentAdmin(ViewOnlyTenantScopedAdmin):
     list_filter = ["workspace", "personal"]
     readonly_fields = ["workspace", "user", "personal", "updated_at"]
 
+
+
+# Evaluations, the promotion gate and test sets (docs/changing-safely.md): read here,
+# written by their services (which check who may and audit it).
+
+
+@admin.register(Evaluation)
+class EvaluationAdmin(ViewOnlyTenantScopedAdmin):
+    tenant_path = "workspace__organization"
+    list_display = ["id", "agent", "version", "status", "runs_done", "runs_total", "created_at"]
+    list_select_related = ["agent", "version__agent"]
+    list_filter = ["status", "workspace"]
+    readonly_fields = ["workspace", "agent", "version", "days", "status", "runs_total", "runs_done", "scores",
+                       "totals", "error", "requested_by", "created_at", "started_at", "finished_at"]
+
+
+@admin.register(PromotionGate)
+class PromotionGateAdmin(ViewOnlyTenantScopedAdmin):
+    tenant_path = "workspace__organization"
+    list_display = ["workspace", "min_approvals", "min_rejections", "min_edits", "updated_by", "updated_at"]
+    readonly_fields = list_display
+
+
+@admin.register(TestSetPin)
+class TestSetPinAdmin(ViewOnlyTenantScopedAdmin):
+    tenant_path = "agent__workspace__organization"
+    list_display = ["agent", "execution_id", "label", "pinned_by", "created_at"]
+    list_filter = ["label"]
+    readonly_fields = ["agent", "execution_id", "label", "note", "pinned_by", "created_at"]

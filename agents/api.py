@@ -319,14 +319,23 @@ class AgentVersionDetail(GenericAPIView):
         return Response(AgentVersionSerializer(selectors.agent_version_get(agent=agent, version=version)).data)
 
 
-@extend_schema(parameters=[AGENT_ID, VERSION], request=None, responses=AgentSerializer)
+class DeployInput(StrictInput):
+    override_reason = serializers.CharField(
+        max_length=1000, required=False, allow_blank=True,
+        help_text="Admins only: deploy although the promotion gate refuses (audited as version_deploy_override).")
+
+
+@extend_schema(parameters=[AGENT_ID, VERSION], request=DeployInput, responses=AgentSerializer)
 class AgentVersionDeploy(GenericAPIView):
     serializer_class = AgentSerializer
 
     def post(self, request, agent_id, version):
         agent = _writable_agent(request, agent_id)
         agent_version = selectors.agent_version_get(agent=agent, version=version)
-        agent = services.agent_version_deploy(agent=agent, version=agent_version, actor=request.user)
+        body = DeployInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        agent = services.agent_version_deploy(agent=agent, version=agent_version, actor=request.user,
+                                              override_reason=body.validated_data.get("override_reason"))
         return Response(AgentSerializer(agent).data)
 
 

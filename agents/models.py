@@ -195,4 +195,7 @@ class MemoryConsent(models.Model):
         return f"memory consent of {self.user_id} in {self.workspace_id}: {self.personal}"
 
 
-__all__ = ["Agent", "AgentVersion", "AgentMemory", "MemoryConsent", "Tier", "WorkspaceMemory"]
+from agents.evaluation_models import Evaluation, EvaluationRun, PromotionGate, TestSetPin  # noqa: E402
+
+__all__ = ["Agent", "AgentVersion", "AgentMemory", "MemoryConsent", "Tier", "WorkspaceMemory",
+           "Evaluation", "EvaluationRun", "PromotionGate", "TestSetPin"]

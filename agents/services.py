@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from agents.evaluations import promotion_gate_check
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from agents.selectors import data_source_ids_outside_workspace, memory_consent_given, memory_keywords
 from governance.audit import audit_record
@@ -365,11 +366,13 @@ def _require_approval_channel(*, agent: Agent, version: AgentVersion) -> None:
         )
 
 
-def agent_version_deploy(*, agent: Agent, version: AgentVersion, actor) -> Agent:
+def agent_version_deploy(*, agent: Agent, version: AgentVersion, actor, override_reason: str | None = None) -> Agent:
     """Make ``version`` the one new runs use.
 
     An active agent may only switch to an act_with_approval version while the
-    workspace has an approval channel, the same rule as activation.
+    workspace has an approval channel, the same rule as activation. The workspace's
+    promotion gate applies (``agents.evaluations.promotion_gate_check``: an admin's
+    ``override_reason`` lets a version below it through, audited).
     """
     if version.agent_id != agent.pk:
         raise InvalidInput("That version belongs to another agent.", details={"version": ["Not this agent's."]})
@@ -378,6 +381,7 @@ def agent_version_deploy(*, agent: Agent, version: AgentVersion, actor) -> Agent
         _refuse_if_archived(locked)
         if locked.status == Agent.Status.ACTIVE:
             _require_approval_channel(agent=locked, version=version)
+        promotion_gate_check(agent=locked, version=version, actor=actor, override_reason=override_reason)
         previous = locked.current_version.version if locked.current_version_id else None
         locked.current_version = version
         locked.save(update_fields=["current_version", "updated_at"])

@@ -64,3 +64,12 @@ def policy_backtest(backtest_id: int) -> str | None:
     from executions.backtest import backtest_run
 
     return backtest_run(backtest_id=backtest_id)
+
+
+@shared_task(name="executions.evaluate_version", acks_late=True)
+def evaluate_version(evaluation_id: str) -> str | None:
+    """Replay an agent version over its test set and recent runs (docs/changing-safely.md);
+    only the worker that claims the queued evaluation does the work."""
+    from executions.services.evaluation import evaluation_run
+
+    return evaluation_run(evaluation_id=evaluation_id)

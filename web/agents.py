@@ -71,6 +71,7 @@ from triggers.selectors import trigger_firings_recent, triggers_filter
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
 from triggers.types import TriggerType
 from triggers.webhooks import json_strict_parse
+from web.evaluations import agent_evaluation_context
 from web.page_tools import (
     errors_onto_form,
     or_404,
@@ -258,10 +259,11 @@ def _diff_for(request, versions_numbers: list[int], agent) -> tuple[DiffForm, ob
 def _detail_context(request, agent, form, granted) -> dict:
     triggers = list(triggers_filter(user=request.user, agent_id=agent.pk))
     recent = trigger_firings_recent(trigger_ids=[t.pk for t in triggers], limit=RECENT_FIRINGS)
-    versions = agent_versions(agent=agent, with_creator=True)
+    versions = list(agent_versions(agent=agent, with_creator=True)[:VERSIONS_SHOWN])
     numbers = agent_version_numbers(agent=agent)
     diff_form, diff = _diff_for(request, numbers, agent)
     return {
+        **agent_evaluation_context(agent=agent, versions=versions, granted=granted),
         "agent": agent,
         "form": form,
         "may_run": AGENT_EXECUTE in granted,
@@ -269,7 +271,7 @@ def _detail_context(request, agent, form, granted) -> dict:
         "triggers": [{"trigger": t, "firings": recent.get(t.pk, [])} for t in triggers],
         "replay_batch": replay_batch_latest(agent_id=agent.pk),
         "runs": agent_runs_recent(agent_id=agent.pk, limit=RECENT_RUNS),
-        "versions": list(versions[:VERSIONS_SHOWN]),
+        "versions": versions,
         "version_count": len(numbers),
         "diff_form": diff_form,
         "diff": diff,

@@ -41,6 +41,7 @@ from tenancy.permissions import AGENT_EXECUTE
 from tenancy.selectors import service_principal_of, users_by_id, workspace_permissions
 from triggers.selectors import trigger_summary_in_workspace
 from web.approval_card import approval_card
+from web.evaluations import run_pin_context
 from web.page_tools import page_login_required
 from web.results import results_for_runs
 
@@ -170,6 +171,7 @@ def run_page(request, execution_id):
         "events": events,
         "last_seq": events[-1]["seq"] if events else 0,
         "status_labels": dict(Execution.Status.choices),
+        **run_pin_context(user=request.user, execution=execution),
     })
     return render(request, "runs/run.html", context)
 

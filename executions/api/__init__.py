@@ -8,4 +8,5 @@ urlpatterns = [
     path("", include("executions.api.replays")),
     path("", include("executions.api.sessions")),
     path("", include("executions.api.backtests")),
+    path("", include("executions.api.evaluations")),
 ]

@@ -125,6 +125,7 @@ class RecordedTools:
     served: list[dict[str, Any]] = field(default_factory=list)
     would_write: list[dict[str, Any]] = field(default_factory=list)
     last_error: tuple[str, ToolError] | None = None
+    different_read: dict[str, Any] | None = None  # the read a what-if stopped at (never made)
 
     def __post_init__(self) -> None:
         for past in self.steps:
@@ -156,6 +157,7 @@ class RecordedTools:
                             f"{tool.name} would write: a replay never dispatches a write (not in the recording).")
         if self.stop_on_divergence:
             raise ReplayStop(f"{tool.name} was called with arguments the recording does not have")
+        self.different_read = {"tool": tool.name, "arguments": arguments}
         raise ReplayStop(f"{tool.name} was called with arguments the recording does not have; a what-if replay "
                          "makes no live data access, so it stops here")
 
@@ -578,6 +580,7 @@ def _replay_result(execution: Execution, *, version: AgentVersion | None, polici
         "decisions_applied": decided.applied,
         "diff": diff,
         "would_write": tools.would_write,
+        "different_read": tools.different_read,
         "served_from_recording": len(tools.served),
         "steps": _step_rows(state.steps),
     }
@@ -587,6 +590,12 @@ def _replay_result(execution: Execution, *, version: AgentVersion | None, polici
         result["deterministic"] = diff["identical"] and (not stopped or ended_as_recorded)
         result["non_determinism"] = None if result["deterministic"] else (diff["diverged_at"] or {"reason": stopped})
     return result
+
+
+def version_what_if(execution: Execution, *, version: AgentVersion, llm=None) -> dict[str, Any]:
+    """The what-if result of one finished run against ``version`` (as a batch row would
+    be made from it), without storing a replay: for an evaluation (executions.services.evaluation)."""
+    return _replay_result(execution, version=version, policies=None, llm=llm)
 
 
 def _summary(result: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from agents.evaluation_models import Evaluation, PromotionGate, TestSetPin
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from artifacts.models import Artifact
 from common.crypto import encrypt_text
@@ -95,6 +96,9 @@ def seed(*, org: Organization, tag: str, n: int) -> dict:
     Artifact.objects.create(workspace=ws, name=f"{title} notes {n}.txt", kind="text", content_type="text/plain",
                             size=1, sha256="0" * 64, version=1, storage_name=f"{ws.pk}/{tag}-{n}.txt",
                             created_by=person)
+    Evaluation.objects.create(workspace=ws, agent=agent, version=agent.current_version, days=14)
+    PromotionGate.objects.create(workspace=ws, min_rejections=0.5)
+    TestSetPin.objects.create(agent=agent, execution_id=execution.pk, label="good", note=f"{title} pin {n}")
     return {"workspace": ws, "person": person, "agent": agent}
 
 
