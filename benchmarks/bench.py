@@ -60,6 +60,9 @@ from django.test.utils import override_settings
 from pydantic import BaseModel, ConfigDict
 
 from agents.models import Agent, AgentVersion
+from benchmarks.backtest import RUNS as BACKTEST_RUNS
+from benchmarks.backtest import SMOKE_RUNS as BACKTEST_SMOKE
+from benchmarks.backtest import backtest_bench
 from benchmarks.cold import cold_bench
 from benchmarks.connections import SMOKE as CONNECTIONS_SMOKE
 from benchmarks.connections import ConnSize, connections_bench
@@ -96,8 +99,8 @@ TARGET_OVERHEAD_RATIO = 2.5
 TARGET_TAIL_RATIO = 2.0  # p99 / p50 of the per-turn overhead, one run at a time
 TARGET_STATEMENTS = 5
 TARGET_GROWTH = 1.2
-SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "search", "cold", "web", "connections", "embedded",
-            "scale", "realwork")
+SECTIONS = ("turns", "fixed", "peers", "approvals", "startup", "search", "backtest", "cold", "web", "connections",
+            "embedded", "scale", "realwork")
 SCALE_DATABASE = "river_bench_scale"
 EMBEDDED_DATABASE = "river_bench_embedded"
 
@@ -376,6 +379,8 @@ class Command(BaseCommand):
                     "startup": lambda: self._lines(startup_bench()),
                     "search": lambda: self._lines(search_bench(agent=agent, user=user, runs=SEARCH_SMOKE if smoke
                                                                else SEARCH_RUNS)),
+                    "backtest": lambda: self._lines(backtest_bench(agent=agent, user=user, runs=BACKTEST_SMOKE
+                                                                   if smoke else BACKTEST_RUNS)),
                 }
                 for name, body in in_process.items():
                     if name in chosen:

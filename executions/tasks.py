@@ -57,6 +57,15 @@ def model_calls_prune() -> int:
     return prune(days=settings.RIVER_MODEL_CALL_RETENTION_DAYS)
 
 
+@shared_task(name="executions.policy_backtest", acks_late=True)
+def policy_backtest(backtest_id: int) -> str | None:
+    """Run a policy or auto-approve backtest (docs/changing-safely.md); claimed with a
+    compare-and-set, so a second delivery returns None."""
+    from executions.backtest import backtest_run
+
+    return backtest_run(backtest_id=backtest_id)
+
+
 @shared_task(name="executions.evaluate_version", acks_late=True)
 def evaluate_version(evaluation_id: str) -> str | None:
     """Replay an agent version over its test set and recent runs (docs/changing-safely.md);

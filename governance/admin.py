@@ -3,6 +3,8 @@ from django.contrib import admin, messages
 from django.db import models
 
 from common.formfields import BoundedJSONField
+from governance.backtest_models import PolicyBacktest
+from governance.backtests import backtest_queue, policy_backtest_create
 from governance.models import (
     ApprovalRequest,
     AuditAnchor,
@@ -13,7 +15,7 @@ from governance.models import (
     WorkspaceSettings,
 )
 from governance.services import policy_admin_delete, policy_admin_saved, policy_validate
-from rivercore.errors import InvalidInput
+from rivercore.errors import InvalidInput, RiverError
 from rivercore.types.governance import PolicyScope
 from tenancy.admin_scoping import TenantScopedAdmin, ViewOnlyTenantScopedAdmin, admin_organization_ids
 
@@ -113,6 +115,26 @@ class PolicyAdmin(TenantScopedAdmin):
         for policy in queryset:
             policy_admin_delete(policy=policy, actor=request.user)
 
+    actions = ["backtest_policies"]
+
+    @admin.action(description="Backtest: what each selected workspace policy decides over the last 14 days")
+    def backtest_policies(self, request, queryset):
+        """One backtest per workspace policy: the active set without it against the set with
+        it (governance.backtests); the worker runs each, the Policy backtests list shows them."""
+        for policy in queryset:
+            if policy.workspace_id is None:
+                self.message_user(request, f"{policy.name}: an organization policy is backtested per workspace, "
+                                           "through the API (workspace_id).", messages.WARNING)
+                continue
+            try:
+                backtest = policy_backtest_create(actor=request.user, policy_id=policy.pk, changes={},
+                                                  baseline_without=True)
+            except RiverError as exc:
+                self.message_user(request, f"{policy.name}: {exc.message}", messages.ERROR)
+                continue
+            backtest_queue(backtest=backtest)
+            self.message_user(request, f"{policy.name}: backtest #{backtest.pk} started.", messages.SUCCESS)
+
 
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(ViewOnlyTenantScopedAdmin):
@@ -180,3 +202,24 @@ class NotificationAdmin(TenantScopedAdmin):
     list_display = ["title", "user", "workspace", "kind", "read_at", "created_at"]
     list_filter = ["kind"]
     search_fields = ["title", "user__username"]
+
+
+@admin.register(PolicyBacktest)
+class PolicyBacktestAdmin(ViewOnlyTenantScopedAdmin):
+    """Backtests are started from the policy page, the API or the Policy list's action;
+    here they are read (docs/changing-safely.md)."""
+
+    tenant_path = "workspace__organization"
+    list_display = ["id", "kind", "workspace", "status", "progress", "days", "summary", "created_at"]
+    list_filter = ["kind", "status"]
+
+    @admin.display(description="Result")
+    def summary(self, obj: PolicyBacktest) -> str:
+        result = obj.result or {}
+        if obj.kind == PolicyBacktest.Kind.POLICY and result:
+            return (f"{result.get('runs_considered', 0)} runs: would block {result.get('would_block', 0)}, "
+                    f"approvals {result.get('approvals_added', 0):+d}")
+        if result:
+            return (f"auto-approves {result.get('approved_auto', 0)}/{result.get('approved', 0)} approved, "
+                    f"{result.get('rejected_auto', 0)}/{result.get('rejected', 0)} rejected")
+        return obj.error or ""

@@ -274,7 +274,7 @@ def _describe(match: PolicyMatch) -> str:
 
 def _combine(
     *, base: Decision, base_reason: str, matches: list[PolicyMatch], point: str, execution_id: int | None,
-    warnings: list[str], approval_possible: bool = True,
+    warnings: list[str], approval_possible: bool = True, quiet: bool = False,
 ) -> GovernanceResult:
     decision = base
     enforcements = {m.enforcement for m in matches}
@@ -292,7 +292,7 @@ def _combine(
             warnings.append(_describe(match))
         elif match.error:
             warnings.append(_describe(match))
-        if match.enforcement == Enforcement.LOG_ONLY:
+        if match.enforcement == Enforcement.LOG_ONLY and not quiet:
             logger.info("governance %s: %s (execution %s)", point, _describe(match), execution_id)
     strictest = broken[0] if broken else _strictest(matches)
     reason = base_reason
@@ -323,9 +323,16 @@ def _quorum(decision: Decision, matches: list[PolicyMatch]) -> int:
 _TOOL_POINT_TYPES = {PolicyType.TOOL_RESTRICTION, PolicyType.CONTENT, PolicyType.TIME_WINDOW, PolicyType.BUDGET}
 
 
-def check_tool_call(facts: CallFacts, *, now: datetime | None = None, count: bool = True) -> GovernanceResult:
+def check_tool_call(
+    facts: CallFacts, *, now: datetime | None = None, count: bool = True, recorded_calls_this_hour: int | None = None,
+) -> GovernanceResult:
     """Decide one proposed tool call. ``count=False`` evaluates rate limits without
-    consuming a call (for dry runs such as the check_governance tool)."""
+    consuming a call (for dry runs such as the check_governance tool).
+
+    ``recorded_calls_this_hour`` re-decides a recorded call (a backtest,
+    ``executions.backtest``): the agent's calls that hour, this one included, come from
+    the history, so the live counter is neither read nor consumed, and no log-only
+    match is logged as if it had just happened."""
     decision = action_level_decision(
         action_level=facts.action_level,
         writes=facts.writes,
@@ -352,11 +359,14 @@ def check_tool_call(facts: CallFacts, *, now: datetime | None = None, count: boo
     matches = [m for c in first if (m := c.evaluate([fact_dict])) is not None]
     if any(m.enforcement == Enforcement.BLOCK for m in matches):
         return _combine(base=decision, base_reason=reason, matches=matches, point="before_tool",
-                        execution_id=facts.execution_id, warnings=warnings)
+                        execution_id=facts.execution_id, warnings=warnings, quiet=recorded_calls_this_hour is not None)
 
     rate = _compile(facts.policies, {PolicyType.RATE_LIMIT})
     consumed = False
-    if rate:
+    if rate and recorded_calls_this_hour is not None:
+        fact_dict["agent"]["tool_calls_this_hour"] = recorded_calls_this_hour
+        matches += [m for c in rate if (m := c.evaluate([fact_dict])) is not None]
+    elif rate:
         key = tool_calls_key(agent_id=facts.agent_id)
         counted = count and decision != Decision.SUGGEST_ONLY and any(c.uses(TOOL_CALLS_NAME) for c in rate)
         if counted:
@@ -369,7 +379,7 @@ def check_tool_call(facts: CallFacts, *, now: datetime | None = None, count: boo
         matches += [m for c in rate if (m := c.evaluate([fact_dict])) is not None]
 
     result = _combine(base=decision, base_reason=reason, matches=matches, point="before_tool",
-                      execution_id=facts.execution_id, warnings=warnings)
+                      execution_id=facts.execution_id, warnings=warnings, quiet=recorded_calls_this_hour is not None)
     if consumed and result.decision in (Decision.BLOCKED, Decision.SUGGEST_ONLY):
         # The call will not run: give the slot back.
         counters.counter_hit(key=tool_calls_key(agent_id=facts.agent_id), window=counters.HOUR, amount=-1, now=now)

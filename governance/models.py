@@ -442,3 +442,4 @@ class SlackApprovalMessage(models.Model):
 
     def __str__(self) -> str:
         return f"Slack message of approval {self.approval_id}"
+from governance.backtest_models import PolicyBacktest  # noqa: E402,F401  (issue 30 §1; its own module)

@@ -315,3 +315,26 @@ def workspace_memory_mode_set(*, workspace: Workspace, mode: str, actor) -> str:
                          event_type="memory_mode_changed", actor=actor,
                          details={"mode": mode, "previous_mode": previous})
     return mode
+
+
+# --- the checks a policy backtest shares with policy_create (governance.backtests) ------
+
+
+def policy_write_authorize(*, actor, scope: PolicyScope, organization_id: int, workspace: Workspace | None) -> None:
+    """Whether ``actor`` may write a policy of this scope: ``policy:create`` in the
+    workspace, an organization admin for an organization-wide one (403, or 404 outside)."""
+    _authorize(actor=actor, scope=scope, organization_id=organization_id, workspace=workspace)
+
+
+def policy_fields_validate(*, name, enforcement, conditions, policy_type=None, required_approvals=1) -> dict:
+    """The fields of a policy checked as ``policy_create`` checks them, normalised:
+    ``{name, enforcement, conditions, policy_type, required_approvals}``. Errors name the field."""
+    enforcement = _choice(enforcement, Enforcement, "enforcement")
+    shape = policy_validate(conditions=conditions, policy_type=policy_type)
+    return {
+        "name": _clean_name(name),
+        "enforcement": enforcement,
+        "conditions": shape.conditions,
+        "policy_type": shape.policy_type,
+        "required_approvals": policy_required_approvals_validate(required_approvals, enforcement=enforcement),
+    }

@@ -506,3 +506,8 @@ CELERY_BEAT_SCHEDULE |= {
 # the run's state (get_run / tasks/get report the rest).
 RIVER_INTEROP_REQUESTS_PER_MINUTE = env_int("RIVER_INTEROP_REQUESTS_PER_MINUTE", 120, minimum=1)
 RIVER_INTEROP_WAIT_SECONDS = env_int("RIVER_INTEROP_WAIT_SECONDS", 120, minimum=1)
+# Policy backtests (docs/changing-safely.md): the newest runs one backtest considers at
+# most. Each run costs its recorded tool calls decided twice, in a Celery worker.
+RIVER_BACKTEST_MAX_RUNS = env_int("RIVER_BACKTEST_MAX_RUNS", 20000, minimum=1)
+if RIVER_BACKTEST_MAX_RUNS > 1_000_000:
+    raise ImproperlyConfigured("RIVER_BACKTEST_MAX_RUNS must be at most 1000000")

@@ -25,5 +25,7 @@ urlpatterns = [
     path("", include("web.search")),
     path("", include("web.api_keys")),
     path("", include("web.results")),
+    path("", include("web.policy_backtest")),  # issue 30 §1: the policy form's Backtest panel
+    path("", include("web.version_backtest")),  # issue 30 §1: auto-approve conditions
     path("", include("web.evaluations")),  # issue 30 §2: evaluations, promotion gate, test set
 ]

@@ -7,6 +7,7 @@ urlpatterns = [
     path("", include("executions.api.runs")),
     path("", include("executions.api.replays")),
     path("", include("executions.api.sessions")),
+    path("", include("executions.api.backtests")),
     path("", include("executions.api.evaluations")),
     path("", include("executions.api.canary")),
 ]

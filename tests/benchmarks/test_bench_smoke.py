@@ -27,7 +27,8 @@ from benchmarks import bench
 
 ROOT = Path(settings.BASE_DIR)
 RABBITMQ = ("127.0.0.1", 5672)
-ALL_SECTIONS = ["turns", "fixed", "peers", "approvals", "startup", "search", "cold", "web", "connections", "embedded"]
+ALL_SECTIONS = ["turns", "fixed", "peers", "approvals", "startup", "search", "backtest", "cold", "web", "connections",
+                "embedded"]
 
 
 def _reachable(host: str, port: int) -> bool:
