@@ -63,8 +63,13 @@ def approval_request_open(
     ``approval_rules`` (the agent version's) set the quorum and the escalation chain
     (governance.quorum, governance.escalation)."""
     existing = ApprovalRequest.objects.filter(execution_id=execution_id, tool_call_id=call_id).first()
-    if existing is not None:
+    reopens = payload.get("reopens")  # paused again at write time: a new request (governance.reopen)
+    if existing is not None and not (reopens and existing.status != ApprovalRequest.Status.PENDING):
         return existing
+    if reopens:
+        from governance.reopen import reopened_preview
+
+        payload = {**payload, "preview": reopened_preview(execution_id=execution_id, payload=payload)}
     workspace = Workspace.objects.get(pk=workspace_id)
     now = timezone.now()
     approval = ApprovalRequest.objects.create(
@@ -93,6 +98,10 @@ def approval_request_open(
                  **({"required_approvals": approval.required_approvals} if approval.required_approvals > 1 else {}),
                  **({"escalation": approval.escalation_chain} if approval.escalation_chain else {})},
     )
+    if reopens:
+        from governance.reopen import reopen_audit
+
+        reopen_audit(approval=approval, organization_id=workspace.organization_id, payload=payload)
     approval_notify(approval_id=approval.pk)
     return approval
 

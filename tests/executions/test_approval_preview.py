@@ -140,16 +140,43 @@ def test_a_stale_preview_decides_nothing_and_the_run_waits_with_a_fresh_one(work
     assert source.count(CLOSED) == 2
 
 
-def test_a_change_after_the_approval_is_caught_in_the_write_transaction(workspace, owner, editor, source):
+def test_a_change_after_the_approval_re_pauses_the_run_with_a_fresh_preview(workspace, owner, editor, source,
+                                                                            api_client_for):
     execution, approval = paused(workspace, owner, source)
     approval_resolve(user=editor, approval_id=approval.pk, status="approved")
-    source.change("UPDATE tickets SET status = 'pending' WHERE id = 2")  # before the resume writes
+    # Another connection moves the rows after the approval, before the resume writes.
+    source.change("UPDATE tickets SET status = 'pending' WHERE id = 2")
+    source.change("UPDATE tickets SET priority = 'high' WHERE id = 4")
 
-    assert resume(execution) == "failed"
+    assert resume(execution) == "awaiting_approval"
+
     assert source.count("SELECT count(*) FROM tickets WHERE status = 'open'") == 3  # nothing written
-    execution.refresh_from_db()
-    assert execution.error["details"]["error"]["details"]["code"] == "preview_stale"
-    assert not AuditLogEntry.objects.filter(approval_id=approval.pk, event_type="approved_write_applied").exists()
+    assert Execution.objects.get(pk=execution.pk).status == Execution.Status.AWAITING_APPROVAL
+    first, again = ApprovalRequest.objects.filter(execution_id=execution.pk).order_by("created_at")
+    assert first.pk == approval.pk and first.status == ApprovalRequest.Status.APPROVED  # the decision stands
+    assert again.status == ApprovalRequest.Status.PENDING and again.tool_call_id == first.tool_call_id
+    stale = again.preview["stale"]
+    assert stale["at_write"] is True and stale["no_longer_match"] == 1 and stale["new_matches"] == 1
+    assert stale["message"].startswith("Nothing was written: the data changed since the preview: "
+                                       "1 row no longer matches, 1 new row matches")
+    assert stale["previous_fingerprint"] == approval.preview["fingerprint"]
+    assert again.preview["rows_affected"] == 3 and again.preview["fingerprint"] != approval.preview["fingerprint"]
+    audit = AuditLogEntry.objects.get(approval_id=again.pk, event_type="approval_preview_stale")
+    assert audit.details["at_write"] is True and audit.details["follows_approval_id"] == str(approval.pk)
+    assert not AuditLogEntry.objects.filter(event_type="approved_write_applied").exists()
+    shown = api_client_for(editor).get(f"/api/v1/approvals/{again.pk}/").json()
+    assert shown["status"] == "pending" and shown["preview"]["stale"]["message"] == stale["message"]
+
+    # Approving the fresh preview writes it, once; the run carries on.
+    approval_resolve(user=editor, approval_id=again.pk, status="approved")
+    assert resume(execution) == "success"
+    assert source.count("SELECT count(*) FROM tickets WHERE status = 'closed' AND id IN (1, 3, 4)") == 3
+    assert source.count("SELECT count(*) FROM tickets WHERE status = 'pending' AND id = 2") == 1
+    applied = AuditLogEntry.objects.get(event_type="approved_write_applied")
+    assert applied.approval_id == again.pk and applied.details["preview_fingerprint"] == again.preview["fingerprint"]
+    observed = [s for s in Execution.objects.get(pk=execution.pk).steps.all()
+                if s.step_type == "observation" and s.tool_name == "write_back"]
+    assert [s.status for s in observed] == ["completed"]
 
 
 def test_an_edited_call_is_previewed_before_it_is_approved(workspace, owner, editor, source, api_client_for):
@@ -192,8 +219,12 @@ def test_the_ceiling_refuses_a_larger_effect(workspace, owner, editor, source, a
     approval.refresh_from_db()
     assert approval.resolution["effect_terms"] == {"fingerprint": approval.preview["fingerprint"], "max_rows": 3}
     with mock.patch("datasources.effects._check", lambda effect, terms: _ceiling_only(effect, terms, 2)):
-        assert resume(execution) == "failed"
+        assert resume(execution) == "awaiting_approval"  # never a silent fail: it asks again
     assert source.count(CLOSED) == 1
+    again = ApprovalRequest.objects.filter(execution_id=execution.pk, status="pending").get()
+    assert again.preview["stale"]["max_rows"] == 2
+    assert again.preview["stale"]["message"] == ("The write would now change 3 rows, more than the ceiling of 2; "
+                                                 "nothing was written. Review the new preview.")
 
 
 def _ceiling_only(effect, terms, max_rows):
