@@ -81,7 +81,8 @@ def test_the_card_shows_the_effect_and_a_stale_preview_writes_nothing(signed_in,
     card.get_by_role("button", name="Approve", exact=True).click()
     message = "The data changed since the preview: 1 row has different values now. Review the new preview."
     expect(card.locator(".effect-stale")).to_have_text(message)
-    expect(card.locator(".approval-error")).to_contain_text(message)
+    expect(card.locator(".approval-error")).to_contain_text("Nothing was decided: the effect changed.")
+    expect(card.get_by_text(message)).to_have_count(1)  # the note once, not in the error box too
     expect(effect).to_contain_text("(2 values) → closed")
     expect(rows.filter(has_text=f"id {moved}").locator("del")).to_have_text("pending")
     assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalRequest.Status.PENDING
