@@ -189,11 +189,13 @@ class EngineHooks(Protocol):
     def approved_call_failed(self, state: RunState, *, call_id: str, tool_name: str, error: dict[str, Any]) -> None:
         """A call a person approved was dispatched and failed (optional hook)."""
 
-    def standing_approval(self, state: RunState, *, call_id: str, tool_name: str,
-                          arguments: dict[str, Any]) -> dict[str, Any] | None:
+    def standing_approval(self, state: RunState, *, call_id: str, tool_name: str, arguments: dict[str, Any],
+                          preview: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """Scopes (optional hook): the resolution of an earlier approval for this run or
         conversation, or of a standing grant, that lets this call through without asking
-        (recorded and audited by the hook), or None to ask."""
+        (recorded and audited by the hook; its ``effect_terms`` bind the write to
+        ``preview``, the call's effect computed just now), or None to ask, or
+        ``{"declined": why}`` to ask and tell the approver why a grant did not apply."""
 
 
 class ToolRunner(Protocol):
@@ -748,13 +750,18 @@ class Engine:
                 await self._io(self.hooks.auto_approved, state, call_id=call.id, tool_name=call.name,
                                arguments=args, condition=condition)
             return None
-        standing = await self._standing_approval(state, call, args)  # scopes: governance.grants
-        if standing is not None:
+        # The effect (issue 29 §1), computed before a scope or a grant is asked: one that
+        # lets the call through binds the write to it (the write checks it in its own
+        # transaction), and a grant's row ceiling is held to its row count.
+        payload.preview = await self._effect_preview(state, call, tool, args, verdict)
+        standing = await self._standing_approval(state, call, args, payload.preview)  # scopes: governance.grants
+        if standing is not None and standing.get("declined"):
+            payload.risk_context = f"{payload.risk_context} {standing['declined']}"
+        elif standing is not None:
             self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED,
                       output={**policy, "approval_request": payload.model_dump(mode="json"),
                               "resolution": standing}, **common)
             return None
-        payload.preview = await self._effect_preview(state, call, tool, args, verdict)  # issue 29 §1
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING,
                   output={**policy, "approval_request": payload.model_dump(mode="json")}, **common)
         return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
@@ -804,13 +811,13 @@ class Engine:
                   output={"reason": message, "effect_moved": True, "approval_request": payload.model_dump(mode="json")})
         return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
 
-    async def _standing_approval(self, state: RunState, call: LLMToolCall,
-                                 args: dict[str, Any]) -> dict[str, Any] | None:
+    async def _standing_approval(self, state: RunState, call: LLMToolCall, args: dict[str, Any],
+                                 preview: dict[str, Any] | None) -> dict[str, Any] | None:
         """Asked only where the gate wants an approval (never for a blocked call)."""
         ask = getattr(self.hooks, "standing_approval", None)
         if ask is None:
             return None
-        return await self._io(ask, state, call_id=call.id, tool_name=call.name, arguments=args)
+        return await self._io(ask, state, call_id=call.id, tool_name=call.name, arguments=args, preview=preview)
 
     def _blocked(self, state: RunState, call: LLMToolCall, args: dict[str, Any], verdict: GovernanceResult,
                  record: bool = True) -> bool:
