@@ -299,6 +299,7 @@ def approval_decide(
     *, approval_id, user, status: str, modified_args: dict | None = None, comment: str = "",
     channel: str = DecisionChannel.API,
     arguments_round: int | None = None,
+    preview_fingerprint: str | None = None,
 ) -> ApprovalRequest:
     """Record one decision. Caller runs this inside a transaction and queues the
     resume after it; a second decision on the same request gets 409.
@@ -317,7 +318,8 @@ def approval_decide(
         raise Conflict("This approval request has expired.", code="expired")
     # Quorum (issue 29 §3): a vote; None while more approvals are needed.
     quorum_round_check(approval=approval, arguments_round=arguments_round)
-    decision = quorum_vote(approval=approval, user=user, status=status, modified_args=modified_args, comment=comment)
+    decision = quorum_vote(approval=approval, user=user, status=status, modified_args=modified_args, comment=comment,
+                           fingerprint=preview_fingerprint)
     if decision is None:
         return approval
     status, modified_args = decision

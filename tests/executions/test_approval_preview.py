@@ -328,3 +328,32 @@ def test_under_a_two_person_rule_the_deciding_approval_holds_the_write_to_the_pr
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "preview_stale"
     approval.refresh_from_db()
     assert approval.status == ApprovalRequest.Status.PENDING and approval.preview["rows_affected"] == 2
+
+    # The first vote approved the older preview: it no longer counts.
+    second_vote = api_client_for(second).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
+                                              format="json")
+    assert second_vote.status_code == 200 and second_vote.json()["status"] == "pending"
+    quorum = second_vote.json()["quorum"]
+    assert quorum["given"] == 1 and [v["user"]["username"] for v in quorum["approvals"]] == ["dana"]
+    assert [v["user"]["username"] for v in quorum["older_preview"]] == ["editor"]
+    card = _card_html(editor, approval)
+    assert "1 of 2 approvals</strong><span class=\"approval-quorum-older\">; editor's approval was of an older " \
+        "preview</span>" in card.replace("&#x27;", "'")
+    assert source.count(CLOSED) == 1  # nothing decided, nothing written
+
+    # The first approver approves the fresh preview: that completes the quorum.
+    decided = api_client_for(editor).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
+                                          format="json")
+    assert decided.status_code == 200 and decided.json()["status"] == "approved"
+    approval.refresh_from_db()
+    assert approval.resolution["effect_terms"]["fingerprint"] == approval.preview["fingerprint"]
+    assert resume(execution) == "success"
+    assert source.count(CLOSED) == 3
+
+
+def _card_html(user, approval) -> str:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client.get(f"/approvals/{approval.pk}/").content.decode()
