@@ -166,6 +166,8 @@ def test_a_change_after_the_approval_re_pauses_the_run_with_a_fresh_preview(work
     assert not AuditLogEntry.objects.filter(event_type="approved_write_applied").exists()
     shown = api_client_for(editor).get(f"/api/v1/approvals/{again.pk}/").json()
     assert shown["status"] == "pending" and shown["preview"]["stale"]["message"] == stale["message"]
+    run_page = _page_html(editor, f"/runs/{execution.pk}/")
+    assert run_page.count(stale["message"]) == 1 and f'id="approval-{again.pk}"' in run_page
 
     # Approving the fresh preview writes it, once; the run carries on.
     approval_resolve(user=editor, approval_id=again.pk, status="approved")
@@ -352,8 +354,14 @@ def test_under_a_two_person_rule_the_deciding_approval_holds_the_write_to_the_pr
 
 
 def _card_html(user, approval) -> str:
+    return _page_html(user, f"/approvals/{approval.pk}/")
+
+
+def _page_html(user, path) -> str:
     from django.test import Client
 
     client = Client()
     client.force_login(user)
-    return client.get(f"/approvals/{approval.pk}/").content.decode()
+    response = client.get(path)
+    assert response.status_code == 200
+    return response.content.decode()
