@@ -17,6 +17,7 @@ from executions import services, tasks
 from executions.models import Execution
 from governance import tasks as governance_tasks
 from governance.models import ApprovalRequest, AuditLogEntry, Policy
+from governance.previews import EffectApproval
 from governance.resolution import approval_resolve
 from rivercore.errors import Conflict
 from tests.datasources.fixtures import *  # noqa: F403
@@ -365,3 +366,26 @@ def _page_html(user, path) -> str:
     response = client.get(path)
     assert response.status_code == 200
     return response.content.decode()
+
+
+def test_a_ceiling_over_an_unknown_effect_is_held_in_the_write_and_asks_again(workspace, owner, editor, source):
+    """The preview failed when the run paused (the effect was unknown), so the approver
+    set a ceiling instead; the write finds 3 rows, over it: nothing written, the call
+    asks again with the real preview and the count against the ceiling."""
+    from datasources import effects
+
+    with mock.patch.object(effects, "write_back_preview", side_effect=RuntimeError("source down")):
+        execution, approval = paused(workspace, owner, source)
+    assert approval.preview["available"] is False
+    approval_resolve(user=editor, approval_id=approval.pk, status="approved",
+                     effect=EffectApproval(max_rows=2))
+
+    assert resume(execution) == "awaiting_approval"
+
+    assert source.count(CLOSED) == 1  # nothing written
+    again = ApprovalRequest.objects.get(execution_id=execution.pk, status="pending")
+    assert again.preview["rows_affected"] == 3 and again.preview["available"] is True
+    assert again.preview["stale"]["max_rows"] == 2 and again.preview["stale"]["at_write"] is True
+    assert again.preview["stale"]["message"].startswith("The write would now change 3 rows, more than the ceiling of 2")
+    audit = AuditLogEntry.objects.get(approval_id=again.pk, event_type="approval_preview_stale")
+    assert audit.details["code"] == "row_ceiling_exceeded" and audit.details["max_rows"] == 2
