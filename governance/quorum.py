@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Case, Exists, OuterRef, Q, QuerySet, When
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from governance import expressions
@@ -218,9 +219,14 @@ def quorum_not_yet_approved_by(pending: QuerySet, *, user) -> QuerySet:
     (for the frame's badge: those wait on other people now). One subquery, no statement."""
     if getattr(user, "pk", None) is None:
         return pending
-    given = ApprovalVote.objects.filter(approval=OuterRef("pk"), user_id=user.pk, round=OuterRef("quorum_round"),
-                                        decision__in=APPROVALS_COUNTED)
-    return pending.exclude(Exists(given))
+    # A vote of an older preview (the data moved since) no longer counts: the request waits
+    # on its voter again.
+    under_vote = Case(When(quorum_args__isnull=True, then=KT("preview__fingerprint")),
+                      default=KT("preview_edit__fingerprint"))
+    given = ApprovalVote.objects.filter(
+        Q(preview_fingerprint="") | Q(preview_fingerprint=OuterRef("fingerprint_under_vote")),
+        approval=OuterRef("pk"), user_id=user.pk, round=OuterRef("quorum_round"), decision__in=APPROVALS_COUNTED)
+    return pending.annotate(fingerprint_under_vote=under_vote).exclude(Exists(given))
 
 
 def quorum_state(approval: ApprovalRequest, *, user=None) -> dict | None:

@@ -16,6 +16,7 @@ from datasources.services import data_source_discover
 from executions import services, tasks
 from executions.models import Execution
 from governance import tasks as governance_tasks
+from governance.approvals import approvals_pending_count
 from governance.models import ApprovalRequest, AuditLogEntry, Policy
 from governance.previews import EffectApproval
 from governance.resolution import approval_resolve
@@ -323,6 +324,7 @@ def test_under_a_two_person_rule_the_deciding_approval_holds_the_write_to_the_pr
     first = api_client_for(editor).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
                                         format="json")
     assert first.status_code == 200 and first.json()["status"] == "pending"  # one vote of two
+    assert approvals_pending_count(user=editor, workspace=workspace) == 0  # it waits on someone else
     assert "effect_terms" not in (ApprovalRequest.objects.get(pk=approval.pk).resolution or {})
     # The data moves between the two votes: the second is refused and nothing is decided.
     source.change("UPDATE tickets SET status = 'pending' WHERE id = 1")
@@ -339,6 +341,7 @@ def test_under_a_two_person_rule_the_deciding_approval_holds_the_write_to_the_pr
     quorum = second_vote.json()["quorum"]
     assert quorum["given"] == 1 and [v["user"]["username"] for v in quorum["approvals"]] == ["dana"]
     assert [v["user"]["username"] for v in quorum["older_preview"]] == ["editor"]
+    assert approvals_pending_count(user=editor, workspace=workspace) == 1  # it waits on editor again
     card = _card_html(editor, approval)
     assert "1 of 2 approvals</strong><span class=\"approval-quorum-older\">; editor's approval was of an older " \
         "preview</span>" in card.replace("&#x27;", "'")
