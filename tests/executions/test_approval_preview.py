@@ -142,8 +142,8 @@ def test_a_stale_preview_decides_nothing_and_the_run_waits_with_a_fresh_one(work
     assert source.count(CLOSED) == 2
 
 
-def test_a_change_after_the_approval_re_pauses_the_run_with_a_fresh_preview(workspace, owner, editor, source,
-                                                                            api_client_for):
+def test_a_change_after_the_approval_re_pauses_the_run_with_a_fresh_preview(workspace, owner, editor, outsider,
+                                                                            source, api_client_for):
     execution, approval = paused(workspace, owner, source)
     approval_resolve(user=editor, approval_id=approval.pk, status="approved")
     # Another connection moves the rows after the approval, before the resume writes.
@@ -168,6 +168,10 @@ def test_a_change_after_the_approval_re_pauses_the_run_with_a_fresh_preview(work
     assert not AuditLogEntry.objects.filter(event_type="approved_write_applied").exists()
     shown = api_client_for(editor).get(f"/api/v1/approvals/{again.pk}/").json()
     assert shown["status"] == "pending" and shown["preview"]["stale"]["message"] == stale["message"]
+    # The new request is guarded like any: another workspace 404, the requester 403.
+    assert api_client_for(outsider).get(f"/api/v1/approvals/{again.pk}/").status_code == 404
+    assert api_client_for(owner).post(f"/api/v1/approvals/{again.pk}/resolve", {"status": "approved"},
+                                      format="json").status_code == 403
     run_page = _page_html(editor, f"/runs/{execution.pk}/")
     assert run_page.count(stale["message"]) == 1 and f'id="approval-{again.pk}"' in run_page
 
