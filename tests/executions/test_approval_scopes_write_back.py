@@ -34,14 +34,21 @@ def call(source, **conditions):
 
 @pytest.fixture
 def agent(workspace, owner, source):
-    return make_agent(workspace=workspace, owner=owner, tools=["write_back"], action_level="act_with_approval",
-                      require_approval_for=["write_back"], approver_roles=["admin", "editor"],
-                      data_sources=[source])
+    return make_agent(
+        workspace=workspace,
+        owner=owner,
+        tools=["write_back"],
+        action_level="act_with_approval",
+        require_approval_for=["write_back"],
+        approver_roles=["admin", "editor"],
+        data_sources=[source],
+    )
 
 
 def run(agent, owner, replies, *, session=None) -> Execution:
-    execution = services.execution_start(agent=agent, request=services.person_run_request(
-        agent=agent, user=owner, prompt="Lower the priority"))
+    execution = services.execution_start(
+        agent=agent, request=services.person_run_request(agent=agent, user=owner, prompt="Lower the priority")
+    )
     if session is not None:
         Execution.objects.filter(pk=execution.pk).update(session=session)
     services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM(replies))
@@ -60,8 +67,9 @@ def pending(execution) -> ApprovalRequest:
 
 
 def applied(execution, call_id) -> AuditLogEntry:
-    return AuditLogEntry.objects.get(execution_id=execution.pk, event_type="approved_write_applied",
-                                     details__call_id=call_id)
+    return AuditLogEntry.objects.get(
+        execution_id=execution.pk, event_type="approved_write_applied", details__call_id=call_id
+    )
 
 
 def low(source) -> set[int]:
@@ -72,8 +80,9 @@ def low(source) -> set[int]:
 def test_run_scope_lets_the_identical_call_through_bound_to_a_fresh_preview(agent, owner, editor, source):
     args = call(source, id=[1, 2])
     execution = run(agent, owner, [tool_reply("write_back", args, call_id="c1")])
-    approval_resolve(user=editor, approval_id=pending(execution).pk, status="approved",
-                     scope=ScopeChoice(scope=ApprovalScope.RUN))
+    approval_resolve(
+        user=editor, approval_id=pending(execution).pk, status="approved", scope=ScopeChoice(scope=ApprovalScope.RUN)
+    )
     execution = resume(execution, [tool_reply("write_back", args, call_id="c2"), text_reply("Done.")])
 
     assert execution.status == Execution.Status.COMPLETED
@@ -95,8 +104,9 @@ def test_run_scope_lets_the_identical_call_through_bound_to_a_fresh_preview(agen
 def test_a_change_between_the_let_through_and_the_write_re_pauses(agent, owner, editor, source):
     args = call(source, id=[1, 2])
     execution = run(agent, owner, [tool_reply("write_back", args, call_id="c1")])
-    approval_resolve(user=editor, approval_id=pending(execution).pk, status="approved",
-                     scope=ScopeChoice(scope=ApprovalScope.RUN))
+    approval_resolve(
+        user=editor, approval_id=pending(execution).pk, status="approved", scope=ScopeChoice(scope=ApprovalScope.RUN)
+    )
     original = effects.write_back_preview
     previews = []
 
@@ -125,8 +135,9 @@ def test_session_scope_binds_the_later_runs_write_to_its_own_preview(agent, owne
     session = sessions.session_create(workspace=workspace, agent=agent, user=owner)
     args = call(source, id=[3])
     first = run(agent, owner, [tool_reply("write_back", args, call_id="s1")], session=session)
-    approval_resolve(user=editor, approval_id=pending(first).pk, status="approved",
-                     scope=ScopeChoice(scope=ApprovalScope.SESSION))
+    approval_resolve(
+        user=editor, approval_id=pending(first).pk, status="approved", scope=ScopeChoice(scope=ApprovalScope.SESSION)
+    )
     assert resume(first, [text_reply("Done.")]).status == Execution.Status.COMPLETED
     source.change("UPDATE tickets SET priority = 'high' WHERE id = 3")
 
@@ -141,14 +152,17 @@ def test_session_scope_binds_the_later_runs_write_to_its_own_preview(agent, owne
 
 def test_a_grant_covers_updates_and_deletes_within_its_row_ceiling(agent, owner, editor, source):
     first = run(agent, owner, [tool_reply("write_back", call(source, id=[1]), call_id="g1")])
-    approval_resolve(user=editor, approval_id=pending(first).pk, status="approved",
-                     scope=ScopeChoice(scope=ApprovalScope.GRANT, grant=GrantTerms(expires_in_days=7, max_rows=2)))
+    approval_resolve(
+        user=editor,
+        approval_id=pending(first).pk,
+        status="approved",
+        scope=ScopeChoice(scope=ApprovalScope.GRANT, grant=GrantTerms(expires_in_days=7, max_rows=2)),
+    )
     resume(first, [text_reply("Done.")])
     grant = ApprovalGrant.objects.get()
 
     # Two rows: within the ceiling, let through and written, bound to its preview.
-    within = run(agent, owner, [tool_reply("write_back", call(source, id=[2, 3]), call_id="w1"),
-                                text_reply("Done.")])
+    within = run(agent, owner, [tool_reply("write_back", call(source, id=[2, 3]), call_id="w1"), text_reply("Done.")])
     assert within.status == Execution.Status.COMPLETED
     assert low(source) == {1, 2, 3, 4}
     entry = applied(within, "w1")
@@ -157,20 +171,39 @@ def test_a_grant_covers_updates_and_deletes_within_its_row_ceiling(agent, owner,
     assert entry.details["rows_affected"] == 2 and entry.details["preview_fingerprint"]
 
     # A delete of one row is covered too.
-    gone = run(agent, owner, [tool_reply("write_back", {"data_source_id": source.pk, "table_name": "tickets",
-                                                        "operation": "delete", "data": {}, "conditions": {"id": 6}},
-                                         call_id="d1"), text_reply("Done.")])
+    gone = run(
+        agent,
+        owner,
+        [
+            tool_reply(
+                "write_back",
+                {
+                    "data_source_id": source.pk,
+                    "table_name": "tickets",
+                    "operation": "delete",
+                    "data": {},
+                    "conditions": {"id": 6},
+                },
+                call_id="d1",
+            ),
+            text_reply("Done."),
+        ],
+    )
     assert gone.status == Execution.Status.COMPLETED
     assert source.count("SELECT count(*) FROM tickets WHERE id = 6") == 0
     assert applied(gone, "d1").details["operation"] == "delete"
 
     # Three rows: over the ceiling, it asks, and the card says why the grant did not apply.
-    over = run(agent, owner, [tool_reply("write_back", {**call(source, priority="low"), "data": {"priority": "high"}},
-                                         call_id="o1")])
+    over = run(
+        agent,
+        owner,
+        [tool_reply("write_back", {**call(source, priority="low"), "data": {"priority": "high"}}, call_id="o1")],
+    )
     assert over.status == Execution.Status.AWAITING_APPROVAL
     asked = pending(over)
-    assert f"Grant #{grant.pk} did not apply: the preview shows 4 rows, more than its ceiling of 2." \
-        in asked.risk_context
+    assert (
+        f"Grant #{grant.pk} did not apply: the preview shows 4 rows, more than its ceiling of 2." in asked.risk_context
+    )
     assert asked.preview["rows_affected"] == 4
     assert source.count("SELECT count(*) FROM tickets WHERE priority = 'high'") == 1  # nothing written
     grant.refresh_from_db()
@@ -179,8 +212,12 @@ def test_a_grant_covers_updates_and_deletes_within_its_row_ceiling(agent, owner,
 
 def test_a_grant_never_covers_an_update_without_a_preview(agent, owner, editor, source):
     first = run(agent, owner, [tool_reply("write_back", call(source, id=[1]), call_id="g1")])
-    approval_resolve(user=editor, approval_id=pending(first).pk, status="approved",
-                     scope=ScopeChoice(scope=ApprovalScope.GRANT, grant=GrantTerms(expires_in_days=7, max_rows=5)))
+    approval_resolve(
+        user=editor,
+        approval_id=pending(first).pk,
+        status="approved",
+        scope=ScopeChoice(scope=ApprovalScope.GRANT, grant=GrantTerms(expires_in_days=7, max_rows=5)),
+    )
     resume(first, [text_reply("Done.")])
 
     with mock.patch.object(effects, "write_back_preview", side_effect=RuntimeError("source down")):
