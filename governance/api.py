@@ -316,6 +316,7 @@ class ApprovalVoteSerializer(serializers.Serializer):
     comment = serializers.CharField(read_only=True)
     round = serializers.IntegerField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
+    preview_fingerprint = serializers.CharField(read_only=True)  # the effect preview it approved
 
 
 class ApprovalQuorumSerializer(serializers.Serializer):
@@ -326,6 +327,7 @@ class ApprovalQuorumSerializer(serializers.Serializer):
     round = serializers.IntegerField(read_only=True)
     approvals = ApprovalVoteSerializer(many=True, read_only=True)
     superseded = ApprovalVoteSerializer(many=True, read_only=True)
+    older_preview = ApprovalVoteSerializer(many=True, read_only=True)  # approvals of a preview no longer current
     rejections = ApprovalVoteSerializer(many=True, read_only=True)
     edited_args = serializers.JSONField(read_only=True, allow_null=True)
     you_approved = serializers.BooleanField(read_only=True)

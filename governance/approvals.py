@@ -64,8 +64,13 @@ def approval_request_open(
     ``approval_rules`` (the agent version's) set the quorum and the escalation chain
     (governance.quorum, governance.escalation)."""
     existing = ApprovalRequest.objects.filter(execution_id=execution_id, tool_call_id=call_id).first()
-    if existing is not None:
+    reopens = payload.get("reopens")  # paused again at write time: a new request (governance.reopen)
+    if existing is not None and not (reopens and existing.status != ApprovalRequest.Status.PENDING):
         return existing
+    if reopens:
+        from governance.reopen import reopened_preview
+
+        payload = {**payload, "preview": reopened_preview(execution_id=execution_id, payload=payload)}
     workspace = Workspace.objects.get(pk=workspace_id)
     now = timezone.now()
     approval = ApprovalRequest.objects.create(
@@ -94,6 +99,10 @@ def approval_request_open(
                  **({"required_approvals": approval.required_approvals} if approval.required_approvals > 1 else {}),
                  **({"escalation": approval.escalation_chain} if approval.escalation_chain else {})},
     )
+    if reopens:
+        from governance.reopen import reopen_audit
+
+        reopen_audit(approval=approval, organization_id=workspace.organization_id, payload=payload)
     approval_notify(approval_id=approval.pk)
     return approval
 
@@ -291,6 +300,7 @@ def approval_decide(
     *, approval_id, user, status: str, modified_args: dict | None = None, comment: str = "",
     channel: str = DecisionChannel.API,
     arguments_round: int | None = None,
+    preview_fingerprint: str | None = None,
 ) -> ApprovalRequest:
     """Record one decision. Caller runs this inside a transaction and queues the
     resume after it; a second decision on the same request gets 409.
@@ -309,7 +319,8 @@ def approval_decide(
         raise Conflict("This approval request has expired.", code="expired")
     # Quorum (issue 29 §3): a vote; None while more approvals are needed.
     quorum_round_check(approval=approval, arguments_round=arguments_round)
-    decision = quorum_vote(approval=approval, user=user, status=status, modified_args=modified_args, comment=comment)
+    decision = quorum_vote(approval=approval, user=user, status=status, modified_args=modified_args, comment=comment,
+                           fingerprint=preview_fingerprint)
     if decision is None:
         return approval
     status, modified_args = decision

@@ -137,10 +137,11 @@ def call_target(arguments: dict) -> tuple[int | None, str]:
     return source, policy_name_key(table) if isinstance(table, str) else ""
 
 
-def call_rows(arguments: dict) -> int | None:
-    """How many rows a call touches, when its arguments say so before it runs: an insert
-    its listed rows, a call that is not a data write one. An update or a delete changes
-    the rows its conditions match, unknown until it runs: None (a grant then asks)."""
+def call_rows(arguments: dict, preview: dict | None = None) -> int | None:
+    """How many rows a call touches: an insert its listed rows, a call that is not a data
+    write one. An update or a delete changes the rows its conditions match, known only
+    from its effect preview (computed just now, rolled back): its row count, or None
+    (a grant then asks) when there is no preview."""
     if "sql" in arguments or "query" in arguments:
         return None  # a query's rows are known only once it ran
     operation = arguments.get("operation")
@@ -149,6 +150,9 @@ def call_rows(arguments: dict) -> int | None:
     if operation == "insert":
         data = arguments.get("data")
         return len(data) if isinstance(data, list) else 1
+    if preview and preview.get("available") and preview.get("kind") == "rows" \
+            and preview.get("operation") == operation:
+        return int(preview.get("rows_affected") or 0)
     return None
 
 
@@ -262,23 +266,28 @@ def _scoped_approval(*, execution_id: int, session_execution_ids, requester_id, 
     return None
 
 
-def _grant_covers(grant: ApprovalGrant, *, requester_id, tool_name: str, arguments: dict) -> bool:
+def _grant_refusal(grant: ApprovalGrant, *, requester_id, tool_name: str, arguments: dict,
+                   preview: dict | None) -> str | None:
+    """Why ``grant`` does not cover this call, or None when it does."""
     if not _requester_rule_allows(approver_id=grant.granted_by_id, requester_id=requester_id,
                                   workspace=grant.workspace):
-        return False  # never the grantor's own run by proxy
+        return "it was granted by this run's requester"  # never the grantor's own run by proxy
     if grant.granted_by is None or not roles_allow(
             resolver_roles(user=grant.granted_by, workspace=grant.workspace), grant):
-        return False  # the grantor may no longer approve such requests
-    rows = call_rows(arguments)
-    if rows is None or rows > grant.max_rows:
-        return False
+        return "its grantor may no longer approve such requests"
+    rows = call_rows(arguments, preview)
+    if rows is None:
+        return "the rows this call would change are unknown (no preview)"
+    if rows > grant.max_rows:
+        return (f"the preview shows {rows} row{'s' if rows != 1 else ''}, more than its ceiling of "
+                f"{grant.max_rows}")
     if not grant.condition:
-        return True
+        return None
     try:
         tree = _condition_tree(grant.condition)
     except expressions.ExpressionError:
-        return False
-    return _condition_holds(tree, tool_name, arguments)
+        return "its condition cannot be read"
+    return None if _condition_holds(tree, tool_name, arguments) else "its condition does not hold for this call"
 
 
 def _grant_claim(grant: ApprovalGrant) -> bool:
@@ -289,35 +298,47 @@ def _grant_claim(grant: ApprovalGrant) -> bool:
         uses=F("uses") + 1, last_used_at=now) == 1
 
 
-def _covering_grant(*, workspace_id: int, agent_id, requester_id, tool_name: str,
-                    arguments: dict) -> ApprovalGrant | None:
+def _covering_grant(*, workspace_id: int, agent_id, requester_id, tool_name: str, arguments: dict,
+                    preview: dict | None) -> tuple[ApprovalGrant | None, str]:
+    """The grant that covers this call (its use claimed), or None and why the first grant
+    for this tool and table did not ("" when there is none)."""
     source, target = call_target(arguments)
     grants = (ApprovalGrant.objects.filter(workspace_id=workspace_id, agent_id=agent_id, tool_name=tool_name,
                                            data_source_id=source, target=target, revoked_at__isnull=True,
                                            expires_at__gt=timezone.now())
               .select_related("workspace", "granted_by").order_by("pk"))
+    declined = ""
     for grant in grants:
-        if _grant_covers(grant, requester_id=requester_id, tool_name=tool_name, arguments=arguments) \
-                and _grant_claim(grant):
-            return grant
-    return None
+        refusal = _grant_refusal(grant, requester_id=requester_id, tool_name=tool_name, arguments=arguments,
+                                 preview=preview)
+        if refusal is None and _grant_claim(grant):
+            return grant, ""
+        if refusal and not declined:
+            declined = f"Grant #{grant.pk} did not apply: {refusal}."
+    return None, declined
 
 
 def standing_approval_find(*, workspace_id: int, agent_id, execution_id: int, session_execution_ids,
-                           requester_id, call_id: str, tool_name: str, arguments: dict) -> dict | None:
-    """The resolution that lets this call through without asking, or None to ask.
+                           requester_id, call_id: str, tool_name: str, arguments: dict,
+                           preview: dict | None = None) -> dict | None:
+    """The resolution that lets this call through without asking, None to ask, or
+    ``{"declined": why}`` to ask and tell the approver why a grant did not apply.
 
     Asked by the engine (through the durable run's hook) only for a call the gate
     answered APPROVAL_REQUIRED. ``session_execution_ids`` are the runs of this run's
-    conversation (None outside one). The use is audited here, one entry per call."""
+    conversation (None outside one). ``preview`` is the call's effect, computed by the
+    engine just now (rolled back): a grant's row ceiling is held to its row count, and
+    the resolution's ``effect_terms`` bind the write to it (the write commits only if
+    its effect is still that one, datasources.effects). The use is audited here, one
+    entry per call."""
     approval = _scoped_approval(execution_id=execution_id, session_execution_ids=session_execution_ids,
                                 requester_id=requester_id, tool_name=tool_name, arguments=arguments)
-    grant = None
+    grant, declined = None, ""
     if approval is None and agent_id is not None:
-        grant = _covering_grant(workspace_id=workspace_id, agent_id=agent_id, requester_id=requester_id,
-                                tool_name=tool_name, arguments=arguments)
+        grant, declined = _covering_grant(workspace_id=workspace_id, agent_id=agent_id, requester_id=requester_id,
+                                          tool_name=tool_name, arguments=arguments, preview=preview)
     if approval is None and grant is None:
-        return None
+        return {"declined": declined} if declined else None
     if grant is not None:
         who = grant.granted_by
         text = f"allowed by grant #{grant.pk} from {person_label(who)}, expires {_when(grant.expires_at)}"
@@ -332,13 +353,30 @@ def standing_approval_find(*, workspace_id: int, agent_id, execution_id: int, se
         workspace = approval.workspace
     resolution.update({"status": ResolutionStatus.APPROVED.value, "resolved_by": str(who.pk) if who else None,
                        "standing": True, "text": text})
+    terms = _standing_terms(resolution, grant=grant, preview=preview)
+    if terms is not None:
+        resolution["effect_terms"] = terms
     audit_record(
         organization_id=workspace.organization_id, workspace_id=workspace_id, event_type=SCOPE_USED,
         execution_id=execution_id, agent_id=agent_id, approval_id=resolution.get("approval_id"),
         details={"tool_name": tool_name, "call_id": call_id, "arguments": arguments, "scope": resolution["scope"],
-                 "grant_id": resolution.get("grant_id"), "approved_by": resolution["resolved_by"], "text": text},
+                 "grant_id": resolution.get("grant_id"), "approved_by": resolution["resolved_by"], "text": text,
+                 "preview_fingerprint": (terms or {}).get("fingerprint"),
+                 "rows_affected": (preview or {}).get("rows_affected") if preview else None},
     )
     return resolution
+
+
+def _standing_terms(resolution: dict, *, grant: ApprovalGrant | None, preview: dict | None) -> dict | None:
+    """What the write let through must hold to: the fresh preview's fingerprint and, for
+    a grant, its row ceiling (both checked in the write's own transaction)."""
+    fingerprint = preview.get("fingerprint") if preview and preview.get("available") else None
+    max_rows = grant.max_rows if grant is not None else None
+    if not fingerprint and max_rows is None:
+        return None
+    return {"fingerprint": fingerprint or None, "max_rows": max_rows, "allowed_by": resolution["text"],
+            "scope": resolution["scope"], "grant_id": resolution.get("grant_id"),
+            "approval_id": resolution.get("approval_id")}
 
 
 def standing_uses_of_execution(*, execution_id: int) -> list[AuditLogEntry]:

@@ -141,6 +141,9 @@ class ApprovalVote(models.Model):
     comment = models.TextField(blank=True)
     modified_args = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # The effect preview the vote approved (its fingerprint; "" without a preview): a vote
+    # of a preview that is no longer the request's current one does not count.
+    preview_fingerprint = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["created_at", "pk"]

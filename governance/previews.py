@@ -36,6 +36,7 @@ from rivercore.steps import edited_arguments
 from rivercore.tools import get_tool
 from rivercore.types.governance import ResolutionStatus
 from rivercore.types.previews import EffectPreview, stale_note
+from tenancy.models import Workspace
 
 MAX_ROWS_CEILING = 1_000_000
 
@@ -140,22 +141,33 @@ def effect_terms_record(approval: ApprovalRequest, terms: dict | None) -> None:
     approval.save(update_fields=["resolution"])
 
 
-def approved_write_audit(*, execution_id: int, call_id: str, effect: EffectPreview, terms: dict) -> None:
+def approved_write_audit(*, execution_id: int, call_id: str, effect: EffectPreview, terms: dict,
+                         workspace_id: int | None = None, agent_id=None) -> None:
     """The audit entry of an approved write: the preview's fingerprint and what it
     changed (the count and the keys), so "what exactly did the agent change" has an
-    answer later."""
+    answer later. A write a scope or a grant let through (``terms["allowed_by"]``: "allowed
+    by grant #7 from Ana, …") has no request of its own: its entry names what allowed it."""
     approval = (ApprovalRequest.objects.select_related("workspace")
                 .filter(execution_id=execution_id, tool_call_id=call_id).first())
-    if approval is None:
-        return
+    standing = terms.get("allowed_by")
+    if approval is not None and not standing:
+        workspace, agent_id, approval_id = approval.workspace, approval.agent_id, approval.pk
+    else:
+        workspace = Workspace.objects.filter(pk=workspace_id).first() if workspace_id else None
+        if workspace is None:
+            return
+        approval_id = terms.get("approval_id")
     audit_record(
-        organization_id=approval.workspace.organization_id, workspace_id=approval.workspace_id,
-        event_type="approved_write_applied", execution_id=execution_id, agent_id=approval.agent_id,
-        approval_id=approval.pk,
-        details={"tool_name": approval.tool_name, "target": effect.target, "operation": effect.operation,
+        organization_id=workspace.organization_id, workspace_id=workspace.pk,
+        event_type="approved_write_applied", execution_id=execution_id, agent_id=agent_id,
+        approval_id=approval_id,
+        details={"tool_name": approval.tool_name if approval is not None and not standing else terms.get("tool_name"),
+                 "call_id": call_id, "target": effect.target, "operation": effect.operation,
                  "preview_fingerprint": terms.get("fingerprint"), "applied_fingerprint": effect.fingerprint,
                  "max_rows": terms.get("max_rows"), "rows_affected": effect.rows_affected,
-                 "keys": [json.loads(key) for key, _ in effect.index]},
+                 "keys": [json.loads(key) for key, _ in effect.index],
+                 **({"allowed_by": standing, "scope": terms.get("scope"), "grant_id": terms.get("grant_id")}
+                    if standing else {})},
     )
 
 

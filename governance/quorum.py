@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Case, Exists, OuterRef, Q, QuerySet, When
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from governance import expressions
@@ -121,13 +122,26 @@ def approval_quorum_fields(*, rules: ApprovalRules | None, payload: dict, now) -
 # --- voting ------------------------------------------------------------------------
 
 
+def current_fingerprint(approval: ApprovalRequest) -> str:
+    """The fingerprint of the preview now under vote: the edit's in an edited round."""
+    shown = approval.preview_edit if approval.quorum_args is not None else approval.preview
+    return str((shown or {}).get("fingerprint") or "")
+
+
+def _of_current_preview(approval: ApprovalRequest) -> Q:
+    """Votes of the preview under vote now. A vote of an older preview (the data moved
+    since, and the request shows a fresh one) approved another effect: it does not
+    count. A vote without a fingerprint (a call without a preview) counts."""
+    return Q(preview_fingerprint="") | Q(preview_fingerprint=current_fingerprint(approval))
+
+
 def _current_approvals(approval: ApprovalRequest) -> int:
-    return ApprovalVote.objects.filter(approval=approval, round=approval.quorum_round,
+    return ApprovalVote.objects.filter(_of_current_preview(approval), approval=approval, round=approval.quorum_round,
                                        decision__in=APPROVALS_COUNTED).count()
 
 
 def quorum_vote(*, approval: ApprovalRequest, user, status: str, modified_args: dict | None,
-                comment: str) -> tuple[str, dict | None] | None:
+                comment: str, fingerprint: str | None = None) -> tuple[str, dict | None] | None:
     """Record ``user``'s vote on a pending ``approval`` that needs several approvers.
 
     Caller (``approval_decide``) holds the request's row lock and has authorized the
@@ -143,7 +157,7 @@ def quorum_vote(*, approval: ApprovalRequest, user, status: str, modified_args: 
                                                         "comment": comment or "", "modified_args": None})
         return status, None
     if status != ResolutionStatus.EDITED_APPROVED and ApprovalVote.objects.filter(
-            approval=approval, user=user, round=approval.quorum_round).exists():
+            _of_current_preview(approval), approval=approval, user=user, round=approval.quorum_round).exists():
         raise Conflict("You have already approved this request; it needs another approver.",
                        code="already_approved")
     if status == ResolutionStatus.EDITED_APPROVED:
@@ -151,8 +165,12 @@ def quorum_vote(*, approval: ApprovalRequest, user, status: str, modified_args: 
         approval.quorum_round += 1
         approval.quorum_args = modified_args
         approval.save(update_fields=["quorum_round", "quorum_args"])
-    ApprovalVote.objects.create(approval=approval, user=user, round=approval.quorum_round,
-                                decision=status, comment=comment or "", modified_args=modified_args)
+    # One vote per person and round: approving the fresh preview replaces the same
+    # person's vote of an older one.
+    ApprovalVote.objects.update_or_create(
+        approval=approval, user=user, round=approval.quorum_round,
+        defaults={"decision": status, "comment": comment or "", "modified_args": modified_args,
+                  "preview_fingerprint": fingerprint or "", "created_at": timezone.now()})
     given = _current_approvals(approval)
     if given >= approval.required_approvals:
         if approval.quorum_args is not None:
@@ -186,7 +204,8 @@ def quorum_outcome_details(approval: ApprovalRequest) -> dict:
     """For the deciding audit entry: who approved, in the deciding round."""
     if approval.required_approvals <= 1:
         return {}
-    voters = list(ApprovalVote.objects.filter(approval=approval, round=approval.quorum_round,
+    voters = list(ApprovalVote.objects.filter(_of_current_preview(approval), approval=approval,
+                                              round=approval.quorum_round,
                                               decision__in=APPROVALS_COUNTED).values_list("user_id", flat=True))
     return {"required_approvals": approval.required_approvals, "approved_by": voters,
             "round": approval.quorum_round}
@@ -200,9 +219,14 @@ def quorum_not_yet_approved_by(pending: QuerySet, *, user) -> QuerySet:
     (for the frame's badge: those wait on other people now). One subquery, no statement."""
     if getattr(user, "pk", None) is None:
         return pending
-    given = ApprovalVote.objects.filter(approval=OuterRef("pk"), user_id=user.pk, round=OuterRef("quorum_round"),
-                                        decision__in=APPROVALS_COUNTED)
-    return pending.exclude(Exists(given))
+    # A vote of an older preview (the data moved since) no longer counts: the request waits
+    # on its voter again.
+    under_vote = Case(When(quorum_args__isnull=True, then=KT("preview__fingerprint")),
+                      default=KT("preview_edit__fingerprint"))
+    given = ApprovalVote.objects.filter(
+        Q(preview_fingerprint="") | Q(preview_fingerprint=OuterRef("fingerprint_under_vote")),
+        approval=OuterRef("pk"), user_id=user.pk, round=OuterRef("quorum_round"), decision__in=APPROVALS_COUNTED)
+    return pending.annotate(fingerprint_under_vote=under_vote).exclude(Exists(given))
 
 
 def quorum_state(approval: ApprovalRequest, *, user=None) -> dict | None:
@@ -213,7 +237,10 @@ def quorum_state(approval: ApprovalRequest, *, user=None) -> dict | None:
         return None
     prefetched = "votes" in getattr(approval, "_prefetched_objects_cache", {})  # list views prefetch them
     votes = list(approval.votes.all() if prefetched else approval.votes.select_related("user"))
-    current = [v for v in votes if v.round == approval.quorum_round and v.decision in APPROVALS_COUNTED]
+    fingerprint = current_fingerprint(approval)
+    this_round = [v for v in votes if v.round == approval.quorum_round and v.decision in APPROVALS_COUNTED]
+    current = [v for v in this_round if v.preview_fingerprint in ("", fingerprint)]
+    older_preview = [v for v in this_round if v.preview_fingerprint not in ("", fingerprint)]
     superseded = [v for v in votes if v.round < approval.quorum_round and v.decision in APPROVALS_COUNTED]
     user_id = getattr(user, "pk", None)
     return {
@@ -221,6 +248,7 @@ def quorum_state(approval: ApprovalRequest, *, user=None) -> dict | None:
         "given": len(current),
         "approvals": current,
         "superseded": superseded,
+        "older_preview": older_preview,  # approvals of a preview the data has moved away from
         "rejections": [v for v in votes if v.decision == ApprovalVote.Decision.REJECTED],
         "round": approval.quorum_round,
         "edited_args": approval.quorum_args,

@@ -68,6 +68,7 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
                 approval_id=approval.pk, user=user, status=status, modified_args=modified_args, comment=comment,
                 channel=channel,
                 arguments_round=arguments_round,
+                preview_fingerprint=(terms or {}).get("fingerprint"),  # a vote counts for this preview only
             )
             if decided.status == ApprovalRequest.Status.PENDING:  # a vote; the quorum is not complete yet
                 return decided

@@ -199,6 +199,11 @@ class ApprovalRequestPayload(BaseModel):
     # for, and the rows the call concerns when known (a data export's row count).
     required_approvals: int = 1
     rows: int | None = None
+    # A call paused again at write time (docs/approvals.md "Effect preview"): the data
+    # moved after the approval, or the ceiling was exceeded, so nothing was written.
+    # {"approval_id": the request it follows, or None after a scope or a grant,
+    #  "code": "preview_stale" | "row_ceiling_exceeded", "fingerprint": the one agreed}.
+    reopens: dict[str, Any] | None = None
 
 
 class InteractionType(StrEnum):

@@ -61,7 +61,7 @@ from rivercore.llm import (
 )
 from rivercore.observation import observation_byte_limit, observation_fit
 from rivercore.ports import blocking_call, drive
-from rivercore.previews import effect_preview
+from rivercore.previews import EFFECT_MOVED, effect_moved_preview, effect_preview
 from rivercore.state import RUNNER_MODEL, RunState, call_hash, step
 from rivercore.steps import tool_message
 from rivercore.text import json_storable, text_storable
@@ -189,11 +189,13 @@ class EngineHooks(Protocol):
     def approved_call_failed(self, state: RunState, *, call_id: str, tool_name: str, error: dict[str, Any]) -> None:
         """A call a person approved was dispatched and failed (optional hook)."""
 
-    def standing_approval(self, state: RunState, *, call_id: str, tool_name: str,
-                          arguments: dict[str, Any]) -> dict[str, Any] | None:
+    def standing_approval(self, state: RunState, *, call_id: str, tool_name: str, arguments: dict[str, Any],
+                          preview: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """Scopes (optional hook): the resolution of an earlier approval for this run or
         conversation, or of a standing grant, that lets this call through without asking
-        (recorded and audited by the hook), or None to ask."""
+        (recorded and audited by the hook; its ``effect_terms`` bind the write to
+        ``preview``, the call's effect computed just now), or None to ask, or
+        ``{"declined": why}`` to ask and tell the approver why a grant did not apply."""
 
 
 class ToolRunner(Protocol):
@@ -748,13 +750,18 @@ class Engine:
                 await self._io(self.hooks.auto_approved, state, call_id=call.id, tool_name=call.name,
                                arguments=args, condition=condition)
             return None
-        standing = await self._standing_approval(state, call, args)  # scopes: governance.grants
-        if standing is not None:
+        # The effect (issue 29 §1), computed before a scope or a grant is asked: one that
+        # lets the call through binds the write to it (the write checks it in its own
+        # transaction), and a grant's row ceiling is held to its row count.
+        payload.preview = await self._effect_preview(state, call, tool, args, verdict)
+        standing = await self._standing_approval(state, call, args, payload.preview)  # scopes: governance.grants
+        if standing is not None and standing.get("declined"):
+            payload.risk_context = f"{payload.risk_context} {standing['declined']}"
+        elif standing is not None:
             self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED,
                       output={**policy, "approval_request": payload.model_dump(mode="json"),
                               "resolution": standing}, **common)
             return None
-        payload.preview = await self._effect_preview(state, call, tool, args, verdict)  # issue 29 §1
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.PENDING,
                   output={**policy, "approval_request": payload.model_dump(mode="json")}, **common)
         return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
@@ -773,13 +780,44 @@ class Engine:
         preview = await self._io(effect_preview, tool, ctx, args)
         preview.policy_id = str(verdict.policy_id) if verdict.policy_id else None
         return preview.model_dump(mode="json")
-    async def _standing_approval(self, state: RunState, call: LLMToolCall,
-                                 args: dict[str, Any]) -> dict[str, Any] | None:
+    def _effect_moved(self, state: RunState, call: LLMToolCall, args: dict[str, Any], error: ToolError,
+                      terms: dict[str, Any]) -> Outcome:
+        """The approved write found, in its own transaction, that its effect is not the
+        agreed one (the data moved, or it is over the ceiling) and rolled back: nothing
+        was written. The call pauses again with the fresh preview and a note of what
+        moved (docs/approvals.md, "Effect preview"); a new approval request opens for it
+        and the earlier decision no longer holds (rivercore.state)."""
+        resolution = state.resolutions.get(call.id) or {}
+        before = state.governance_pending.get(call.id)
+        agreed = _agreed_preview(state, call.id, terms.get("fingerprint"))
+        fresh = effect_moved_preview(error.details or {}, terms=terms, arguments=args, agreed=agreed)
+        standing = bool(resolution.get("standing"))
+        payload = ApprovalRequestPayload(
+            tool_name=call.name, proposed_payload=args,
+            reasoning_summary=before.reasoning_summary if before else self._reasoning_summary(state),
+            risk_context=before.risk_context if before else f"Write tool {call.name}.",
+            confidence_score=before.confidence_score if before else None,
+            auto_approve_eligible=before.auto_approve_eligible if before else False,
+            required_approvals=before.required_approvals if before else 1,
+            rows=before.rows if before else None,
+            preview=fresh.model_dump(mode="json"),
+            reopens={"approval_id": None if standing else resolution.get("approval_id"),
+                     "code": (error.details or {}).get("code"), "fingerprint": terms.get("fingerprint"),
+                     "max_rows": terms.get("max_rows"), "standing": resolution.get("text") if standing else None},
+        )
+        message = fresh.stale.message if fresh.stale else error.message
+        self._add(state, StepType.GOVERNANCE_CHECK, tool_name=call.name, call_id=call.id, input=args,
+                  governance_decision=Decision.APPROVAL_REQUIRED, status=StepStatus.PENDING,
+                  output={"reason": message, "effect_moved": True, "approval_request": payload.model_dump(mode="json")})
+        return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
+
+    async def _standing_approval(self, state: RunState, call: LLMToolCall, args: dict[str, Any],
+                                 preview: dict[str, Any] | None) -> dict[str, Any] | None:
         """Asked only where the gate wants an approval (never for a blocked call)."""
         ask = getattr(self.hooks, "standing_approval", None)
         if ask is None:
             return None
-        return await self._io(ask, state, call_id=call.id, tool_name=call.name, arguments=args)
+        return await self._io(ask, state, call_id=call.id, tool_name=call.name, arguments=args, preview=preview)
 
     def _blocked(self, state: RunState, call: LLMToolCall, args: dict[str, Any], verdict: GovernanceResult,
                  record: bool = True) -> bool:
@@ -866,6 +904,8 @@ class Engine:
             await self._sleep(RETRY_DELAYS[attempts])
             attempts += 1
         duration = int((time.monotonic() - started) * 1000)
+        if error is not None and approved_effect and (error.details or {}).get("code") in EFFECT_MOVED:
+            return self._effect_moved(state, call, args, error, approved_effect)
 
         if tool.awaits_result and error is None:
             reference = tool.output_model.model_validate(
@@ -1017,6 +1057,21 @@ DATA_TOOLS = frozenset({"execute_query", "write_back"})
 # What a saved file's reference in output_artifacts carries (ids and names, never the data).
 ARTIFACT_REF_KEYS = ("artifact_id", "name", "version", "content_type", "data_source_id", "table")
 WRITE_DATA_TOOLS = frozenset({"write_back"})
+
+
+def _agreed_preview(state: RunState, call_id: str, fingerprint: str | None) -> dict[str, Any] | None:
+    """The preview with ``fingerprint`` that a governance step of the call carries (the
+    pause's, or the one a scope or a grant let through), or None."""
+    if not fingerprint:
+        return None
+    for earlier in reversed(state.steps):
+        if earlier.step_type != StepType.GOVERNANCE_CHECK or earlier.call_id != call_id:
+            continue
+        output = earlier.output if isinstance(earlier.output, dict) else {}
+        preview = (output.get("approval_request") or {}).get("preview")
+        if isinstance(preview, dict) and preview.get("fingerprint") == fingerprint:
+            return preview
+    return None
 
 
 def summary_build(state: RunState) -> str:

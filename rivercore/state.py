@@ -242,6 +242,10 @@ class RunState(BaseModel):
         if step.governance_decision == "APPROVAL_REQUIRED" and step.status == StepStatus.PENDING and step.call_id:
             payload = ApprovalRequestPayload.model_validate(output["approval_request"])
             self.governance_pending[step.call_id] = payload
+            # Paused again at write time (payload.reopens): that write rolled back, so its
+            # intent is closed, and the earlier approval no longer holds; a new one will.
+            self.intents_recorded.discard(step.call_id)
+            self.resolutions.pop(step.call_id, None)
             self.pending = PendingCall(
                 kind="approval", call_id=step.call_id, tool_name=step.tool_name or "",
                 arguments=payload.proposed_payload, turn=step.turn, approval=payload,

@@ -142,6 +142,9 @@ def _approval_or_404(user, approval_id) -> ApprovalRequest:
         raise Http404(exc.message) from None
 
 
+STALE_ERROR = "Nothing was decided: the effect changed. Look at the new preview before you decide again."
+
+
 @page_login_required
 @require_GET
 def approval_page(request, approval_id):
@@ -175,7 +178,9 @@ def approval_resolve_card(request, approval_id):
             status_code = exc.status_code
             details = exc.details if isinstance(exc.details, dict) else {}
             # Field messages only (a stale preview's details carry the preview, shown on the card).
-            error = {"message": exc.message,
+            # A stale preview's note of what moved is shown once, above the fresh table.
+            message = STALE_ERROR if getattr(exc, "code", "") == "preview_stale" else exc.message
+            error = {"message": message,
                      "details": {field: msgs for field, msgs in details.items() if isinstance(msgs, list)}}
             approval.refresh_from_db()
     card = approval_card(user=request.user, approval=approval, error=error, submitted=request.POST if error else None)

@@ -52,7 +52,8 @@ def quorum_card(*, user, approval: ApprovalRequest, context: dict, submitted: di
     if state is None:
         return extra
     state = {**state, "missing": max(state["required"] - state["given"], 0),
-             "approvers": _people(state["approvals"]), "voided": _people(state["superseded"])}
+             "approvers": _people(state["approvals"]), "voided": _people(state["superseded"]),
+             "older_preview": _people(state["older_preview"])}
     if state["edited_args"] is not None:
         state["edited_json"] = _pretty(state["edited_args"])
         state["changes"] = json_changes(approval.proposed_payload, state["edited_args"])

@@ -429,8 +429,8 @@ class RecordedStanding:
     def auto_approved(self, state: RunState, **_call: Any) -> None:
         return None
 
-    def standing_approval(self, state: RunState, *, call_id: str, tool_name: str,
-                          arguments: dict[str, Any]) -> dict[str, Any] | None:
+    def standing_approval(self, state: RunState, *, call_id: str, tool_name: str, arguments: dict[str, Any],
+                          preview: dict[str, Any] | None = None) -> dict[str, Any] | None:
         wanted = (tool_name, _canonical(arguments))
         for index, (tool, canonical, resolution) in enumerate(self.allowed):
             if (tool, canonical) == wanted:

@@ -157,7 +157,7 @@ class _DurableHooks:
 
         approval_action_failed(execution_id=self.execution.pk, call_id=call_id, error=error)
 
-    def standing_approval(self, state, *, call_id, tool_name, arguments) -> dict | None:
+    def standing_approval(self, state, *, call_id, tool_name, arguments, preview=None) -> dict | None:
         """Scopes: governance.grants decides and audits; this only says which run and
         which conversation the call is in."""
         from governance.grants import standing_approval_find
@@ -168,7 +168,7 @@ class _DurableHooks:
         return standing_approval_find(
             workspace_id=execution.workspace_id, agent_id=execution.agent_id, execution_id=execution.pk,
             session_execution_ids=session_runs, requester_id=execution.requester_id, call_id=call_id,
-            tool_name=tool_name, arguments=arguments)
+            tool_name=tool_name, arguments=arguments, preview=preview)
 
     def auto_approved(self, state, *, call_id, tool_name, arguments, condition) -> None:
         audit_record(

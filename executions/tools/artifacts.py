@@ -168,9 +168,12 @@ def save_artifact(ctx: ToolContext, args: SaveArtifactInput) -> SaveArtifactOutp
     terms = ctx.extras.get("approved_effect") or {}
 
     def create(ctx: ToolContext, args: SaveArtifactInput) -> Artifact:
-        if terms.get("fingerprint") and save_artifact_preview(ctx, args).fingerprint != terms["fingerprint"]:
+        fresh = save_artifact_preview(ctx, args) if terms.get("fingerprint") else None
+        if fresh is not None and fresh.fingerprint != terms["fingerprint"]:
+            # The engine pauses the call again with this fresh preview (rivercore.previews).
             raise ToolError(ToolErrorKind.FAILED, "Another version of the file was saved after the preview was "
-                            "approved; nothing was saved.", {"code": "preview_stale"})
+                            "approved; nothing was saved.",
+                            {"code": "preview_stale", "preview": fresh.model_dump(mode="json")})
         artifact = _call_store(lambda: artifact_create_from_run(
             workspace=workspace, execution_id=ctx.execution_id, created_by=user, name=args.name,
             content=args.content))

@@ -300,12 +300,15 @@ def write_back_checked(ctx: ToolContext, source, args: WriteBackInput, terms: di
                 data_source=source, table_name=args.table_name, operation=args.operation, data=args.data,
                 conditions=args.conditions, terms=agreed)
         except (effects.EffectChanged, effects.CeilingExceeded) as exc:
-            # Nothing was written; not retried (the same data gives the same answer).
-            raise ToolError(ToolErrorKind.FAILED, exc.message, {"code": exc.code, **exc.details}) from None
+            # Nothing was written; not retried (the same data gives the same answer). The
+            # engine pauses the call again with this fresh preview (rivercore.previews).
+            raise ToolError(ToolErrorKind.FAILED, exc.message,
+                            {"code": exc.code, **exc.details, "preview": exc.fresh.model_dump(mode="json")}) from None
 
     applied = tool_db_call(apply)
     approved_write_audit(execution_id=ctx.execution_id, call_id=str(ctx.extras.get("call_id") or ""),
-                         effect=applied, terms=terms)
+                         effect=applied, terms={**terms, "tool_name": "write_back"},
+                         workspace_id=ctx.extras.get("workspace_id"), agent_id=ctx.agent.agent_id)
     verb = {"insert": "Inserted", "update": "Updated", "delete": "Deleted"}[args.operation]
     return WriteBackOutput(success=True, rows_affected=applied.rows_affected,
                            message=f"{verb} {applied.rows_affected} row(s) in {applied.target} (the approved effect).")

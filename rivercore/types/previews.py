@@ -31,6 +31,11 @@ class StaleNote(BaseModel):
     changed: int = 0  # rows still matched whose before-values changed
     previous_fingerprint: str = ""
     message: str = ""
+    # Set when the write found more rows than the approver's (or the grant's) ceiling.
+    max_rows: int | None = None
+    # Set when it was the write itself that found the change (after the approval): it
+    # rolled back and the call waits for a new decision.
+    at_write: bool = False
 
 
 class EffectPreview(BaseModel):
@@ -96,3 +101,10 @@ def stale_note(old: EffectPreview, new: EffectPreview) -> StaleNote:
     message = "The data changed since the preview: " + ", ".join(parts) + ". Review the new preview."
     return StaleNote(no_longer_match=gone, new_matches=added, changed=changed,
                      previous_fingerprint=old.fingerprint, message=message)
+
+
+def ceiling_note(fresh: EffectPreview, *, max_rows: int, previous_fingerprint: str = "") -> StaleNote:
+    rows = f"{fresh.rows_affected} row{'s' if fresh.rows_affected != 1 else ''}"
+    return StaleNote(max_rows=max_rows, previous_fingerprint=previous_fingerprint,
+                     message=f"The write would now change {rows}, more than the ceiling of {max_rows}; "
+                             "nothing was written. Review the new preview.")

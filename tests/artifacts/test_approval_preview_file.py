@@ -60,3 +60,33 @@ def test_a_version_saved_meanwhile_makes_the_preview_stale(paused, workspace, ow
         services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([text_reply("Saved.")]))
     assert list(Artifact.objects.filter(name="report.md").order_by("version").values_list("version", flat=True)) \
         == [1, 2, 3]
+
+
+def test_a_version_saved_after_the_approval_re_pauses_the_run(paused, workspace, owner, editor):
+    from executions.models import Execution
+    from governance.models import AuditLogEntry
+
+    execution, approval = paused
+    with mock.patch.object(tasks.run_segment, "delay"), mock.patch.object(tasks.post_process, "delay"), \
+            mock.patch.object(governance_tasks.notify_approval, "delay"):
+        approval_resolve(user=editor, approval_id=approval.pk, status="approved")
+        # Someone saves a version between the approval and the write.
+        artifact_create_from_run(workspace=workspace, execution_id=None, created_by=owner, name="report.md",
+                                 content="# Report\nsomeone else\n")
+        assert services.execution_run_segment(execution_id=execution.pk,
+                                              llm=ScriptedLLM([text_reply("Saved.")])) == "awaiting_approval"
+
+        assert list(Artifact.objects.filter(name="report.md").values_list("version", flat=True)
+                    .order_by("version")) == [1, 2]  # nothing saved by the run
+        assert Execution.objects.get(pk=execution.pk).status == Execution.Status.AWAITING_APPROVAL
+        again = ApprovalRequest.objects.get(execution_id=execution.pk, status="pending")
+        assert again.pk != approval.pk and again.preview["previous_version"] == 2
+        assert again.preview["stale"]["at_write"] is True
+        assert "version 2 is there now" in again.preview["stale"]["message"]
+        assert AuditLogEntry.objects.filter(approval_id=again.pk, event_type="approval_preview_stale").exists()
+
+        approval_resolve(user=editor, approval_id=again.pk, status="approved")
+        assert services.execution_run_segment(execution_id=execution.pk,
+                                              llm=ScriptedLLM([text_reply("Saved.")])) == "success"
+    saved = Artifact.objects.get(name="report.md", version=3)
+    assert saved.created_by_execution_id == execution.pk

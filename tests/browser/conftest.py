@@ -36,7 +36,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
@@ -118,6 +118,8 @@ class RiverStack:
     # record each call here and wait while a ``hold-<tool>`` file exists (only agents
     # that list those tools use them; the demo's agents do not).
     marker_dir: Path
+    # The web and worker processes (a test may stop and continue the worker, by its pid).
+    processes: dict = field(default_factory=dict)
 
     def log_tail(self, lines: int = 60) -> str:
         parts = []
@@ -192,6 +194,7 @@ def river_stack(django_db_setup, django_db_blocker, tmp_path_factory):
             processes[name] = subprocess.Popen(  # noqa: S603 - our interpreter, our arguments
                 command, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT
             )
+        stack.processes = processes
         _wait_ready(stack.url, processes, stack)
         yield stack
     finally:

@@ -79,3 +79,50 @@ def test_one_of_two_then_the_second_approver_resumes_the_run(signed_in, demo, se
     _card_checks(second, "approval-quorum-2-of-2")
     approval.refresh_from_db()
     assert approval.status == ApprovalRequest.Status.APPROVED and approval.resolved_by == demo["casey"]
+
+
+def test_an_approval_of_an_older_preview_stops_counting(signed_in, demo, second_page, page_errors):  # noqa: F811
+    """The data moves after the first approval: the second approver's click finds the
+    fresh preview (nothing decided); their approval of it is 1 of 2, and the card says
+    the first approval was of an older preview."""
+    import sqlite3
+
+    from tests.browser.test_run_page import _open_high_recent
+
+    starter = second_page(demo["admin"])
+    starter.goto(f"/agents/{demo['agents'][SUPPORT_SPECIALIST].pk}/")
+    starter.get_by_label("Prompt").fill(CLOSE_TICKETS)
+    starter.get_by_role("button", name="Run now").click()
+    starter.wait_for_url(re.compile(r"/runs/\d+/$"))
+    expect(starter.locator("#run-part-head .run-status-badge")).to_have_text("Awaiting approval")
+    approval = ApprovalRequest.objects.get(execution_id=int(starter.url.rstrip("/").split("/")[-1]))
+
+    first = second_page(demo["approver"])
+    first.goto(f"/approvals/{approval.pk}/")
+    card = first.locator("article.approval-card")
+    card.get_by_role("button", name="Approve", exact=True).click()
+    expect(card.locator(".approval-quorum-count")).to_contain_text("1 of 2 approvals")
+
+    moved = [ticket for ticket, status in _open_high_recent(demo["workspace"].pk) if status == "open"][0]
+    with sqlite3.connect(demo_database_path(demo["workspace"].pk)) as db:
+        db.execute("UPDATE tickets SET status = 'pending' WHERE id = ?", [moved])
+
+    second = signed_in(demo["casey"])  # its refused click (409) is cleared from page_errors below
+    second.goto(f"/approvals/{approval.pk}/")
+    other = second.locator("article.approval-card")
+    other.get_by_role("button", name="Approve", exact=True).click()
+    expect(other.locator(".effect-stale")).to_contain_text("1 row has different values now")
+    other.get_by_role("button", name="Approve", exact=True).click()
+    expect(other.locator(".approval-quorum-count")).to_have_text(
+        re.compile(r"1 of 2 approvals; approver's approval was of an older preview"))
+    expect(starter.locator("#run-part-head .run-status-badge")).to_have_text("Awaiting approval")
+    page_errors.clear()  # the refused click answered 409 (the browser logs it)
+    _card_checks(second, "approval-quorum-older-preview")
+
+    # The first approver approves the fresh preview: the quorum completes and the run ends.
+    first.goto(f"/approvals/{approval.pk}/")
+    card.get_by_role("button", name="Approve", exact=True).click()
+    expect(card.locator(".approval-quorum-count")).to_contain_text("2 of 2 approvals")
+    expect(starter.locator("#run-part-head .run-status-badge")).to_have_text("Completed")
+    # What was written is the fresh preview both approved (the moved row: pending → closed).
+    assert dict(_open_high_recent(demo["workspace"].pk))[moved] == "closed"

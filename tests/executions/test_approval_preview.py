@@ -16,7 +16,9 @@ from datasources.services import data_source_discover
 from executions import services, tasks
 from executions.models import Execution
 from governance import tasks as governance_tasks
+from governance.approvals import approvals_pending_count
 from governance.models import ApprovalRequest, AuditLogEntry, Policy
+from governance.previews import EffectApproval
 from governance.resolution import approval_resolve
 from rivercore.errors import Conflict
 from tests.datasources.fixtures import *  # noqa: F403
@@ -140,16 +142,49 @@ def test_a_stale_preview_decides_nothing_and_the_run_waits_with_a_fresh_one(work
     assert source.count(CLOSED) == 2
 
 
-def test_a_change_after_the_approval_is_caught_in_the_write_transaction(workspace, owner, editor, source):
+def test_a_change_after_the_approval_re_pauses_the_run_with_a_fresh_preview(workspace, owner, editor, outsider,
+                                                                            source, api_client_for):
     execution, approval = paused(workspace, owner, source)
     approval_resolve(user=editor, approval_id=approval.pk, status="approved")
-    source.change("UPDATE tickets SET status = 'pending' WHERE id = 2")  # before the resume writes
+    # Another connection moves the rows after the approval, before the resume writes.
+    source.change("UPDATE tickets SET status = 'pending' WHERE id = 2")
+    source.change("UPDATE tickets SET priority = 'high' WHERE id = 4")
 
-    assert resume(execution) == "failed"
+    assert resume(execution) == "awaiting_approval"
+
     assert source.count("SELECT count(*) FROM tickets WHERE status = 'open'") == 3  # nothing written
-    execution.refresh_from_db()
-    assert execution.error["details"]["error"]["details"]["code"] == "preview_stale"
-    assert not AuditLogEntry.objects.filter(approval_id=approval.pk, event_type="approved_write_applied").exists()
+    assert Execution.objects.get(pk=execution.pk).status == Execution.Status.AWAITING_APPROVAL
+    first, again = ApprovalRequest.objects.filter(execution_id=execution.pk).order_by("created_at")
+    assert first.pk == approval.pk and first.status == ApprovalRequest.Status.APPROVED  # the decision stands
+    assert again.status == ApprovalRequest.Status.PENDING and again.tool_call_id == first.tool_call_id
+    stale = again.preview["stale"]
+    assert stale["at_write"] is True and stale["no_longer_match"] == 1 and stale["new_matches"] == 1
+    assert stale["message"].startswith("Nothing was written: the data changed since the preview: "
+                                       "1 row no longer matches, 1 new row matches")
+    assert stale["previous_fingerprint"] == approval.preview["fingerprint"]
+    assert again.preview["rows_affected"] == 3 and again.preview["fingerprint"] != approval.preview["fingerprint"]
+    audit = AuditLogEntry.objects.get(approval_id=again.pk, event_type="approval_preview_stale")
+    assert audit.details["at_write"] is True and audit.details["follows_approval_id"] == str(approval.pk)
+    assert not AuditLogEntry.objects.filter(event_type="approved_write_applied").exists()
+    shown = api_client_for(editor).get(f"/api/v1/approvals/{again.pk}/").json()
+    assert shown["status"] == "pending" and shown["preview"]["stale"]["message"] == stale["message"]
+    # The new request is guarded like any: another workspace 404, the requester 403.
+    assert api_client_for(outsider).get(f"/api/v1/approvals/{again.pk}/").status_code == 404
+    assert api_client_for(owner).post(f"/api/v1/approvals/{again.pk}/resolve", {"status": "approved"},
+                                      format="json").status_code == 403
+    run_page = _page_html(editor, f"/runs/{execution.pk}/")
+    assert run_page.count(stale["message"]) == 1 and f'id="approval-{again.pk}"' in run_page
+
+    # Approving the fresh preview writes it, once; the run carries on.
+    approval_resolve(user=editor, approval_id=again.pk, status="approved")
+    assert resume(execution) == "success"
+    assert source.count("SELECT count(*) FROM tickets WHERE status = 'closed' AND id IN (1, 3, 4)") == 3
+    assert source.count("SELECT count(*) FROM tickets WHERE status = 'pending' AND id = 2") == 1
+    applied = AuditLogEntry.objects.get(event_type="approved_write_applied")
+    assert applied.approval_id == again.pk and applied.details["preview_fingerprint"] == again.preview["fingerprint"]
+    observed = [s for s in Execution.objects.get(pk=execution.pk).steps.all()
+                if s.step_type == "observation" and s.tool_name == "write_back"]
+    assert [s.status for s in observed] == ["completed"]
 
 
 def test_an_edited_call_is_previewed_before_it_is_approved(workspace, owner, editor, source, api_client_for):
@@ -192,8 +227,12 @@ def test_the_ceiling_refuses_a_larger_effect(workspace, owner, editor, source, a
     approval.refresh_from_db()
     assert approval.resolution["effect_terms"] == {"fingerprint": approval.preview["fingerprint"], "max_rows": 3}
     with mock.patch("datasources.effects._check", lambda effect, terms: _ceiling_only(effect, terms, 2)):
-        assert resume(execution) == "failed"
+        assert resume(execution) == "awaiting_approval"  # never a silent fail: it asks again
     assert source.count(CLOSED) == 1
+    again = ApprovalRequest.objects.filter(execution_id=execution.pk, status="pending").get()
+    assert again.preview["stale"]["max_rows"] == 2
+    assert again.preview["stale"]["message"] == ("The write would now change 3 rows, more than the ceiling of 2; "
+                                                 "nothing was written. Review the new preview.")
 
 
 def _ceiling_only(effect, terms, max_rows):
@@ -289,6 +328,7 @@ def test_under_a_two_person_rule_the_deciding_approval_holds_the_write_to_the_pr
     first = api_client_for(editor).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
                                         format="json")
     assert first.status_code == 200 and first.json()["status"] == "pending"  # one vote of two
+    assert approvals_pending_count(user=editor, workspace=workspace) == 0  # it waits on someone else
     assert "effect_terms" not in (ApprovalRequest.objects.get(pk=approval.pk).resolution or {})
     # The data moves between the two votes: the second is refused and nothing is decided.
     source.change("UPDATE tickets SET status = 'pending' WHERE id = 1")
@@ -297,3 +337,62 @@ def test_under_a_two_person_rule_the_deciding_approval_holds_the_write_to_the_pr
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "preview_stale"
     approval.refresh_from_db()
     assert approval.status == ApprovalRequest.Status.PENDING and approval.preview["rows_affected"] == 2
+
+    # The first vote approved the older preview: it no longer counts.
+    second_vote = api_client_for(second).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
+                                              format="json")
+    assert second_vote.status_code == 200 and second_vote.json()["status"] == "pending"
+    quorum = second_vote.json()["quorum"]
+    assert quorum["given"] == 1 and [v["user"]["username"] for v in quorum["approvals"]] == ["dana"]
+    assert [v["user"]["username"] for v in quorum["older_preview"]] == ["editor"]
+    assert approvals_pending_count(user=editor, workspace=workspace) == 1  # it waits on editor again
+    card = _card_html(editor, approval)
+    assert "1 of 2 approvals</strong><span class=\"approval-quorum-older\">; editor's approval was of an older " \
+        "preview</span>" in card.replace("&#x27;", "'")
+    assert source.count(CLOSED) == 1  # nothing decided, nothing written
+
+    # The first approver approves the fresh preview: that completes the quorum.
+    decided = api_client_for(editor).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
+                                          format="json")
+    assert decided.status_code == 200 and decided.json()["status"] == "approved"
+    approval.refresh_from_db()
+    assert approval.resolution["effect_terms"]["fingerprint"] == approval.preview["fingerprint"]
+    assert resume(execution) == "success"
+    assert source.count(CLOSED) == 3
+
+
+def _card_html(user, approval) -> str:
+    return _page_html(user, f"/approvals/{approval.pk}/")
+
+
+def _page_html(user, path) -> str:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    response = client.get(path)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_a_ceiling_over_an_unknown_effect_is_held_in_the_write_and_asks_again(workspace, owner, editor, source):
+    """The preview failed when the run paused (the effect was unknown), so the approver
+    set a ceiling instead; the write finds 3 rows, over it: nothing written, the call
+    asks again with the real preview and the count against the ceiling."""
+    from datasources import effects
+
+    with mock.patch.object(effects, "write_back_preview", side_effect=RuntimeError("source down")):
+        execution, approval = paused(workspace, owner, source)
+    assert approval.preview["available"] is False
+    approval_resolve(user=editor, approval_id=approval.pk, status="approved",
+                     effect=EffectApproval(max_rows=2))
+
+    assert resume(execution) == "awaiting_approval"
+
+    assert source.count(CLOSED) == 1  # nothing written
+    again = ApprovalRequest.objects.get(execution_id=execution.pk, status="pending")
+    assert again.preview["rows_affected"] == 3 and again.preview["available"] is True
+    assert again.preview["stale"]["max_rows"] == 2 and again.preview["stale"]["at_write"] is True
+    assert again.preview["stale"]["message"].startswith("The write would now change 3 rows, more than the ceiling of 2")
+    audit = AuditLogEntry.objects.get(approval_id=again.pk, event_type="approval_preview_stale")
+    assert audit.details["code"] == "row_ceiling_exceeded" and audit.details["max_rows"] == 2

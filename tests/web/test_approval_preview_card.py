@@ -73,7 +73,9 @@ def test_a_stale_preview_is_refused_inside_the_card_with_what_changed(paused, ed
 
     assert response.status_code == 409
     html = response.content.decode()
-    assert html.count("The data changed since the preview: 1 row no longer matches.") == 2  # error + note
+    assert html.count("The data changed since the preview: 1 row no longer matches.") == 1  # once, the note
+    assert html.count('role="alert"') == 2  # the error box and the note, not the same words twice
+    assert "Nothing was decided: the effect changed." in html
     assert "2 rows will change in tickets" in html
     assert ApprovalRequest.objects.get(pk=paused.pk).status == ApprovalRequest.Status.PENDING
     assert sqlite_count(sqlite_file, "SELECT count(*) FROM tickets WHERE status = 'closed'") == 1
