@@ -30,6 +30,27 @@ def _is_slow(item) -> bool:
     return bool(marker and (marker.kwargs.get("transaction") or (marker.args and marker.args[0])))
 
 
+# Files whose tests share nothing at module level and are long enough to be worth
+# spreading over both workers test by test (the schema fuzz was a quarter of the suite).
+XDIST_SPREAD = {"riverapp/test_schema_fuzz.py"}
+
+
+def _xdist_group_given(item) -> None:
+    """Under pytest-xdist with ``--dist loadgroup`` (``make test``) a test file runs whole
+    in one worker, in its order, so a module's server or seeded data starts once; every
+    browser test is in one group, so the River stack and Chromium start once; the files
+    in XDIST_SPREAD are spread test by test. Without xdist the mark does nothing."""
+    if any(item.iter_markers("xdist_group")):
+        return
+    path = Path(str(item.fspath)).resolve()
+    name = str(path.relative_to(TESTS)) if TESTS in path.parents else str(path)
+    if name in XDIST_SPREAD:
+        return
+    in_browser = any(folder in path.parents for folder in SLOW_FOLDERS)
+    item.add_marker(pytest.mark.xdist_group("browser" if in_browser else name))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(config, items):
     """Marks the slow tests (``-m "not slow"`` is the fast lane) and skips, on SQLite, the
     tests that need PostgreSQL (``pytest.mark.postgres(reason=...)``). This runs before
@@ -38,6 +59,7 @@ def pytest_collection_modifyitems(config, items):
 
     on_sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
     for item in items:
+        _xdist_group_given(item)
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
         needs_postgres = item.get_closest_marker("postgres")
