@@ -49,7 +49,7 @@ run: install
 # one process. See docs/testing.md.
 TEST_WORKERS ?= 2
 test: install-dev
-	$(PY) scripts/test.py -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	$(PY) scripts/test.py -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 # The fast lane: everything but the tests marked slow (browser, server and worker
 # processes, transaction=True); see docs/testing.md.

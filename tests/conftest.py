@@ -32,25 +32,29 @@ def _is_slow(item) -> bool:
 
 # Files whose tests share nothing at module level and are long enough to be worth
 # spreading over both workers test by test (the schema fuzz was a quarter of the suite).
-XDIST_SPREAD = {"riverapp/test_schema_fuzz.py"}
+XDIST_SPREAD = {"tests/riverapp/test_schema_fuzz.py"}
 
 
-def _xdist_group_given(item) -> None:
-    """Under pytest-xdist with ``--dist loadgroup`` (``make test``) a test file runs whole
-    in one worker, in its order, so a module's server or seeded data starts once; every
-    browser test is in one group, so the River stack and Chromium start once; the files
-    in XDIST_SPREAD are spread test by test. Without xdist the mark does nothing."""
-    if any(item.iter_markers("xdist_group")):
-        return
-    path = Path(str(item.fspath)).resolve()
-    name = str(path.relative_to(TESTS)) if TESTS in path.parents else str(path)
-    if name in XDIST_SPREAD:
-        return
-    in_browser = any(folder in path.parents for folder in SLOW_FOLDERS)
-    item.add_marker(pytest.mark.xdist_group("browser" if in_browser else name))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``make test``: ``-n 2``) a test file runs whole in one worker,
+    in its order, so a module's server starts once; every browser test runs in one
+    worker, so the River stack and Chromium start once; the files in XDIST_SPREAD are
+    spread test by test. (``xdist_group`` marks would say the same, but pytest-xdist
+    3.8 cannot apply them under pytest 9: it renames the tests through an attribute
+    pytest no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path.startswith("tests/browser/"):
+                return "tests/browser"
+            return nodeid if path in XDIST_SPREAD else path
+
+    return FileScheduling(config, log)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(config, items):
     """Marks the slow tests (``-m "not slow"`` is the fast lane) and skips, on SQLite, the
     tests that need PostgreSQL (``pytest.mark.postgres(reason=...)``). This runs before
@@ -59,7 +63,6 @@ def pytest_collection_modifyitems(config, items):
 
     on_sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
     for item in items:
-        _xdist_group_given(item)
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
         needs_postgres = item.get_closest_marker("postgres")

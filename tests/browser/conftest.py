@@ -67,9 +67,6 @@ def pytest_collection_modifyitems(config, items):
     for item in ours:
         # The server must see what the test writes: committed rows, tables emptied after.
         item.add_marker(pytest.mark.django_db(transaction=True))
-        # Under pytest-xdist (``--dist loadgroup``) every browser test runs in one worker,
-        # so the stack and Chromium start once, and one worker flushes the stack's Redis db.
-        item.add_marker(pytest.mark.xdist_group("browser"))
     reasons = []
     if CHROMIUM is None:
         reasons.append("Chromium is not installed (apt-get install chromium)")
