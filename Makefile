@@ -44,8 +44,12 @@ run: install
 	DEBUG=$${DEBUG:-true} $(PY) manage.py seed_demo
 	DEBUG=$${DEBUG:-true} $(PY) manage.py runriver --host $(HOST) --port $(PORT)
 
+# The suite in TEST_WORKERS pytest-xdist processes (each with its own test database, Redis
+# db and var directory; the browser tests all in one of them); TEST_WORKERS=0 runs it in
+# one process. See docs/testing.md.
+TEST_WORKERS ?= 2
 test: install-dev
-	$(PY) scripts/test.py $(ARGS)
+	$(PY) scripts/test.py -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 # The fast lane: everything but the tests marked slow (browser, server and worker
 # processes, transaction=True); see docs/testing.md.

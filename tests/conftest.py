@@ -30,6 +30,31 @@ def _is_slow(item) -> bool:
     return bool(marker and (marker.kwargs.get("transaction") or (marker.args and marker.args[0])))
 
 
+# Files whose tests share nothing at module level and are long enough to be worth
+# spreading over both workers test by test (the schema fuzz was a quarter of the suite).
+XDIST_SPREAD = {"tests/riverapp/test_schema_fuzz.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``make test``: ``-n 2``) a test file runs whole in one worker,
+    in its order, so a module's server starts once; every browser test runs in one
+    worker, so the River stack and Chromium start once; the files in XDIST_SPREAD are
+    spread test by test. (``xdist_group`` marks would say the same, but pytest-xdist
+    3.8 cannot apply them under pytest 9: it renames the tests through an attribute
+    pytest no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path.startswith("tests/browser/"):
+                return "tests/browser"
+            return nodeid if path in XDIST_SPREAD else path
+
+    return FileScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Marks the slow tests (``-m "not slow"`` is the fast lane) and skips, on SQLite, the
     tests that need PostgreSQL (``pytest.mark.postgres(reason=...)``). This runs before
