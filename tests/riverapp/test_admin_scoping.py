@@ -29,6 +29,7 @@ from common.crypto import encrypt_text
 from datasources.models import DataSource
 from executions.models import Execution, ExecutionEvent, ExecutionStep, LLMProvider, Session
 from governance.audit import audit_anchor, audit_record
+from governance.backtest_models import PolicyBacktest
 from governance.models import ApprovalRequest, AuditLogEntry, Notification, Policy, PolicyCounter, WorkspaceSettings
 from tenancy.admin_scoping import TenantScopedAdminMixin, organization_id_of
 from tenancy.models import Membership, Organization, OrganizationMember, Workspace
@@ -103,6 +104,7 @@ def seed(*, org: Organization, tag: str, n: int) -> dict:
     Evaluation.objects.create(workspace=ws, agent=agent, version=agent.current_version, days=14)
     PromotionGate.objects.create(workspace=ws, min_rejections=0.5)
     TestSetPin.objects.create(agent=agent, execution_id=execution.pk, label="good", note=f"{title} pin {n}")
+    PolicyBacktest.objects.create(workspace=ws, requested_by=person, days=14)
     return {"workspace": ws, "person": person, "agent": agent}
 
 
