@@ -110,10 +110,12 @@ class Tool:
         if cached is None:
             schema = dict(self.parameters) if self.parameters is not None else self.input_model.model_json_schema()
             schema.pop("title", None)
-            cached = _SCHEMAS[self] = orjson.dumps({
-                "type": "function",
-                "function": {"name": self.model_name, "description": self.description, "parameters": schema},
-            })
+            cached = _SCHEMAS[self] = orjson.dumps(
+                {
+                    "type": "function",
+                    "function": {"name": self.model_name, "description": self.description, "parameters": schema},
+                }
+            )
         result: dict[str, Any] = orjson.loads(cached)
         return result
 
@@ -171,11 +173,12 @@ class McpResult(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-_MCP_TOOLS: dict[McpToolSpec, Tool] = {}
+_MCP_TOOLS: dict[str, Tool] = {}
 
 
 def _mcp_tool(spec: McpToolSpec) -> Tool:
-    tool = _MCP_TOOLS.get(spec)
+    key = spec.model_dump_json()
+    tool = _MCP_TOOLS.get(key)
     if tool is not None:
         return tool
 
@@ -191,12 +194,20 @@ def _mcp_tool(spec: McpToolSpec) -> Tool:
         return _mcp.get().call(ctx, spec, dict(args.model_extra or {}))
 
     schema = dict(spec.input_schema) or {"type": "object", "properties": {}}
-    tool = Tool(name=spec.name, description=spec.description or spec.tool, category=ToolCategory.EXECUTION,
-                input_model=Arguments, output_model=McpResult, handler=handler, writes=spec.writes,
-                idempotent=False, parameters=schema)
+    tool = Tool(
+        name=spec.name,
+        description=spec.description or spec.tool,
+        category=ToolCategory.EXECUTION,
+        input_model=Arguments,
+        output_model=McpResult,
+        handler=handler,
+        writes=spec.writes,
+        idempotent=False,
+        parameters=schema,
+    )
     if len(_MCP_TOOLS) > 4096:  # a long-lived worker sees many versions of many tools
         _MCP_TOOLS.clear()
-    _MCP_TOOLS[spec] = tool
+    _MCP_TOOLS[key] = tool
     return tool
 
 

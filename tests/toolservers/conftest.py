@@ -58,8 +58,12 @@ class HttpMcp:
             self.notes.append(text)
             return f"noted {text}"
 
-        self.server.add_tool(note, name="note", description="Keep a note.",
-                             annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+        self.server.add_tool(
+            note,
+            name="note",
+            description="Keep a note.",
+            annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False),
+        )
         app = self.server.streamable_http_app(json_response=True, stateless_http=True)
 
         async def recording(scope, receive, send):
@@ -85,8 +89,7 @@ class HttpMcp:
         def echo(text: str) -> str:
             return text
 
-        self.server.add_tool(echo, name="echo", description=description,
-                             annotations=ToolAnnotations(readOnlyHint=True))
+        self.server.add_tool(echo, name="echo", description=description, annotations=ToolAnnotations(readOnlyHint=True))
 
     def start(self) -> HttpMcp:
         self.thread.start()
