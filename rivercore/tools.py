@@ -206,6 +206,8 @@ def _mcp_tool(spec: McpToolSpec) -> Tool:
         parameters=schema,
     )
     if len(_MCP_TOOLS) > 4096:  # a long-lived worker sees many versions of many tools
+        for old in _MCP_TOOLS.values():
+            _SCHEMAS.pop(old, None)
         _MCP_TOOLS.clear()
     _MCP_TOOLS[key] = tool
     return tool

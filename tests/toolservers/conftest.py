@@ -4,6 +4,7 @@ with the SDK's own server classes, served on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -81,10 +82,8 @@ class HttpMcp:
         self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
 
     def describe_echo(self, description: str) -> None:
-        try:
+        with contextlib.suppress(Exception):  # not there yet
             self.server.remove_tool("echo")
-        except Exception:  # noqa: BLE001 - not there yet
-            pass
 
         def echo(text: str) -> str:
             return text
