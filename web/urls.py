@@ -24,4 +24,5 @@ urlpatterns = [
     path("", include("web.search")),
     path("", include("web.api_keys")),
     path("", include("web.results")),
+    path("", include("web.tool_servers")),  # issue 31: MCP tool servers
 ]
