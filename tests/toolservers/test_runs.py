@@ -259,3 +259,45 @@ def test_agent_versions_accept_only_reviewed_enabled_tools_of_their_workspace(
         agent_version_spec(
             agent=foreign, goal="g", instructions="i", action_level="read_only", tools=["mcp:time/get_current_time"]
         )
+
+
+def test_a_worker_that_dies_after_sending_a_write_never_sends_it_again(workspace, owner, git_tools, git_repo,
+                                                                       monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from executions import tasks
+    from toolservers import engine
+
+    for task in (tasks.run_segment, tasks.post_process):
+        monkeypatch.setattr(task, "delay", lambda *args: None)
+    (git_repo / "notes.txt").write_text("x\n")
+    subprocess_add(git_repo)
+    agent = make_agent(workspace=workspace, owner=owner, tools=["mcp:git/git_commit"], action_level="automated")
+    execution = services.execution_start(agent=agent, request=services.person_run_request(
+        agent=agent, user=owner, prompt="commit"))
+
+    class WorkerDied(BaseException):
+        pass
+
+    real_call = engine.mcp_client.tool_call
+
+    def sent_then_died(**kwargs):
+        real_call(**kwargs)  # the server committed
+        raise WorkerDied  # and the worker died before the result was journaled
+
+    monkeypatch.setattr(engine.mcp_client, "tool_call", sent_then_died)
+    first = ScriptedLLM([tool_reply("mcp__git__git_commit", {"repo_path": str(git_repo), "message": "Once"},
+                                    call_id="c1")])
+    with pytest.raises(WorkerDied):
+        services.execution_run_segment(execution_id=execution.pk, llm=first)
+    assert git_log(git_repo) == ["Once", "first"]
+
+    monkeypatch.setattr(engine.mcp_client, "tool_call", real_call)
+    Execution.objects.filter(pk=execution.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    second = ScriptedLLM([text_reply("Checked the log first.")])
+    assert services.execution_run_segment(execution_id=execution.pk, llm=second) == "success"
+    assert git_log(git_repo) == ["Once", "first"]  # never sent again
+    seen = observation(Execution.objects.get(pk=execution.pk), "mcp:git/git_commit")
+    assert seen.output["error"]["code"] == "OUTCOME_UNKNOWN"
