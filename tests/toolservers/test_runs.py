@@ -5,6 +5,7 @@ journaled and audited, and a server that is down."""
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from executions import services
 from executions.models import Execution
@@ -99,6 +100,10 @@ def test_a_read_tool_runs_and_the_model_sees_a_sanitized_name(workspace, owner, 
     assert seen.status == "completed", seen.output
     assert seen.output["result"]["structured"]["timezone"] == "Europe/Paris"
     assert AuditLogEntry.objects.filter(event_type="mcp_tool.called", execution_id=execution.pk).count() == 1
+    page = Client()
+    page.force_login(owner)
+    shown = page.get(f"/runs/{execution.pk}/")
+    assert shown.status_code == 200 and "mcp:time/get_current_time" in shown.content.decode()  # on the run page
 
 
 def test_arguments_against_the_input_schema_are_refused_before_the_call(workspace, owner, time_tools):
@@ -261,8 +266,9 @@ def test_agent_versions_accept_only_reviewed_enabled_tools_of_their_workspace(
         )
 
 
-def test_a_worker_that_dies_after_sending_a_write_never_sends_it_again(workspace, owner, git_tools, git_repo,
-                                                                       monkeypatch):
+def test_a_worker_that_dies_after_sending_a_write_never_sends_it_again(
+    workspace, owner, git_tools, git_repo, monkeypatch
+):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -275,8 +281,9 @@ def test_a_worker_that_dies_after_sending_a_write_never_sends_it_again(workspace
     (git_repo / "notes.txt").write_text("x\n")
     subprocess_add(git_repo)
     agent = make_agent(workspace=workspace, owner=owner, tools=["mcp:git/git_commit"], action_level="automated")
-    execution = services.execution_start(agent=agent, request=services.person_run_request(
-        agent=agent, user=owner, prompt="commit"))
+    execution = services.execution_start(
+        agent=agent, request=services.person_run_request(agent=agent, user=owner, prompt="commit")
+    )
 
     class WorkerDied(BaseException):
         pass
@@ -288,8 +295,9 @@ def test_a_worker_that_dies_after_sending_a_write_never_sends_it_again(workspace
         raise WorkerDied  # and the worker died before the result was journaled
 
     monkeypatch.setattr(engine.mcp_client, "tool_call", sent_then_died)
-    first = ScriptedLLM([tool_reply("mcp__git__git_commit", {"repo_path": str(git_repo), "message": "Once"},
-                                    call_id="c1")])
+    first = ScriptedLLM(
+        [tool_reply("mcp__git__git_commit", {"repo_path": str(git_repo), "message": "Once"}, call_id="c1")]
+    )
     with pytest.raises(WorkerDied):
         services.execution_run_segment(execution_id=execution.pk, llm=first)
     assert git_log(git_repo) == ["Once", "first"]
