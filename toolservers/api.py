@@ -30,6 +30,7 @@ class McpToolSerializer(serializers.ModelSerializer):
     state = serializers.CharField(read_only=True)
     usable = serializers.BooleanField(read_only=True)
     suggested_class = serializers.CharField(read_only=True)
+    action_class = serializers.CharField(read_only=True, help_text='"read", "write", or "" while unreviewed.')
     diff = serializers.SerializerMethodField()
 
     class Meta:
