@@ -35,8 +35,10 @@ from rivercore.types.agents import (
     ModelConfig,
     NotificationConfig,
 )
+from rivercore.types.toolservers import river_name_split
 from tenancy.models import Workspace
 from tenancy.permissions import ORG_ADMIN_ROLE, Role
+from toolservers.selectors import mcp_tool_names_unusable
 
 # Roles an approval request may name: the workspace roles and organization admins.
 APPROVER_ROLES = frozenset(Role.values) | {ORG_ADMIN_ROLE}
@@ -294,9 +296,14 @@ def agent_version_spec(
         except InvalidInput as exc:
             errors.update(exc.details)
     tool_list = list(dict.fromkeys(tools))
-    unknown_tools = sorted(set(tool_list) - TOOL_NAMES)
-    if unknown_tools:
-        errors["tools"] = [f"Unknown tool: {name}." for name in unknown_tools]
+    mcp_names = [name for name in tool_list if river_name_split(name) is not None]
+    unknown_tools = sorted(set(tool_list) - TOOL_NAMES - set(mcp_names))
+    tool_errors = [f"Unknown tool: {name}." for name in unknown_tools]
+    # An MCP tool (docs/mcp.md) must be a reviewed, enabled tool of this workspace's servers.
+    tool_errors += [f"{name} is not a reviewed, enabled tool of this workspace's tool servers."
+                    for name in mcp_tool_names_unusable(workspace_id=agent.workspace_id, names=mcp_names)]
+    if tool_errors:
+        errors["tools"] = tool_errors
     rules = parsed.get("approval_rules")
     if rules is not None:
         rule_errors = _approval_rules_problems(rules, tool_list)

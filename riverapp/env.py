@@ -206,6 +206,20 @@ def env_network_allow_list(name: str, default: list[str]) -> list[str]:
     return entries
 
 
+def env_command_allow_list(name: str) -> list[str]:
+    """Comma-separated absolute paths of executables (the stdio MCP servers River may
+    start, docs/mcp.md). Each must exist and be executable when River starts: a typo
+    stops startup instead of turning up later as a server that never answers."""
+    entries = env_list(name, [])
+    for entry in entries:
+        path = Path(entry)
+        if not path.is_absolute() or any(ch in entry for ch in "\x00\n\r\t ;|&$`<>\"'*?"):
+            raise ImproperlyConfigured(f"{name} entries must be absolute paths of executables, got {entry!r}")
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise ImproperlyConfigured(f"{name}: {entry!r} is not an executable file")
+    return entries
+
+
 _KEY_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 

@@ -18,6 +18,7 @@ from riverapp.env import (
     database_from_url,
     env_bool,
     env_choice,
+    env_command_allow_list,
     env_float,
     env_hmac_keys,
     env_int,
@@ -113,6 +114,7 @@ INSTALLED_APPS = [
     "datasources",
     "artifacts",
     "governance",
+    "toolservers",
     "agents",
     "executions",
     "triggers",
@@ -511,3 +513,9 @@ RIVER_INTEROP_WAIT_SECONDS = env_int("RIVER_INTEROP_WAIT_SECONDS", 120, minimum=
 RIVER_BACKTEST_MAX_RUNS = env_int("RIVER_BACKTEST_MAX_RUNS", 20000, minimum=1)
 if RIVER_BACKTEST_MAX_RUNS > 1_000_000:
     raise ImproperlyConfigured("RIVER_BACKTEST_MAX_RUNS must be at most 1000000")
+# MCP tool servers (docs/mcp.md): the commands a workspace admin may register as stdio
+# servers (absolute paths, checked at startup; empty: no stdio server at all), how long
+# one discovery or call may take, and how many bytes of a call's result are kept.
+RIVER_MCP_STDIO_COMMANDS = env_command_allow_list("RIVER_MCP_STDIO_COMMANDS")
+RIVER_MCP_TIMEOUT_SECONDS = env_float("RIVER_MCP_TIMEOUT_SECONDS", 20.0, minimum=1.0, maximum=300.0)
+RIVER_MCP_RESULT_BYTES = env_int("RIVER_MCP_RESULT_BYTES", 65536, minimum=1024)

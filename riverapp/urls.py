@@ -22,6 +22,7 @@ api_v1 = [
     path("", include("tenancy.api")),
     path("", include("agents.api")),
     path("", include("datasources.api")),
+    path("", include("toolservers.api")),
     path("", include("artifacts.api")),
     path("", include("governance.api")),
     path("", include("governance.api_notifications")),

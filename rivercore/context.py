@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rivercore.contracts import ExecutionRequest
-from rivercore.tools import Tool, all_tools
+from rivercore.tools import Tool, tool_for
 from rivercore.types.sessions import TRANSFER_TOOL, SessionContext
 
 FINALIZE_SCHEMA = {
@@ -80,8 +80,9 @@ def screen_payload(payload: object, path: str = "trigger_payload") -> ScreenResu
 
 
 def allowed_tools(request: ExecutionRequest) -> list[Tool]:
-    registry = all_tools()
-    return [registry[name] for name in request.agent_config.tools if name in registry]
+    cfg = request.agent_config
+    found = (tool_for(name, cfg) for name in cfg.tools)
+    return [tool for tool in found if tool is not None]
 
 
 def tool_schemas(request: ExecutionRequest) -> list[dict[str, Any]]:
@@ -106,7 +107,7 @@ def system_prompt(request: ExecutionRequest) -> str:
         )
     sections = [head, f"## Goal\n{cfg.goal}", f"## Instructions\n{cfg.instructions}"]
 
-    tool_lines = [f"- {tool.name}: {tool.description}" for tool in allowed_tools(request)]
+    tool_lines = [f"- {tool.model_name}: {tool.description}" for tool in allowed_tools(request)]
     tool_lines.append("- finalize: give your final answer (or simply answer in plain text without a tool call)")
     sections.append("## Available tools\n" + "\n".join(tool_lines))
 

@@ -28,6 +28,7 @@ from rivercore.types.agents import (
 from rivercore.types.datasources import TableInfo
 from rivercore.types.governance import Decision, GovernancePolicySpec, ResolutionStatus
 from rivercore.types.sessions import SessionContext
+from rivercore.types.toolservers import McpToolSpec
 
 
 class _Contract(BaseModel):
@@ -58,6 +59,8 @@ class AgentConfig(_Contract):
     governance_policies: list[GovernancePolicySpec]
     approval_rules: ApprovalRules
     notification_config: dict[str, Any] | None = None
+    # The reviewed, enabled MCP tools among ``tools`` (docs/mcp.md), read when the run loads.
+    mcp_tools: list[McpToolSpec] = Field(default_factory=list, max_length=limits.LIST_ITEMS)
 
 
 class UserContext(_Contract):

@@ -65,9 +65,10 @@ from rivercore.previews import EFFECT_MOVED, effect_moved_preview, effect_previe
 from rivercore.state import RUNNER_MODEL, RunState, call_hash, step
 from rivercore.steps import tool_message
 from rivercore.text import json_storable, text_storable
-from rivercore.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, get_tool
+from rivercore.tools import RETRYABLE, Tool, ToolCategory, ToolContext, ToolError, ToolErrorKind, tool_for
 from rivercore.types.agents import Tier
 from rivercore.types.governance import Decision, GovernanceResult, ResolutionStatus
+from rivercore.types.toolservers import model_name
 from rivercore.view import run_view
 
 logger = logging.getLogger("river.engine")
@@ -303,6 +304,21 @@ def select_tier(state: RunState) -> Tier:
     if state.intent in INTENT_TIERS:
         return INTENT_TIERS[state.intent]
     return Tier.BALANCED
+
+
+def _river_names(reply: LLMReply, request: ExecutionRequest) -> LLMReply:
+    """The reply with each call named as River names the tool: an MCP tool's function
+    name is a sanitized form of ``mcp:<server>/<tool>`` (rivercore.types.toolservers),
+    and the run's steps, policies and audit name the tool itself."""
+    tools = request.agent_config.mcp_tools
+    if not tools or not reply.tool_calls:
+        return reply
+    names = {model_name(spec.name): spec.name for spec in tools}
+    if not any(call.name in names for call in reply.tool_calls):
+        return reply
+    calls = [call.model_copy(update={"name": names[call.name]}) if call.name in names else call
+             for call in reply.tool_calls]
+    return reply.model_copy(update={"tool_calls": calls})
 
 
 def _assistant_message(reply: LLMReply) -> dict[str, Any]:
@@ -553,13 +569,15 @@ class Engine:
                               recoverable=True),
                 )
             return None
+        shown = _assistant_message(reply)  # the names as the model gave them
+        reply = _river_names(reply, state.request)
         self._add(
             state, StepType.REASONING, turn=turn, duration_ms=duration, model_used=reply.model,
             model_tier=reply.tier.value, provider=reply.provider, tokens=tokens,
             input={"messages": len(messages), "tier": tier.value},
             output={"content": reply.content, "tool_calls": [c.model_dump() for c in reply.tool_calls],
                     "cost_usd": reply.cost_usd},
-            messages=[_assistant_message(reply)],
+            messages=[shown],
         )
         self.journal.emit(*turn_reasoning_event(
             turn=turn, thought_summary=_summarise(reply.content or ", ".join(c.name for c in reply.tool_calls)),
@@ -593,7 +611,7 @@ class Engine:
             # Its child run is under way (started before a crash or a duplicate segment):
             # the run keeps waiting for it; the child's end appends the observation.
             return Outcome(status=ResponseStatus.AWAITING_CHILD)
-        tool = get_tool(call.name)
+        tool = tool_for(call.name, cfg)
         arguments = state.arg_overrides.get(call.id, call.arguments)
         resolution = state.resolutions.get(call.id)
         resumed = call.id in state.intents_recorded or resolution is not None or call.id in state.governance_pending

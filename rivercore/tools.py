@@ -14,9 +14,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, model_validator
 
+from rivercore.ports import Installed
 from rivercore.types.agents import Tier
+from rivercore.types.toolservers import McpToolSpec, model_name, river_name_split
 
 if TYPE_CHECKING:
     from rivercore.contracts import AgentConfig, DataSourceMetadata, UserContext
@@ -89,6 +91,14 @@ class Tool:
     # (rivercore.previews; docs/approvals.md "Effect preview"). None: the tool cannot
     # say what it would change, and its approval card says so.
     preview: Callable[[ToolContext, Any], Any] | None = None
+    # A tool described by JSON Schema rather than a pydantic model (an MCP server's
+    # tool): the parameters the model is given.
+    parameters: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+
+    @property
+    def model_name(self) -> str:
+        """The function name the model sees (``rivercore.types.toolservers.model_name``)."""
+        return model_name(self.name)
 
     def function_schema(self) -> dict[str, Any]:
         """The tool in OpenAI function-calling format, from its pydantic input model.
@@ -98,12 +108,14 @@ class Tool:
         changes it changes nothing else."""
         cached = _SCHEMAS.get(self)
         if cached is None:
-            schema = self.input_model.model_json_schema()
+            schema = dict(self.parameters) if self.parameters is not None else self.input_model.model_json_schema()
             schema.pop("title", None)
-            cached = _SCHEMAS[self] = orjson.dumps({
-                "type": "function",
-                "function": {"name": self.name, "description": self.description, "parameters": schema},
-            })
+            cached = _SCHEMAS[self] = orjson.dumps(
+                {
+                    "type": "function",
+                    "function": {"name": self.model_name, "description": self.description, "parameters": schema},
+                }
+            )
         result: dict[str, Any] = orjson.loads(cached)
         return result
 
@@ -129,3 +141,84 @@ def get_tool(name: str) -> Tool | None:
 
 def all_tools() -> dict[str, Tool]:
     return dict(_REGISTRY)
+
+
+# --- MCP tools (docs/mcp.md) -------------------------------------------------------
+
+
+class McpPort:
+    """What the engine needs of River's MCP client (``toolservers.engine``): the check
+    of a call's arguments against the tool's input schema (before the gate, so nobody
+    approves a call the server would refuse) and the call itself (in a tool thread)."""
+
+    def arguments_problems(self, spec: McpToolSpec, arguments: dict[str, Any]) -> dict[str, list[str]]:
+        raise NotImplementedError
+
+    def call(self, ctx: ToolContext, spec: McpToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+_mcp: Installed[McpPort] = Installed("MCP client", "MCP tools cannot run")
+mcp_port_install = _mcp.install
+
+
+class McpArguments(BaseModel):
+    """The arguments of an MCP tool call: any JSON object, checked against the tool's
+    input schema by the installed port."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class McpResult(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+_MCP_TOOLS: dict[str, Tool] = {}
+
+
+def _mcp_tool(spec: McpToolSpec) -> Tool:
+    key = spec.model_dump_json()
+    tool = _MCP_TOOLS.get(key)
+    if tool is not None:
+        return tool
+
+    class Arguments(McpArguments):
+        @model_validator(mode="after")
+        def _schema(self) -> Arguments:
+            problems = _mcp.get().arguments_problems(spec, dict(self.model_extra or {}))
+            if problems:
+                raise ValueError("; ".join(f"{where}: {', '.join(what)}" for where, what in problems.items()))
+            return self
+
+    def handler(ctx: ToolContext, args: BaseModel) -> dict[str, Any]:
+        return _mcp.get().call(ctx, spec, dict(args.model_extra or {}))
+
+    schema = dict(spec.input_schema) or {"type": "object", "properties": {}}
+    tool = Tool(
+        name=spec.name,
+        description=spec.description or spec.tool,
+        category=ToolCategory.EXECUTION,
+        input_model=Arguments,
+        output_model=McpResult,
+        handler=handler,
+        writes=spec.writes,
+        idempotent=False,
+        parameters=schema,
+    )
+    if len(_MCP_TOOLS) > 4096:  # a long-lived worker sees many versions of many tools
+        for old in _MCP_TOOLS.values():
+            _SCHEMAS.pop(old, None)
+        _MCP_TOOLS.clear()
+    _MCP_TOOLS[key] = tool
+    return tool
+
+
+def tool_for(name: str, agent: AgentConfig | None) -> Tool | None:
+    """A built-in tool, or the MCP tool ``name`` among the agent's reviewed ones."""
+    registered = _REGISTRY.get(name)
+    if registered is not None or agent is None or river_name_split(name) is None:
+        return registered
+    for spec in agent.mcp_tools:
+        if spec.name == name:
+            return _mcp_tool(spec)
+    return None

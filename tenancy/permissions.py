@@ -20,6 +20,9 @@ AGENT_CREATE = "agent:create"
 AGENT_EXECUTE = "agent:execute"
 POLICY_CREATE = "policy:create"
 APPROVAL_RESOLVE = "approval:resolve"
+# Register, review and delete MCP tool servers (docs/mcp.md): admins only, since a
+# reviewed tool is something every agent of the workspace may be given.
+TOOL_SERVER_MANAGE = "tool_server:manage"
 
 ALL_PERMISSIONS = frozenset(
     {
@@ -34,6 +37,7 @@ ALL_PERMISSIONS = frozenset(
         AGENT_EXECUTE,
         POLICY_CREATE,
         APPROVAL_RESOLVE,
+        TOOL_SERVER_MANAGE,
     }
 )
 

@@ -20,7 +20,7 @@ SESSION_KEY = "river_workspace_id"
 SECTIONS = {
     "": "overview", "agents": "agents", "runs": "runs", "sessions": "sessions", "approvals": "approvals",
     "triggers": "triggers", "data-sources": "data", "audit": "audit", "policies": "policies",
-    "notifications": "notifications",
+    "notifications": "notifications", "tool-servers": "toolservers",
 }
 
 

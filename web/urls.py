@@ -28,4 +28,5 @@ urlpatterns = [
     path("", include("web.policy_backtest")),  # issue 30 §1: the policy form's Backtest panel
     path("", include("web.version_backtest")),  # issue 30 §1: auto-approve conditions
     path("", include("web.evaluations")),  # issue 30 §2: evaluations, promotion gate, test set
+    path("", include("web.tool_servers")),  # issue 31: MCP tool servers
 ]

@@ -35,7 +35,9 @@ from rivercore.contracts import (
 from rivercore.state import RunState
 from rivercore.types.agents import ActionLevel, MemoryEntry, action_level_at_most
 from rivercore.types.sessions import TRANSFER_TOOL, SessionContext
+from rivercore.types.toolservers import river_name_split
 from tenancy.selectors import role_annotations, roles_annotated, roles_permissions
+from toolservers.selectors import mcp_tool_specs
 
 
 def agent_config_build(*, agent: Agent, version: AgentVersion, policies: list) -> AgentConfig:
@@ -55,6 +57,8 @@ def agent_config_build(*, agent: Agent, version: AgentVersion, policies: list) -
         governance_policies=policies,
         approval_rules=version.rules,
         notification_config=version.notification_config or None,
+        mcp_tools=mcp_tool_specs(workspace_id=agent.workspace_id, names=version.tools)
+        if any(river_name_split(name) for name in version.tools) else [],
     )
 
 

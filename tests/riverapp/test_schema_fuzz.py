@@ -240,6 +240,14 @@ def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider
         "session_id": [session.pk for session in sessions],
         "artifact_id": [artifact.pk for artifact in artifacts],
     }
+    from toolservers.models import McpTool, ToolServer  # issue 31: MCP tool servers, ours and theirs
+
+    tool_servers = [ToolServer.objects.create(workspace=ws, name="notes", transport="http", url="http://127.0.0.1:9/mcp")
+                    for ws in (workspace, other_workspace)]
+    for server in tool_servers:
+        McpTool.objects.create(server=server, name="echo", digest="0" * 64)
+    ids["server_id"] = [server.pk for server in tool_servers]
+    ids["tool_name"] = ["echo"]
     return {"token": token.plaintext, "ids": ids}
 
 
