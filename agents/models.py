@@ -204,17 +204,20 @@ __all__ = ["Agent", "AgentVersion", "AgentMemory", "MemoryConsent", "Tier", "Wor
            "Evaluation", "EvaluationRun", "PromotionGate", "TestSetPin"]
 
 
+class CanaryStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    PROMOTED = "promoted", "Promoted"
+    STOPPED = "stopped", "Stopped"
+    ROLLED_BACK = "rolled_back", "Rolled back"
+
+
 class AgentCanary(models.Model):
     """A version tried on a share of an agent's new runs beside the deployed one
     (docs/changing-safely.md, "Canary and rollback"). At most one runs per agent; it ends
     promoted (its version deployed), stopped by a person, or rolled back by River when
     its runs do worse than the deployed version's beyond ``margin``."""
 
-    class Status(models.TextChoices):
-        RUNNING = "running", "Running"
-        PROMOTED = "promoted", "Promoted"
-        STOPPED = "stopped", "Stopped"
-        ROLLED_BACK = "rolled_back", "Rolled back"
+    Status = CanaryStatus
 
     PERCENT_MIN, PERCENT_MAX = 1, 50
 
@@ -245,7 +248,7 @@ class AgentCanary(models.Model):
     class Meta:
         ordering = ["-started_at", "-pk"]
         constraints = [
-            models.UniqueConstraint(fields=["agent"], condition=models.Q(status="running"),
+            models.UniqueConstraint(fields=["agent"], condition=models.Q(status=CanaryStatus.RUNNING),
                                     name="uniq_running_canary_per_agent"),
             models.CheckConstraint(condition=models.Q(percent__gte=1, percent__lte=50), name="canary_percent_1_50"),
         ]

@@ -14,7 +14,7 @@ from typing import Any
 import pydantic
 
 from rivercore.tools import Tool, ToolContext, ToolError
-from rivercore.types.previews import NO_PREVIEW, EffectPreview, ceiling_note, no_preview, stale_note
+from rivercore.types.previews import NO_PREVIEW, EffectPreview, StaleNote, ceiling_note, no_preview, stale_note
 
 logger = logging.getLogger("river.engine")
 
@@ -65,7 +65,7 @@ def effect_moved_preview(details: dict[str, Any], *, terms: dict[str, Any], argu
     return fresh
 
 
-def at_write_mark(note) -> None:
+def at_write_mark(note: StaleNote) -> None:
     """Mark a note as found by the write itself (after the approval)."""
     if not note.at_write and note.max_rows is None:
         note.message = f"Nothing was written: {note.message[0].lower()}{note.message[1:]}"

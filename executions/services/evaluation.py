@@ -178,11 +178,15 @@ def _ratio(agreed: int, disagreed: int) -> float | None:
     return round(agreed / (agreed + disagreed), 4) if agreed + disagreed else None
 
 
+# The row keys of a replayed run that hold people's labelled calls.
+LABEL_KINDS = ("approved", "rejected", "edited")
+
+
 def scores_and_totals(rows: list[dict[str, Any]]) -> tuple[dict[str, float | None], dict[str, Any]]:
     counted = [row for row in rows if "skipped" not in row]
     outcomes: Counter[str] = Counter()
     for row in counted:
-        for kind in ("approved", "rejected", "edited"):
+        for kind in LABEL_KINDS:
             for item in row[kind]:
                 outcomes[f"{kind}.{item['outcome']}"] += 1
     scores = {

@@ -14,6 +14,7 @@ import uuid
 import psycopg
 import pytest
 
+from datasources.connectors import own_database_identity
 from datasources.services import data_source_create
 
 PG_HOST = "127.0.0.1"
@@ -170,8 +171,15 @@ def pg_admin_connect(pg_server) -> psycopg.Connection:
 
 
 @pytest.fixture
-def pg_tables(pg_server):
-    """Fresh support tables (customers, tickets, charges) for each test."""
+def pg_tables(pg_server, django_db_setup, django_db_blocker):
+    """Fresh support tables (customers, tickets, charges) for each test.
+
+    A connector refuses River's own database by comparing identities; River's side is
+    read once per process from the default connection, so it is read here, where the
+    database may be reached, for tests that otherwise touch no River table (whatever
+    test of the process happens to run first)."""
+    with django_db_blocker.unblock():
+        own_database_identity()
     role = pg_server["user"]
     with pg_admin_connect(pg_server) as conn:
         conn.execute("DROP SCHEMA IF EXISTS public CASCADE")
