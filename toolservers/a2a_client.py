@@ -90,7 +90,8 @@ def _endpoint_of(card: AgentCard, registered: str) -> str:
     url = urls[0]
     if _origin(url) != _origin(registered):
         raise McpUnavailable(
-            "The agent card's JSON-RPC endpoint is not on the registered URL's host and port; River will not send to it."
+            "The agent card's JSON-RPC endpoint is not on the registered URL's host and port; "
+            "River will not send to it."
         )
     return url
 

@@ -31,7 +31,6 @@ from a2a.types.a2a_pb2 import (
     AgentSkill,
     Message,
     Part,
-    Role,
     TaskState,
 )
 from google.protobuf.struct_pb2 import Value
