@@ -19,8 +19,8 @@ from governance.audit import audit_record
 from rivercore.context import screen_payload
 from rivercore.tools import McpPort, ToolContext, ToolError, ToolErrorKind
 from rivercore.types.toolservers import McpToolSpec
-from toolservers import mcp_client
-from toolservers.models import McpTool
+from toolservers import a2a_client, mcp_client
+from toolservers.models import McpTool, ToolServer
 from toolservers.services import tool_server_endpoint, tool_server_health_record
 
 
@@ -78,9 +78,17 @@ class RiverMcpPort(McpPort):
         error: str | None = None
         try:
             endpoint = tool_server_endpoint(server=server)
-            raw = mcp_client.tool_call(
-                endpoint=endpoint, tool=tool.name, arguments=arguments, timeout=settings.RIVER_MCP_TIMEOUT_SECONDS
-            )
+            if server.transport == ToolServer.Transport.A2A:
+                # One message to the remote agent; its task's end state decides the outcome.
+                raw = a2a_client.ask(
+                    endpoint=endpoint,
+                    message=str(arguments.get("message") or ""),
+                    timeout=settings.RIVER_MCP_TIMEOUT_SECONDS,
+                )
+            else:
+                raw = mcp_client.tool_call(
+                    endpoint=endpoint, tool=tool.name, arguments=arguments, timeout=settings.RIVER_MCP_TIMEOUT_SECONDS
+                )
         except mcp_client.McpUnavailable as exc:
             error = exc.message
             raw = None
@@ -99,9 +107,11 @@ class RiverMcpPort(McpPort):
                 details={
                     "tool": spec.name,
                     "writes": writes,
+                    "transport": server.transport,
                     "outcome": ("unreachable" if raw is None else "error" if is_error else "ok"),
                     "screened": len(screened.detections),
                     "call_id": ctx.extras.get("call_id"),
+                    **({"remote_state": raw.get("state")} if raw and raw.get("state") else {}),
                 },
             )
         if raw is None:

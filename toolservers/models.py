@@ -11,6 +11,7 @@ class ToolServer(models.Model):
     class Transport(models.TextChoices):
         STDIO = "stdio", "stdio (a local command)"
         HTTP = "http", "Streamable HTTP"
+        A2A = "a2a", "A remote A2A agent"
 
     class Health(models.TextChoices):
         UNKNOWN = "unknown", "Not checked yet"
@@ -21,9 +22,10 @@ class ToolServer(models.Model):
     name = models.CharField(max_length=40)
     transport = models.CharField(max_length=10, choices=Transport.choices)
     command = models.CharField(max_length=500, blank=True)  # one of RIVER_MCP_STDIO_COMMANDS
+    # url: the MCP endpoint (http), or the remote agent's base or card URL (a2a).
     args = models.JSONField(default=list, blank=True)
     url = models.CharField(max_length=500, blank=True)
-    # Fernet ciphertext of the env (stdio) or headers (http) object. Never decrypted for output.
+    # Fernet ciphertext of the env (stdio) or headers (http, a2a) object. Never decrypted for output.
     secrets_encrypted = models.TextField(blank=True, default="")
     secret_names = models.JSONField(default=list, blank=True)  # the keys, shown; the values never are
     health = models.CharField(max_length=10, choices=Health.choices, default=Health.UNKNOWN)

@@ -22,7 +22,7 @@ from datasources.network import HostNotAllowed, host_check
 from governance.audit import audit_record
 from rivercore.errors import Conflict, InvalidInput
 from rivercore.types.toolservers import SERVER_NAME_RE, TOOL_NAME_MAX
-from toolservers import mcp_client
+from toolservers import a2a_client, mcp_client
 from toolservers.models import McpTool, ToolServer
 
 ARGS_MAX = 30
@@ -38,6 +38,7 @@ _HEADERS_REFUSED = {
     "connection",
     "mcp-session-id",
     "mcp-protocol-version",
+    "a2a-version",
 }
 
 
@@ -143,14 +144,16 @@ def tool_server_register(
         values["command"] = command
         values["args"] = _args_check(args)
         secrets = _secrets_check(env, field="env", name_re=_ENV_NAME)
-    elif transport == ToolServer.Transport.HTTP:
+    elif transport in (ToolServer.Transport.HTTP, ToolServer.Transport.A2A):
         if command or args or env:
             field = "command" if command else "args" if args else "env"
-            raise InvalidInput(f"{field} is for stdio servers.", details={field: ["Not used with transport http."]})
+            raise InvalidInput(
+                f"{field} is for stdio servers.", details={field: [f"Not used with transport {transport}."]}
+            )
         values["url"] = url_check(url)
         secrets = _secrets_check(headers, field="headers", name_re=_HEADER_NAME, refused=_HEADERS_REFUSED)
     else:
-        raise InvalidInput("transport is invalid.", details={"transport": ['One of "stdio", "http".']})
+        raise InvalidInput("transport is invalid.", details={"transport": ['One of "stdio", "http", "a2a".']})
     try:
         with transaction.atomic():
             server = ToolServer.objects.create(
@@ -209,7 +212,7 @@ def tool_server_endpoint(*, server: ToolServer) -> mcp_client.Endpoint:
         url_check(server.url)
     except InvalidInput as exc:
         raise mcp_client.McpUnavailable(exc.message if hasattr(exc, "message") else str(exc)) from None
-    return mcp_client.Endpoint(transport="http", url=server.url, headers=secrets)
+    return mcp_client.Endpoint(transport=server.transport, url=server.url, headers=secrets)
 
 
 def tool_server_health_record(*, server_id: int, error: str | None) -> None:
@@ -234,9 +237,9 @@ def tool_server_discover(*, server: ToolServer, actor) -> list[McpTool]:
     changed is disabled until an admin reviews it again; the reviewed description and
     schema stay, so the page shows the difference."""
     try:
-        listed = mcp_client.tools_list(
-            endpoint=tool_server_endpoint(server=server), timeout=settings.RIVER_MCP_TIMEOUT_SECONDS
-        )
+        # A remote A2A agent lists one tool, ``ask``, read from its agent card.
+        lister = a2a_client.tools_list if server.transport == ToolServer.Transport.A2A else mcp_client.tools_list
+        listed = lister(endpoint=tool_server_endpoint(server=server), timeout=settings.RIVER_MCP_TIMEOUT_SECONDS)
     except mcp_client.McpUnavailable as exc:
         tool_server_health_record(server_id=server.pk, error=exc.message)
         raise Conflict(f"Discovery failed: {exc.message}", code="tool_server_unavailable") from None

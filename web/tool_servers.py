@@ -39,7 +39,11 @@ from web.page_tools import (
     workspace_and_permissions,
 )
 
-TRANSPORTS = [("stdio", "A local command (stdio)"), ("http", "A URL (streamable HTTP)")]
+TRANSPORTS = [
+    ("stdio", "A local command (stdio)"),
+    ("http", "A URL (streamable HTTP)"),
+    ("a2a", "A remote A2A agent (its base or agent card URL)"),
+]
 HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 CLASSES = [("read", "Read: runs within the agent's level"), ("write", "Write: governed like any write")]
 
