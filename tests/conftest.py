@@ -39,7 +39,8 @@ XDIST_SPREAD = {"tests/riverapp/test_schema_fuzz.py"}
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (``make test``: ``-n 2``) a test file runs whole in one worker,
     in its order, so a module's server starts once; every browser test runs in one
-    worker, so the River stack and Chromium start once; the files in XDIST_SPREAD are
+    worker, so the River stack and Chromium start once; so does every interop test (their
+    live ``runriver`` owns one database, ``<name>_interop``); the files in XDIST_SPREAD are
     spread test by test. (``xdist_group`` marks would say the same, but pytest-xdist
     3.8 cannot apply them under pytest 9: it renames the tests through an attribute
     pytest no longer reads.)"""
@@ -50,6 +51,8 @@ def pytest_xdist_make_scheduler(config, log):
             path = nodeid.split("::", 1)[0]
             if path.startswith("tests/browser/"):
                 return "tests/browser"
+            if path.startswith("tests/interop/"):
+                return "tests/interop"  # one live River (and its own database) per session
             return nodeid if path in XDIST_SPREAD else path
 
     return FileScheduling(config, log)

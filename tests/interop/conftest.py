@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
 import pytest
+
+from tests.runriver import runriver_running
 
 ROOT = Path(__file__).resolve().parents[2]
 START_DEADLINE_SECONDS = 120
@@ -75,12 +74,6 @@ class LiveRiver:
         _manage(self.env, "seed_demo")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _manage(env: dict, *args: str) -> str:
     result = subprocess.run(  # noqa: S603 - our interpreter, our arguments
         [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
@@ -133,37 +126,12 @@ def live_river(tmp_path_factory):
     _manage(env, "seed_demo")
     out = _manage(env, "shell", "-c", SETUP_SCRIPT)
     credentials = json.loads(next(line for line in out.splitlines() if line.startswith("SETUP "))[6:])
-    port = _free_port()
     log_path = tmp / "server.log"
-    with log_path.open("w+") as log:
-        process = subprocess.Popen(  # noqa: S603 - our interpreter, our arguments
-            [sys.executable, "manage.py", "runriver", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + START_DEADLINE_SECONDS
-            while True:
-                assert process.poll() is None, f"runriver exited early:\n{log_path.read_text()}"
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                        if response.status == 200:
-                            break
-                except OSError:
-                    pass
-                assert time.monotonic() < deadline, f"no /health in time:\n{log_path.read_text()}"
-                time.sleep(0.2)
+    try:
+        with runriver_running(env=env, log_path=log_path, deadline_seconds=START_DEADLINE_SECONDS) as port:
             yield LiveRiver(url=f"http://127.0.0.1:{port}", credentials=credentials, env=env)
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=45)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-            if os.environ.get("RIVER_INTEROP_KEEP_LOG"):
-                print(log_path.read_text())
-            if postgres:
-                _postgres(base_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        if os.environ.get("RIVER_INTEROP_KEEP_LOG"):
+            print(log_path.read_text())
+        if postgres:
+            _postgres(base_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.runriver import runriver_running
 
 ROOT = Path(__file__).resolve().parents[2]
 START_DEADLINE_SECONDS = 90
@@ -36,12 +35,6 @@ def test_readme_stays_a_front_page_and_names_no_fixed_port_in_its_commands():
     commands = "".join(blocks)
     assert commands.startswith('PORT=${PORT:-8000}; BASE="http://127.0.0.1:$PORT"')
     assert commands.count("8000") == 1 and "127.0.0.1" not in commands.replace('"http://127.0.0.1:$PORT"', "")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _manage(env: dict, *args: str) -> str:
@@ -79,36 +72,8 @@ def server(tmp_path):
     )
     _manage(env, "migrate", "--no-input", "-v", "0")
     _manage(env, "seed_demo")
-    port = _free_port()
-    log_path = tmp_path / "server.log"
-    with log_path.open("w+") as log:
-        process = subprocess.Popen(  # noqa: S603 - our interpreter, our arguments
-            [sys.executable, "manage.py", "runriver", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + START_DEADLINE_SECONDS
-            while True:
-                assert process.poll() is None, f"runriver exited early:\n{log_path.read_text()}"
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                        if response.status == 200:
-                            break
-                except OSError:
-                    pass
-                assert time.monotonic() < deadline, f"no /health in {START_DEADLINE_SECONDS}s:\n{log_path.read_text()}"
-                time.sleep(0.2)
-            yield env | {"PORT": str(port)}
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=45)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+    with runriver_running(env=env, log_path=tmp_path / "server.log", deadline_seconds=START_DEADLINE_SECONDS) as port:
+        yield env | {"PORT": str(port)}
 
 
 def test_the_readme_commands_walk_the_approval_gate_twice(server):
