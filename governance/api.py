@@ -358,7 +358,8 @@ class ApprovalSerializer(serializers.ModelSerializer):
                   "approver_roles", "requester", "status", "expires_at", "resolution", "resolved_by",
                   "resolution_comment", "resolved_at", "created_at", "required_approvals", "quorum", "escalation",
                   "scope",  # scopes (governance.grants)
-                  "preview", "preview_edit"]  # issue 29 §1 (governance.previews)
+                  "preview", "preview_edit",  # issue 29 §1 (governance.previews)
+                  "kind"]  # "approval" or "unknown_outcome" (governance.unknown_outcome)
 
     @extend_schema_field(serializers.JSONField(allow_null=True))
     def get_preview(self, approval) -> dict | None:

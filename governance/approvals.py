@@ -63,9 +63,12 @@ def approval_request_open(
     segregation of duties keeps them from resolving it (see ``approval_authorize``).
     ``approval_rules`` (the agent version's) set the quorum and the escalation chain
     (governance.quorum, governance.escalation)."""
-    existing = ApprovalRequest.objects.filter(execution_id=execution_id, tool_call_id=call_id).first()
+    kind = payload.get("kind") or ApprovalRequest.Kind.APPROVAL
+    existing = ApprovalRequest.objects.filter(execution_id=execution_id, tool_call_id=call_id, kind=kind).first()
     reopens = payload.get("reopens")  # paused again at write time: a new request (governance.reopen)
-    if existing is not None and not (reopens and existing.status != ApprovalRequest.Status.PENDING):
+    # An unknown outcome asked again (a retry that was interrupted too) is a new question.
+    fresh = reopens or kind == ApprovalRequest.Kind.UNKNOWN_OUTCOME
+    if existing is not None and not (fresh and existing.status != ApprovalRequest.Status.PENDING):
         return existing
     if reopens:
         from governance.reopen import reopened_preview
@@ -90,11 +93,13 @@ def approval_request_open(
         created_at=now,
         expires_at=now + timedelta(minutes=escalation_timeout_minutes),
         preview=payload.get("preview") or {},  # issue 29 §1: the call's effect (governance.previews)
+        kind=kind,
     )
     audit_record(
         organization_id=workspace.organization_id, workspace_id=workspace_id, event_type="approval_requested",
         execution_id=execution_id, agent_id=agent_id, approval_id=approval.pk,
         details={"tool_name": approval.tool_name, "proposed_payload": approval.proposed_payload,
+                 **({"kind": kind} if kind != ApprovalRequest.Kind.APPROVAL else {}),
                  "expires_at": approval.expires_at.isoformat(),
                  **({"required_approvals": approval.required_approvals} if approval.required_approvals > 1 else {}),
                  **({"escalation": approval.escalation_chain} if approval.escalation_chain else {})},

@@ -63,6 +63,10 @@ class ApprovalRequest(models.Model):
         EDITED = "edited", "Edited and approved"
         EXPIRED = "expired", "Expired"
 
+    class Kind(models.TextChoices):
+        APPROVAL = "approval", "Approval"
+        UNKNOWN_OUTCOME = "unknown_outcome", "Unknown outcome"
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="approval_requests")
     # Plain ids, not foreign keys: governance sits below agents and executions.
@@ -112,6 +116,10 @@ class ApprovalRequest(models.Model):
     next_escalation_at = models.DateTimeField(null=True, blank=True)
     # Approve at the right scope (governance.grants): "once", "run", "session" or "grant".
     scope = models.CharField(max_length=10, default="once")
+    # "approval": may this call be made? "unknown_outcome": an MCP write was sent and its
+    # result never recorded; did it happen? (governance.unknown_outcome, docs/mcp.md).
+    # A call may have one of each, so the kind is part of what makes a request unique.
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.APPROVAL)
 
     class Meta:
         ordering = ["-created_at"]

@@ -19,6 +19,7 @@ from governance.grants import ONCE, ScopeChoice, approval_scope_check, approval_
 from governance.models import ApprovalRequest
 from governance.previews import EffectApproval, approval_effect_terms, effect_terms_record
 from governance.runs import RunLock, run_control
+from governance.unknown_outcome import approval_kind_check
 from rivercore.errors import Conflict
 from rivercore.steps import edited_arguments
 from rivercore.types.governance import DecisionChannel, ResolutionStatus
@@ -48,6 +49,7 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
     approval = approval_get_for_user(user=user, approval_id=approval_id)
     # Checked again under the row lock; here so a non-approver learns 403, not 400.
     approval_authorize(user=user, approval=approval)
+    approval_kind_check(approval)  # an unknown outcome is answered done / not done (governance.unknown_outcome)
     if approval.status != approval.Status.PENDING:
         raise Conflict(f"This approval request is already {approval.status}.", code="already_resolved")
     if status == ResolutionStatus.EDITED_APPROVED:

@@ -26,6 +26,7 @@ api_v1 = [
     path("", include("artifacts.api")),
     path("", include("governance.api")),
     path("", include("governance.api_notifications")),
+    path("", include("governance.api_unknown_outcome")),
     path("", include("executions.api")),
     path("", include("triggers.api")),
 ]

@@ -207,6 +207,9 @@ class ApprovalRequestPayload(BaseModel):
     # {"approval_id": the request it follows, or None after a scope or a grant,
     #  "code": "preview_stale" | "row_ceiling_exceeded", "fingerprint": the one agreed}.
     reopens: dict[str, Any] | None = None
+    # "approval" (may this call be made?) or "unknown_outcome" (an MCP write was sent
+    # and its result never journaled: did it happen? rivercore.unknown_outcome).
+    kind: str = "approval"
 
 
 class InteractionType(StrEnum):

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 import pydantic
 
 from rivercore import context as ctxmod
-from rivercore import gate, observe
+from rivercore import gate, observe, unknown_outcome
 from rivercore.contracts import (
     ApprovalRequestPayload,
     ErrorCode,
@@ -629,9 +629,15 @@ class Engine:
                 details={"tool_name": call.name, "arguments": call.arguments, "count": count}))
 
         if call.id in state.intents_recorded and not (tool and tool.idempotent):
+            if tool is not None and unknown_outcome.asks_a_person(tool_name=call.name, writes=tool.writes,
+                                                                  idempotent=tool.idempotent):
+                return self._outcome_unknown_pause(state, call, arguments)
             message = (f"The outcome of {call.name} is unknown: the run was interrupted after the call was sent. "
                        "Do not assume it succeeded or failed; check the data before trying again.")
             self._refuse(state, call, ToolErrorKind.FAILED, message, code="OUTCOME_UNKNOWN")
+            return None
+        if unknown_outcome.confirmation(resolution) == unknown_outcome.DONE:
+            self._outcome_confirmed(state, call, arguments, resolution or {})
             return None
         if tool is None or call.name not in cfg.tools:
             self._refuse(state, call, ToolErrorKind.FAILED, f"Tool {call.name!r} is not available to this agent.",
@@ -696,6 +702,8 @@ class Engine:
     async def _govern(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],
                 resolution: dict[str, Any] | None) -> Outcome | bool | None:
         """None to dispatch; True when handled without dispatch; an Outcome to pause."""
+        if unknown_outcome.confirmation(resolution) == unknown_outcome.NOT_DONE:
+            return await self._outcome_retry_govern(state, call, tool, args)
         if resolution is not None:
             status = resolution.get("status")
             if status == ResolutionStatus.REJECTED:
@@ -737,6 +745,47 @@ class Engine:
             return await self._approval_gate(state, call, tool, args, verdict, confidence=confidence, common=common,
                                        policy=policy)
         self._add(state, StepType.GOVERNANCE_CHECK, status=StepStatus.COMPLETED, output=policy, **common)
+        return None
+
+    def _outcome_unknown_pause(self, state: RunState, call: LLMToolCall, args: dict[str, Any]) -> Outcome:
+        """An MCP write sent and never journaled: the run pauses on an "unknown outcome"
+        request (rivercore.unknown_outcome); nothing is sent on River's own."""
+        payload = unknown_outcome.payload(tool_name=call.name, arguments=args,
+                                          reasoning_summary=self._reasoning_summary(state))
+        self._add(state, StepType.GOVERNANCE_CHECK, tool_name=call.name, call_id=call.id, input=args,
+                  governance_decision=Decision.APPROVAL_REQUIRED, status=StepStatus.PENDING,
+                  output={"reason": unknown_outcome.CARD_TITLE, "unknown_outcome": True,
+                          "approval_request": payload.model_dump(mode="json")})
+        return Outcome(status=ResponseStatus.AWAITING_APPROVAL)
+
+    def _outcome_confirmed(self, state: RunState, call: LLMToolCall, args: dict[str, Any],
+                           resolution: dict[str, Any]) -> None:
+        """A person confirmed the call happened: that is its observation; nothing is sent."""
+        body = {"confirmed_by_person": True, "outcome": unknown_outcome.DONE,
+                "message": (f"A person confirmed that {call.name} happened. River did not send it again; "
+                            "its result was never recorded.")}
+        self._add(state, StepType.OBSERVATION, tool_name=call.name, call_id=call.id, input=args,
+                  status=StepStatus.COMPLETED,
+                  output={"result": body, "summary": body["message"], "confirmed_by": resolution.get("resolved_by")},
+                  messages=[tool_message(call.id, call.name, body, ok=True)])
+
+    async def _outcome_retry_govern(self, state: RunState, call: LLMToolCall, tool: Tool,
+                                    args: dict[str, Any]) -> Outcome | bool | None:
+        """A person said the call did not happen: it goes through the gate again. An
+        approval already given for this call holds (no second one), unless the gate
+        now blocks it; a call that needed none and now does asks for one."""
+        verdict = await self._io(gate.before_tool, self.policy, state, tool, args, confidence=None)
+        if verdict.decision == Decision.BLOCKED:
+            return self._blocked(state, call, args, verdict)
+        if verdict.decision == Decision.SUGGEST_ONLY:
+            return await self._govern(state, call, tool, args, None)
+        if verdict.decision == Decision.APPROVAL_REQUIRED and not unknown_outcome.earlier_approval(state.steps,
+                                                                                                   call.id):
+            return await self._govern(state, call, tool, args, None)
+        self._add(state, StepType.GOVERNANCE_CHECK, tool_name=call.name, tool_category=tool.category.value,
+                  call_id=call.id, input=args, governance_decision=Decision.PROCEED, status=StepStatus.COMPLETED,
+                  output={"reason": verdict.reason, "policy_matched": verdict.policy_matched,
+                          "unknown_outcome_retry": True})
         return None
 
     async def _approval_gate(self, state: RunState, call: LLMToolCall, tool: Tool, args: dict[str, Any],

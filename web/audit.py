@@ -39,6 +39,7 @@ ACTIONS = {
     "approval_rejected": "Rejected",
     "approval_auto_approved": "Approved automatically",
     "approval_expired": "Approval expired",
+    "unknown_outcome_confirmed": "Unknown outcome answered (done or not done)",
     "approved_action_failed": "Approved action failed",
     "governance_decision": "Governance decision",
     "delegation_started": "Work handed to another agent",

@@ -8,6 +8,7 @@ urlpatterns = [
     path("", include("web.approval_scopes")),
     path("", include("web.approvals")),
     path("", include("web.approval_card")),
+    path("", include("web.approval_card_outcome")),  # issue 31 §1: unknown-outcome card
     path("", include("web.approval_preview")),  # issue 29 §1: effect previews on the card
     path("", include("web.start_run")),
     path("", include("web.approval_links")),

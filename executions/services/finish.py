@@ -238,9 +238,15 @@ def execution_end_expired(*, execution_id: int) -> None:
         return
     from governance.models import ApprovalRequest
 
-    expired = (ApprovalRequest.objects.filter(execution_id=execution_id, status=ApprovalRequest.Status.EXPIRED)
-               .order_by("-resolved_at").values_list("pk", flat=True).first())
+    expired, kind, tool_name = (
+        ApprovalRequest.objects.filter(execution_id=execution_id, status=ApprovalRequest.Status.EXPIRED)
+        .order_by("-resolved_at").values_list("pk", "kind", "tool_name").first() or (None, None, None))
     _approvals_resolved_emit(row, [expired] if expired else [], "expired")
+    if kind == ApprovalRequest.Kind.UNKNOWN_OUTCOME:  # never a success: nobody said whether it happened
+        run_end(row, status=Execution.Status.APPROVAL_EXPIRED, summary="outcome unknown, nobody confirmed",
+                error=run_error("OUTCOME_UNKNOWN", f"The outcome of {tool_name} is unknown and nobody confirmed "
+                                "whether it happened before the request expired."))
+        return
     run_end(row, status=Execution.Status.APPROVAL_EXPIRED, summary="approval expired",
             error=run_error("APPROVAL_EXPIRED", "The approval request expired."))
 

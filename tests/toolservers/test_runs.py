@@ -305,7 +305,10 @@ def test_a_worker_that_dies_after_sending_a_write_never_sends_it_again(
     monkeypatch.setattr(engine.mcp_client, "tool_call", real_call)
     Execution.objects.filter(pk=execution.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     second = ScriptedLLM([text_reply("Checked the log first.")])
-    assert services.execution_run_segment(execution_id=execution.pk, llm=second) == "success"
+    # The run pauses for a person to say whether it happened (tests/toolservers/test_unknown_outcome.py).
+    assert services.execution_run_segment(execution_id=execution.pk, llm=second) == "awaiting_approval"
+    assert second.requests == []  # the model is not asked either
     assert git_log(git_repo) == ["Once", "first"]  # never sent again
-    seen = observation(Execution.objects.get(pk=execution.pk), "mcp:git/git_commit")
-    assert seen.output["error"]["code"] == "OUTCOME_UNKNOWN"
+    asked = ApprovalRequest.objects.get(execution_id=execution.pk)
+    assert asked.kind == "unknown_outcome" and asked.tool_call_id == "c1" and asked.status == "pending"
+    assert observation(Execution.objects.get(pk=execution.pk), "mcp:git/git_commit") is None
