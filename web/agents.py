@@ -68,6 +68,7 @@ from rivercore.types.agents import (
 )
 from tenancy.permissions import AGENT_CREATE, AGENT_EXECUTE, ORG_ADMIN_ROLE, POLICY_CREATE
 from tenancy.selectors import workspace_roles
+from toolservers.selectors import mcp_tools_usable_in_workspace
 from triggers.selectors import trigger_firings_recent, triggers_filter
 from triggers.services import PAYLOAD_MAX_BYTES, trigger_fire
 from triggers.types import TriggerType
@@ -427,8 +428,15 @@ class VersionForm(forms.Form):
 
     def __init__(self, *args, workspace, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["tools"].choices = _tool_choices()
-        self.fields["require_approval_for"].choices = _tool_choices()
+        # Built-in tools, then the workspace's reviewed MCP tools (toolservers), plus any MCP
+        # tool the base version lists that is no longer usable: shown, so saving does not drop
+        # it silently (the service refuses it at the field, naming why).
+        listed = self.initial.get("tools") or []
+        mcp_names = sorted(set(mcp_tools_usable_in_workspace(workspace_id=workspace.pk))
+                           | {name for name in listed if isinstance(name, str) and name.startswith("mcp:")})
+        choices = [*_tool_choices(), *((name, f"MCP tool {name.removeprefix('mcp:')} ({name})") for name in mcp_names)]
+        self.fields["tools"].choices = choices
+        self.fields["require_approval_for"].choices = choices
         self.fields["approver_roles"].choices = _approver_role_choices()
         self.fields["data_sources"].choices = data_source_choices(workspace_id=workspace.pk, limit=limits.LIST_ITEMS)
 
