@@ -34,7 +34,7 @@ def test_the_list_shows_every_type_with_its_last_firing(client_for, owner, works
 
 
 def test_the_list_filters_and_is_bounded_at_many_firings(client_for, owner, workspace, agent):
-    triggers = [trigger_create(actor=owner, workspace=workspace, agent=agent, name=f"T{i:02}", trigger_type="api")
+    triggers = [trigger_create(actor=owner, workspace=workspace, agent=agent, name=f"Trig{i:02}", trigger_type="api")
                 for i in range(30)]
     now = timezone.now()
     TriggerFiring.objects.bulk_create([
@@ -43,11 +43,11 @@ def test_the_list_filters_and_is_bounded_at_many_firings(client_for, owner, work
     client = client_for(owner)
     with CaptureQueriesContext(connection) as queries:
         response = client.get("/triggers/?type=api&page=2")
-    assert response.status_code == 200 and "T29" in response.content.decode()
+    assert response.status_code == 200 and "Trig29" in response.content.decode()
     # The frame's Approvals badge reads the user's roles (it counts only requests they
     # may decide): a fixed cost per page, not per row.
     assert len(queries) <= 13, "\n".join(q["sql"][:150] for q in queries.captured_queries)
-    assert "T00" not in client.get("/triggers/?q=T29").content.decode()
+    assert "Trig00" not in client.get("/triggers/?q=Trig29").content.decode()
     assert client.get("/triggers/?type=telepathy").status_code == 400
 
 
