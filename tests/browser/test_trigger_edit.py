@@ -28,6 +28,9 @@ def test_edit_a_schedule_and_see_the_next_run_times_change(signed_in, demo, page
     expect(page.get_by_role("heading", name="Edit trigger Weekday mornings", level=1)).to_be_visible()
     expect(runs).to_have_count(3)
     cron = page.get_by_label("When (cron)")
+    # htmx binds the field's "input" trigger when the page has loaded (its script is
+    # deferred); typing earlier on a busy machine would go unheard.
+    page.wait_for_load_state("load")
     cron.fill("30 6 * * *")
     expect(page.locator("#cron-words")).to_have_text("At 06:30.")
     for index in range(3):

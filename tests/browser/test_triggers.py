@@ -21,6 +21,9 @@ def test_a_schedule_and_a_webhook_trigger_are_created_and_the_secret_shown_once(
     page.get_by_role("link", name="Schedule").click()
     page.get_by_label("Name", exact=True).fill("Weekday mornings")
     page.get_by_label("Agent", exact=True).select_option(label=agent.name)
+    # htmx binds the field's "input" trigger when the page has loaded (its script is
+    # deferred); typing earlier on a busy machine would go unheard.
+    page.wait_for_load_state("load")
     page.get_by_label("When (cron)").fill("0 8 * * 1-5")
     expect(page.locator("#cron-words")).to_have_text("At 08:00, Monday through Friday.")
     check_and_capture(page, "trigger-new-schedule")
