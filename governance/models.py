@@ -16,19 +16,26 @@ def _choices(enum) -> list[tuple[str, str]]:
     return [(member.value, member.value.replace("_", " ").capitalize()) for member in enum]
 
 
+# The policy fields' choices (the OpenAPI document names their enums from these:
+# settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
+POLICY_SCOPE_CHOICES = _choices(PolicyScope)
+POLICY_TYPE_CHOICES = _choices(PolicyType)
+ENFORCEMENT_CHOICES = _choices(Enforcement)
+
+
 class Policy(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     organization = models.ForeignKey("tenancy.Organization", on_delete=models.CASCADE, related_name="policies")
     workspace = models.ForeignKey(
         "tenancy.Workspace", null=True, blank=True, on_delete=models.CASCADE, related_name="policies"
     )
-    scope = models.CharField(max_length=20, choices=_choices(PolicyScope))
+    scope = models.CharField(max_length=20, choices=POLICY_SCOPE_CHOICES)
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
-    policy_type = models.CharField(max_length=30, choices=_choices(PolicyType))
+    policy_type = models.CharField(max_length=30, choices=POLICY_TYPE_CHOICES)
     # {"expression": "..."}; the keyed form of the spec is normalised into this on save.
     conditions = models.JSONField(default=dict)
-    enforcement = models.CharField(max_length=20, choices=_choices(Enforcement))
+    enforcement = models.CharField(max_length=20, choices=ENFORCEMENT_CHOICES)
     # Quorum: how many distinct people must approve a call this policy pauses
     # (require_approval only; governance.quorum).
     required_approvals = models.PositiveSmallIntegerField(default=1)

@@ -23,17 +23,20 @@ from governance.backtests import (
     backtest_queue,
     policy_backtest_create,
 )
+from governance.models import Policy
 from rivercore import limits
 from rivercore.errors import InvalidInput
-from rivercore.types.governance import Enforcement, PolicyScope, PolicyType
+from rivercore.types.governance import PolicyScope
 from tenancy.permissions import AGENT_CREATE
 from tenancy.selectors import require_permission
 
 _ID = {"min_value": 1, "max_value": 2**63 - 1}
 
 
-def _enum(enum) -> list[str]:
-    return [member.value for member in enum]
+def _policy_choices(field: str):
+    """The policy model's own choices (values and labels), so the schema names one enum
+    for a policy field whether a policy or a proposed change carries it."""
+    return Policy._meta.get_field(field).choices
 
 
 class NestedStrictInput(serializers.Serializer):
@@ -53,12 +56,13 @@ class ProposedPolicyInput(NestedStrictInput):
 
     name = serializers.CharField(max_length=limits.NAME)
     description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True)
-    scope = serializers.ChoiceField(choices=_enum(PolicyScope), required=False, default=PolicyScope.WORKSPACE.value)
+    scope = serializers.ChoiceField(choices=_policy_choices("scope"), required=False,
+                                    default=PolicyScope.WORKSPACE.value)
     workspace_id = serializers.IntegerField(required=False, allow_null=True, **_ID)
     organization_id = serializers.IntegerField(required=False, allow_null=True, **_ID)
-    policy_type = serializers.ChoiceField(choices=_enum(PolicyType), required=False, allow_null=True)
+    policy_type = serializers.ChoiceField(choices=_policy_choices("policy_type"), required=False, allow_null=True)
     conditions = serializers.JSONField(help_text='{"expression": "..."} or the keyed form')
-    enforcement = serializers.ChoiceField(choices=_enum(Enforcement))
+    enforcement = serializers.ChoiceField(choices=_policy_choices("enforcement"))
     enabled = serializers.BooleanField(required=False, default=True)
     require_preview = serializers.BooleanField(required=False, default=False)
     required_approvals = serializers.IntegerField(required=False, default=1, min_value=1, max_value=10)
@@ -73,9 +77,9 @@ class PolicyBacktestInput(StrictInput):
     # The changed fields of policy_id (PATCH /policies/{id}/'s).
     name = serializers.CharField(max_length=limits.NAME, required=False)
     description = serializers.CharField(max_length=limits.DESCRIPTION, required=False, allow_blank=True)
-    policy_type = serializers.ChoiceField(choices=_enum(PolicyType), required=False, allow_null=True)
+    policy_type = serializers.ChoiceField(choices=_policy_choices("policy_type"), required=False, allow_null=True)
     conditions = serializers.JSONField(required=False)
-    enforcement = serializers.ChoiceField(choices=_enum(Enforcement), required=False)
+    enforcement = serializers.ChoiceField(choices=_policy_choices("enforcement"), required=False)
     enabled = serializers.BooleanField(required=False)
     require_preview = serializers.BooleanField(required=False)
     required_approvals = serializers.IntegerField(required=False, min_value=1, max_value=10)

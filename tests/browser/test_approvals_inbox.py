@@ -52,6 +52,9 @@ def test_a_request_appears_live_and_leaves_once_decided(signed_in, demo, second_
     inbox.get_by_role("button", name="Filter").click()
     expect(inbox.get_by_text("No request waiting matches these filters.")).to_be_visible()
     inbox.get_by_role("link", name="Clear").click()
+    # The link loads the page anew: wait for its load (htmx binds the card's buttons then;
+    # a click before that is a plain form post, which lands on the request's own page).
+    inbox.wait_for_url(re.compile(r"/approvals/$"), wait_until="load")
     inbox.evaluate("window.riverMarker = 'same page'")
 
     inbox.locator("article.approval-card").get_by_role("button", name="Approve", exact=True).click()
