@@ -36,6 +36,7 @@ from tenancy.models import Membership, Organization, OrganizationMember, Workspa
 from tenancy.permissions import Role
 from tenancy.services import token_issue
 from tests.factories import make_agent
+from tests.module_data import rows_for_the_module
 from triggers.apikeys import api_key_issue
 from triggers.models import MetricSample, PipelineHandoff, TriggerFiring
 from triggers.services import trigger_create
@@ -108,13 +109,15 @@ def seed(*, org: Organization, tag: str, n: int) -> dict:
     return {"workspace": ws, "person": person, "agent": agent}
 
 
-@pytest.fixture
-def world():
-    alpha = Organization.objects.create(name="Alpha org", slug="alpha")
-    bravo = Organization.objects.create(name="Bravo org", slug="bravo")
-    a, b = seed(org=alpha, tag="alpha", n=1), seed(org=bravo, tag="bravo", n=1)
-    Group.objects.create(name="Bravo group")
-    return {"alpha": alpha, "bravo": bravo, "a": a, "b": b}
+@pytest.fixture(scope="module")
+def world(django_db_setup, django_db_blocker):
+    """Built once for the module (tests/module_data.py): each test's writes roll back to it."""
+    with rows_for_the_module(django_db_blocker):
+        alpha = Organization.objects.create(name="Alpha org", slug="alpha")
+        bravo = Organization.objects.create(name="Bravo org", slug="bravo")
+        a, b = seed(org=alpha, tag="alpha", n=1), seed(org=bravo, tag="bravo", n=1)
+        Group.objects.create(name="Bravo group")
+        yield {"alpha": alpha, "bravo": bravo, "a": a, "b": b}
 
 
 def _staff(username: str, organization=None, role=OrganizationMember.OrgRole.ADMIN) -> Client:

@@ -150,12 +150,29 @@ def connection_kept():
     request_finished.connect(close_old_connections)
 
 
+def seeded_settings(tmp_path) -> dict:
+    """The settings the seeded world needs: artifacts and SQLite files under ``tmp_path``."""
+    from django.conf import settings
+
+    return {
+        "STORAGES": {**settings.STORAGES, "artifacts": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path / "store")}}},
+        "RIVER_SQLITE_DATA_DIR": tmp_path / "sqlite",
+    }
+
+
 @pytest.fixture
 def seeded(connection_kept, db, org, workspace, owner, other_workspace, outsider, tmp_path, settings):
+    for name, value in seeded_settings(tmp_path).items():
+        setattr(settings, name, value)
+    return seed_world(org=org, workspace=workspace, owner=owner, other_workspace=other_workspace, outsider=outsider)
+
+
+def seed_world(*, org, workspace, owner, other_workspace, outsider) -> dict:
+    """A workspace full of data beside another organization's (with seeded_settings in
+    force): the token of ``owner``, made an admin of ``org``, and the ids of each kind."""
     OrganizationMember.objects.create(organization=org, user=owner, role=OrganizationMember.OrgRole.ADMIN)
-    settings.STORAGES = {**settings.STORAGES, "artifacts": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "store")}}}
-    settings.RIVER_SQLITE_DATA_DIR = tmp_path / "sqlite"
     from artifacts.services import artifact_create
 
     artifacts = [

@@ -17,12 +17,39 @@ from drf_spectacular.generators import SchemaGenerator
 from common.renderers import JSONRenderer
 from governance.models import Notification
 from tests.factories import make_agent
-from tests.riverapp.test_schema_fuzz import connection_kept, seeded  # noqa: F401 - shared fixtures
+from tests.module_data import rows_for_the_module
+from tests.riverapp.test_schema_fuzz import seed_world, seeded_settings
 
 pytestmark = pytest.mark.django_db
 
 SURROGATE = '"\\ud800"'  # JSON text: decodes to the lone surrogate U+D800
 ODD_IDS = ["²", "٣", "１２", "١", " 1", "1 ", "+1", "1_0", "0", "-1", "1.0", "9" * 19, str(2**63), "\u200f1", "1\u0301"]
+
+
+@pytest.fixture(scope="module")
+def seeded(django_db_setup, django_db_blocker, tmp_path_factory):
+    """The schema fuzz test's world, built once for this module (its tests only send
+    requests that are refused; tests/module_data.py): an organization and users of its
+    own, so the tests that also build the usual fixtures do not collide with it."""
+    from django.contrib.auth import get_user_model
+    from django.test.utils import override_settings
+
+    from tenancy.models import Membership, Organization, Workspace
+    from tenancy.permissions import Role
+
+    tmp = tmp_path_factory.mktemp("unicode-world")
+    with rows_for_the_module(django_db_blocker), override_settings(**seeded_settings(tmp)):
+        users = get_user_model().objects
+        org = Organization.objects.create(name="Unicode org", slug="unicode-org")
+        workspace = Workspace.objects.create(organization=org, name="Unicode", slug="unicode")
+        other_org = Organization.objects.create(name="Unicode other", slug="unicode-other")
+        other_workspace = Workspace.objects.create(organization=other_org, name="Other", slug="unicode-other")
+        owner = users.create_user(username="unicode-owner", password="pw-unicode-owner")
+        outsider = users.create_user(username="unicode-outsider", password="pw-unicode-outsider")
+        Membership.objects.create(workspace=workspace, user=owner, role=Role.ADMIN)
+        Membership.objects.create(workspace=other_workspace, user=outsider, role=Role.ADMIN)
+        yield seed_world(org=org, workspace=workspace, owner=owner, other_workspace=other_workspace,
+                         outsider=outsider)
 
 
 def _error(response) -> dict:
@@ -75,7 +102,7 @@ def _path_for(path: str, ids: dict) -> str:
 
 
 @pytest.mark.parametrize(("method", "path", "field"), STRING_FIELDS, ids=[f"{m} {p} {f}" for m, p, f in STRING_FIELDS])
-def test_a_lone_surrogate_in_any_string_field_is_a_400_naming_it(seeded, method, path, field):  # noqa: F811
+def test_a_lone_surrogate_in_any_string_field_is_a_400_naming_it(seeded, method, path, field):
     client = Client(HTTP_AUTHORIZATION=f"Bearer {seeded['token']}")
     body = "{" + json.dumps(field) + ": " + SURROGATE + "}"
     response = getattr(client, method)(_path_for(path, seeded["ids"]), data=body, content_type="application/json")
@@ -86,7 +113,7 @@ def test_a_lone_surrogate_in_any_string_field_is_a_400_naming_it(seeded, method,
 
 
 @pytest.mark.parametrize(("method", "path"), sorted({(m, p) for m, p, _ in STRING_FIELDS}))
-def test_a_lone_surrogate_in_a_key_is_a_400_with_the_key_escaped(seeded, method, path):  # noqa: F811
+def test_a_lone_surrogate_in_a_key_is_a_400_with_the_key_escaped(seeded, method, path):
     client = Client(HTTP_AUTHORIZATION=f"Bearer {seeded['token']}")
     body = '{"outer": {"k\\udc00y": 1}}'
     response = getattr(client, method)(_path_for(path, seeded["ids"]), data=body, content_type="application/json")
@@ -122,7 +149,7 @@ def test_metric_label_with_a_lone_surrogate_is_a_400(client, workspace):
     assert list(_error(response)["details"]) == ["samples.0.labels.host"]
 
 
-def test_replay_policy_name_with_a_lone_surrogate_is_a_400(client, seeded):  # noqa: F811
+def test_replay_policy_name_with_a_lone_surrogate_is_a_400(client, seeded):
     client = Client(HTTP_AUTHORIZATION=f"Bearer {seeded['token']}")
     execution_id = seeded["ids"]["execution_id"][0]
     body = '{"policies": [{"name": "\\ud800", "conditions": {"expression": "true"}, "enforcement": "block"}]}'
