@@ -20,7 +20,7 @@ SLOW_FIXTURES = {"live_server", "transactional_db"}  # a server thread; tables e
 
 def _is_slow(item) -> bool:
     """Browser tests, tests that run a live server, and ``transaction=True`` tests (they
-    commit and empty every table afterwards) are slow; tests that start servers,
+    commit and truncate every table afterwards) are slow; tests that start servers,
     workers or beat processes say so themselves with ``pytest.mark.slow``."""
     if any(folder in Path(str(item.fspath)).resolve().parents for folder in SLOW_FOLDERS):
         return True
@@ -72,15 +72,6 @@ def pytest_collection_modifyitems(config, items):
         if needs_postgres and on_sqlite:
             why = needs_postgres.kwargs.get("reason") or (needs_postgres.args[0] if needs_postgres.args else "")
             item.add_marker(pytest.mark.skip(reason=f"needs PostgreSQL: {why}" if why else "needs PostgreSQL"))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _tables_emptied_by_delete():
-    """After a ``transaction=True`` test the tables are emptied with DELETE rather than
-    Django's TRUNCATE and ``post_migrate`` (tests/fastflush.py: 0.4 s a test less)."""
-    from tests import fastflush
-
-    fastflush.install()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -29,7 +29,7 @@ def test_each_lifecycle_change_is_audited(api_client_for, editor, deployed_agent
     _lifecycle(client, deployed_agent, "activate")
     _lifecycle(client, deployed_agent, "pause")
     entries = AuditLogEntry.objects.filter(event_type="agent_lifecycle_changed", agent_id=deployed_agent.pk)
-    assert [(e.details["from"], e.details["to"]) for e in entries.order_by("seq")] == [
+    assert [(e.details["from"], e.details["to"]) for e in entries.order_by("seq", "id")] == [
         ("draft", "active"),
         ("active", "paused"),
     ]

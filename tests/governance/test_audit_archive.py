@@ -17,7 +17,7 @@ def test_deleting_an_organization_keeps_its_trail_sealed_anchored_and_verifiable
     with django_capture_on_commit_callbacks(execute=True):
         org.delete()
     assert not Organization.objects.filter(pk=org_id).exists()
-    entries = list(AuditLogEntry.objects.filter(organization_id=org_id).order_by("seq"))
+    entries = list(AuditLogEntry.objects.filter(organization_id=org_id).order_by("seq", "id"))
     assert [entry.event_type for entry in entries] == ["e0", "e1", "e2", "organization_deleted"]
     assert entries[-1].details == {"name": "Acme", "slug": org.slug}
     assert entries[0].workspace_id == workspace.pk  # the ids are kept as they were

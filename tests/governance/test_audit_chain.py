@@ -62,7 +62,7 @@ def chain(org):
         audit_record(organization_id=org.pk, event_type=f"event_{i}", details={"n": i},
                      agent_id=uuid.uuid4().hex, execution_id=str(100 + i))
     audit_seal(organization_id=org.pk)
-    return list(AuditLogEntry.objects.filter(organization_id=org.pk).order_by("seq"))
+    return list(AuditLogEntry.objects.filter(organization_id=org.pk).order_by("seq", "id"))
 
 
 def _report(org):

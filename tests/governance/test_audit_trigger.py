@@ -20,7 +20,7 @@ def sealed(org):
         audit_record(organization_id=org.pk, event_type=f"e{i}", details={"n": i})
     audit_seal(organization_id=org.pk)
     audit_anchor(organization_id=org.pk)
-    return list(AuditLogEntry.objects.filter(organization_id=org.pk).order_by("seq"))
+    return list(AuditLogEntry.objects.filter(organization_id=org.pk).order_by("seq", "id"))
 
 
 def _refused(sql: str, params=None) -> None:
