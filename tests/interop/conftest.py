@@ -93,8 +93,9 @@ def _postgres(database_url: str, sql: str) -> None:
 def _interop_redis_url(suite_url: str) -> str:
     """A Redis database of the live River's own: 13 minus the suite's (13 and 12 under
     two workers; the browser stack takes 15 and 14, the benchmark's smoke 10). On the
-    suite's own database its embedded worker took other tests' queued tasks, or they its
-    runs (seen once: the interop runs stayed queued for the whole 60 s wait)."""
+    suite's own database its embedded worker and the other tests could take or purge each
+    other's queued tasks: the likely cause of interop runs seen once staying queued for
+    the whole 60 s wait."""
     parsed = urlparse(suite_url)
     suite_db = int((parsed.path or "/0").strip("/") or 0)
     return urlunparse(parsed._replace(path=f"/{(13 - suite_db) % 16}"))
