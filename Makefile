@@ -23,6 +23,12 @@ INSTALL = if [ -x $(VENV)/bin/uv ]; then \
 			$(UV_FROM_PIP) -r $(1) || $(PIP) install --quiet -r $(1); \
 	else $(PIP) install --quiet -r $(1); fi
 
+# River's own modules compiled ahead of the command (compileall skips the up-to-date ones:
+# 0.3 s), so that no process compiles them as it starts: where PYTHONDONTWRITEBYTECODE is
+# set, every process would, about 0.5 CPU-s each (docs/benchmarks.md, "Cold starts").
+PACKAGES := $(patsubst %/__init__.py,%,$(wildcard */__init__.py))
+BYTECODE = $(PY) -m compileall -q $(PACKAGES) manage.py
+
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet uv==$(UV_VERSION) || echo "uv could not be installed; installing with pip"
@@ -40,6 +46,7 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 run: install
+	$(BYTECODE)
 	DEBUG=$${DEBUG:-true} $(PY) manage.py migrate --no-input -v0
 	DEBUG=$${DEBUG:-true} $(PY) manage.py seed_demo
 	DEBUG=$${DEBUG:-true} $(PY) manage.py runriver --host $(HOST) --port $(PORT)
@@ -49,16 +56,19 @@ run: install
 # one process. See docs/testing.md.
 TEST_WORKERS ?= 2
 test: install-dev
+	$(BYTECODE)
 	$(PY) scripts/test.py -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 # The fast lane: everything but the tests marked slow (browser, server and worker
 # processes, transaction=True); see docs/testing.md.
 test-fast: install-dev
+	$(BYTECODE)
 	$(PY) scripts/test.py -m "not slow" $(ARGS)
 
 # Schemathesis against the OpenAPI document with many random examples per operation
 # (CI runs the same test with a few derandomized ones as part of `make test`).
 fuzz: install-dev
+	$(BYTECODE)
 	RIVER_FUZZ_MAX_EXAMPLES=$${RIVER_FUZZ_MAX_EXAMPLES:-200} RIVER_FUZZ_RANDOM=1 \
 		$(PY) scripts/test.py -p no:cacheprovider -s tests/riverapp/test_schema_fuzz.py $(ARGS)
 
@@ -71,12 +81,14 @@ lint: install-dev
 # The benchmark harness (benchmarks/, outside the product); ARGS="--smoke" runs every
 # section at a tiny size, ARGS="--help" lists the options. See docs/benchmarks.md.
 bench: install-dev
+	$(BYTECODE)
 	DEBUG=$${DEBUG:-true} DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/river_bench} \
 		REDIS_URL=$${BENCH_REDIS_URL:-redis://127.0.0.1:6379/11} $(PY) -m benchmarks $(ARGS)
 
 # Fault campaign: a private Redis on FAULTS_REDIS_PORT (started and restarted by the
 # script) and a database of its own; see docs/faults.md. CI runs `make faults ARGS=--short`.
 faults: install-dev
+	$(BYTECODE)
 	DEBUG=$${DEBUG:-true} DATABASE_URL=$${FAULTS_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/river_faults_campaign} REDIS_URL=redis://127.0.0.1:$${FAULTS_REDIS_PORT:-6390}/0 $(PY) scripts/faults.py $(ARGS)
 
 clean:

@@ -7,6 +7,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from common import edge
 from riverapp import health, metrics
 
+admin.autodiscover()  # every app's admin module (the admin's AppConfig does not: riverapp/apps.py)
+
 
 class FaviconRedirect(RedirectView):
     """Browsers ask for /favicon.ico on pages that name no icon (Django admin's); the

@@ -35,7 +35,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
 from google.protobuf.json_format import MessageToDict
 
-from toolservers.mcp_client import Endpoint, McpUnavailable
+from toolservers.transport import Endpoint, McpUnavailable
 
 ASK = "ask"
 MESSAGE_MAX = 20_000

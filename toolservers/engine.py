@@ -19,9 +19,9 @@ from governance.audit import audit_record
 from rivercore.context import screen_payload
 from rivercore.tools import McpPort, ToolContext, ToolError, ToolErrorKind
 from rivercore.types.toolservers import McpToolSpec
-from toolservers import a2a_client, mcp_client
 from toolservers.models import McpTool, ToolServer
 from toolservers.services import tool_server_endpoint, tool_server_health_record
+from toolservers.transport import McpUnavailable
 
 
 def _capped(result: dict[str, Any], limit: int) -> tuple[dict[str, Any], bool]:
@@ -74,6 +74,8 @@ class RiverMcpPort(McpPort):
                 ToolErrorKind.FORBIDDEN,
                 f"{spec.name} changed or was disabled since this run started; an admin must review it.",
             )
+        from toolservers import a2a_client, mcp_client  # the SDKs, loaded when a server is first called
+
         server = tool.server
         error: str | None = None
         try:
@@ -89,7 +91,7 @@ class RiverMcpPort(McpPort):
                 raw = mcp_client.tool_call(
                     endpoint=endpoint, tool=tool.name, arguments=arguments, timeout=settings.RIVER_MCP_TIMEOUT_SECONDS
                 )
-        except mcp_client.McpUnavailable as exc:
+        except McpUnavailable as exc:
             error = exc.message
             raw = None
         tool_server_health_record(server_id=server.pk, error=error)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -19,25 +18,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-MESSAGE_MAX = 500
-
-
-class McpUnavailable(Exception):
-    """The server could not be reached, did not answer in time, or answered garbage."""
-
-    def __init__(self, message: str):
-        super().__init__(message[:MESSAGE_MAX])
-        self.message = message[:MESSAGE_MAX]
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    transport: str  # "stdio" | "http"
-    command: str = ""
-    args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    url: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
+from toolservers.transport import Endpoint, McpUnavailable
 
 
 def _connection(endpoint: Endpoint, timeout: float, errlog) -> Client:

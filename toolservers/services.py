@@ -22,8 +22,8 @@ from datasources.network import HostNotAllowed, host_check
 from governance.audit import audit_record
 from rivercore.errors import Conflict, InvalidInput
 from rivercore.types.toolservers import SERVER_NAME_RE, TOOL_NAME_MAX
-from toolservers import a2a_client, mcp_client
 from toolservers.models import McpTool, ToolServer
+from toolservers.transport import Endpoint, McpUnavailable
 
 ARGS_MAX = 30
 ARG_MAX = 500
@@ -200,19 +200,19 @@ def tool_server_delete(*, server: ToolServer, actor) -> None:
         server.delete()
 
 
-def tool_server_endpoint(*, server: ToolServer) -> mcp_client.Endpoint:
+def tool_server_endpoint(*, server: ToolServer) -> Endpoint:
     """How to reach the server now: the command must still be allowed and the URL's host
     still pass the allow-list (settings may have changed since it was registered)."""
     secrets = decrypt_json(server.secrets_encrypted) if server.secrets_encrypted else {}
     if server.transport == ToolServer.Transport.STDIO:
         if server.command not in settings.RIVER_MCP_STDIO_COMMANDS:
-            raise mcp_client.McpUnavailable("The server's command is no longer allowed (RIVER_MCP_STDIO_COMMANDS).")
-        return mcp_client.Endpoint(transport="stdio", command=server.command, args=list(server.args or []), env=secrets)
+            raise McpUnavailable("The server's command is no longer allowed (RIVER_MCP_STDIO_COMMANDS).")
+        return Endpoint(transport="stdio", command=server.command, args=list(server.args or []), env=secrets)
     try:
         url_check(server.url)
     except InvalidInput as exc:
-        raise mcp_client.McpUnavailable(exc.message if hasattr(exc, "message") else str(exc)) from None
-    return mcp_client.Endpoint(transport=server.transport, url=server.url, headers=secrets)
+        raise McpUnavailable(exc.message if hasattr(exc, "message") else str(exc)) from None
+    return Endpoint(transport=server.transport, url=server.url, headers=secrets)
 
 
 def tool_server_health_record(*, server_id: int, error: str | None) -> None:
@@ -236,11 +236,13 @@ def tool_server_discover(*, server: ToolServer, actor) -> list[McpTool]:
     input schema. New tools start unreviewed (unusable). A reviewed tool whose digest
     changed is disabled until an admin reviews it again; the reviewed description and
     schema stay, so the page shows the difference."""
+    from toolservers import a2a_client, mcp_client  # the SDKs, loaded when a server is first reached
+
     try:
         # A remote A2A agent lists one tool, ``ask``, read from its agent card.
         lister = a2a_client.tools_list if server.transport == ToolServer.Transport.A2A else mcp_client.tools_list
         listed = lister(endpoint=tool_server_endpoint(server=server), timeout=settings.RIVER_MCP_TIMEOUT_SECONDS)
-    except mcp_client.McpUnavailable as exc:
+    except McpUnavailable as exc:
         tool_server_health_record(server_id=server.pk, error=exc.message)
         raise Conflict(f"Discovery failed: {exc.message}", code="tool_server_unavailable") from None
     now = timezone.now()

@@ -45,6 +45,7 @@ from triggers.webhooks import webhook_endpoint_create
 pytestmark = pytest.mark.django_db
 
 User = get_user_model()
+admin.autodiscover()  # what riverapp.urls does before the admin serves a page
 REGISTERED = sorted(admin.site._registry, key=lambda model: model._meta.label)
 
 
@@ -169,6 +170,7 @@ def test_every_registered_admin_is_scoped():
     unscoped = [model._meta.label for model, model_admin in admin.site._registry.items()
                 if not isinstance(model_admin, TenantScopedAdminMixin)]
     assert unscoped == []
+    assert {Agent, Execution, Policy, ApprovalRequest, AuditLogEntry} <= set(REGISTERED)  # the registry was filled
 
 
 @pytest.mark.parametrize("model", REGISTERED, ids=lambda model: model._meta.label)

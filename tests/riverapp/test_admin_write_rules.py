@@ -12,6 +12,8 @@ from artifacts.models import Artifact
 from executions.models import Execution, ExecutionEvent, ExecutionStep, Session
 from governance.models import ApprovalRequest, AuditLogEntry
 
+admin.autodiscover()  # what riverapp.urls does before the admin serves a page
+
 pytestmark = pytest.mark.django_db
 
 

@@ -1,8 +1,10 @@
-"""Processes that do not call a model start without litellm and its tokenizer.
+"""Processes that do not call a model start without litellm and its tokenizer, and
+without the MCP and A2A SDKs.
 
-Importing litellm costs seconds of CPU (docs/benchmarks.md, the cold section). A Celery
-worker loads it at its first model call, and ``manage.py`` commands that never run the
-engine not at all. Each probe runs in a fresh interpreter and reports which of these
+Importing litellm costs seconds of CPU, the two SDKs about one more (docs/benchmarks.md,
+the cold section). A Celery worker loads litellm at its first model call and an SDK when
+it first reaches a tool server, and ``manage.py`` commands that never run the engine
+load none of them. Each probe runs in a fresh interpreter and reports which of these
 modules it ended up holding."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL_CLIENT = ("litellm", "tiktoken", "tokenizers", "openai")
+MODEL_CLIENT = ("litellm", "tiktoken", "tokenizers", "openai", "mcp", "a2a", "twisted")
 
 _REPORT = (
     "import json, sys\n"
@@ -58,6 +60,34 @@ def test_the_model_client_is_loaded_by_the_first_model_call_path():
     # which every model call does first, does load it.
     loaded = _probe("import django\ndjango.setup()\nimport executions.routing\n")
     assert "litellm" in loaded
+
+
+def test_the_sdks_are_loaded_by_the_tool_server_clients():
+    # Likewise for the SDKs: River's clients for MCP servers and A2A agents load them.
+    loaded = _probe("import django\ndjango.setup()\nimport toolservers.mcp_client, toolservers.a2a_client\n")
+    assert "mcp" in loaded and "a2a" in loaded
+
+
+def test_runserver_is_daphnes_and_loads_its_server():
+    # Twisted (Daphne's server) is not loaded by setting Django up (the probes above), yet
+    # `manage.py runserver` is still Daphne's ASGI server, which does load it.
+    loaded = _probe("import django\ndjango.setup()\n"
+                    "from django.core.management import get_commands, load_command_class\n"
+                    "assert get_commands()['runserver'] == 'daphne', get_commands()['runserver']\n"
+                    "command = load_command_class('daphne', 'runserver')\n"
+                    "assert command.server_cls.__module__ == 'daphne.server', command.server_cls\n")
+    assert "twisted" in loaded
+
+
+def test_admin_modules_load_with_the_urlconf_or_the_admin_checks():
+    # Setting Django up imports no app's admin module; the admin's system checks do (so
+    # `manage.py check` still checks every ModelAdmin), and so does the URLconf.
+    loaded = _probe("import sys, django\ndjango.setup()\n"
+                    "from django.contrib import admin\nfrom django.core import checks\n"
+                    "assert 'agents.admin' not in sys.modules and not admin.site._registry\n"
+                    "assert checks.run_checks(tags=[checks.Tags.admin]) == []\n"
+                    "from agents.models import Agent\nassert Agent in admin.site._registry\n")
+    assert loaded == []
 
 
 def test_manage_py_check_runs_without_the_model_client():

@@ -274,7 +274,7 @@ def test_a_worker_that_dies_after_sending_a_write_never_sends_it_again(
     from django.utils import timezone
 
     from executions import tasks
-    from toolservers import engine
+    from toolservers import mcp_client
 
     for task in (tasks.run_segment, tasks.post_process):
         monkeypatch.setattr(task, "delay", lambda *args: None)
@@ -288,13 +288,13 @@ def test_a_worker_that_dies_after_sending_a_write_never_sends_it_again(
     class WorkerDied(BaseException):
         pass
 
-    real_call = engine.mcp_client.tool_call
+    real_call = mcp_client.tool_call
 
     def sent_then_died(**kwargs):
         real_call(**kwargs)  # the server committed
         raise WorkerDied  # and the worker died before the result was journaled
 
-    monkeypatch.setattr(engine.mcp_client, "tool_call", sent_then_died)
+    monkeypatch.setattr(mcp_client, "tool_call", sent_then_died)
     first = ScriptedLLM(
         [tool_reply("mcp__git__git_commit", {"repo_path": str(git_repo), "message": "Once"}, call_id="c1")]
     )
@@ -302,7 +302,7 @@ def test_a_worker_that_dies_after_sending_a_write_never_sends_it_again(
         services.execution_run_segment(execution_id=execution.pk, llm=first)
     assert git_log(git_repo) == ["Once", "first"]
 
-    monkeypatch.setattr(engine.mcp_client, "tool_call", real_call)
+    monkeypatch.setattr(mcp_client, "tool_call", real_call)
     Execution.objects.filter(pk=execution.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     second = ScriptedLLM([text_reply("Checked the log first.")])
     # The run pauses for a person to say whether it happened (tests/toolservers/test_unknown_outcome.py).

@@ -15,7 +15,7 @@ from executions.models import Execution
 from governance.models import ApprovalRequest, AuditLogEntry
 from governance.resolution import approval_resolve, approvals_expire_due
 from tests.factories import ScriptedLLM, make_agent, text_reply, tool_reply
-from toolservers import engine
+from toolservers import mcp_client
 
 from .conftest import git_log
 from .test_runs import observation, reviewed_server, subprocess_add
@@ -63,17 +63,17 @@ def _commit_call(git_repo, message="Once"):
 def _interrupted(execution, git_repo, monkeypatch, *, server_committed: bool, llm=None):
     """Run a segment whose worker dies after sending the commit (the server made it or
     not), then let its lease lapse and resume: the run must pause on the question."""
-    real_call = engine.mcp_client.tool_call
+    real_call = mcp_client.tool_call
 
     def sent_then_died(**kwargs):
         if server_committed:
             real_call(**kwargs)
         raise WorkerDied
 
-    monkeypatch.setattr(engine.mcp_client, "tool_call", sent_then_died)
+    monkeypatch.setattr(mcp_client, "tool_call", sent_then_died)
     with pytest.raises(WorkerDied):
         services.execution_run_segment(execution_id=execution.pk, llm=llm or ScriptedLLM([_commit_call(git_repo)]))
-    monkeypatch.setattr(engine.mcp_client, "tool_call", real_call)
+    monkeypatch.setattr(mcp_client, "tool_call", real_call)
     Execution.objects.filter(pk=execution.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert services.execution_run_segment(execution_id=execution.pk, llm=ScriptedLLM([])) == "awaiting_approval"
     return (

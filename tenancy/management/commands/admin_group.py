@@ -24,6 +24,7 @@ GROUP_NAME = "Organization admins"
 def organization_admin_permissions() -> list[Permission]:
     user_model = get_user_model()
     wanted: list[Permission] = []
+    admin.autodiscover()  # the registry is filled by the URLconf, which a command does not load
     for model, model_admin in admin.site._registry.items():
         if not isinstance(model_admin, TenantScopedAdminMixin) or model_admin.superuser_only():
             continue
