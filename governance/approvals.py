@@ -348,7 +348,6 @@ def approval_decide(
         event_type=f"approval_{approval.status}", actor=user, execution_id=approval.execution_id,
         agent_id=approval.agent_id, approval_id=approval.pk, details=details,
     )
-    slack_messages_update_on_commit(approval=approval)  # issue 29 §4: Slack shows the outcome
     return approval
 
 

@@ -19,6 +19,7 @@ from governance.grants import ONCE, ScopeChoice, approval_scope_check, approval_
 from governance.models import ApprovalRequest
 from governance.previews import EffectApproval, approval_effect_terms, effect_terms_record
 from governance.runs import RunLock, run_control
+from governance.slack_updates import slack_messages_update_on_commit
 from governance.unknown_outcome import approval_kind_check
 from rivercore.errors import Conflict
 from rivercore.steps import edited_arguments
@@ -80,6 +81,10 @@ def approval_resolve(*, user, approval_id, status: str, modified_args: dict | No
                 decided.execution_id, call_id=decided.tool_call_id,
                 resolution={**decided.resolution, "approval_id": str(decided.pk), "tool_name": decided.tool_name},
             )
+            # Issue 29 §4: Slack shows the outcome. Registered after the resume, since
+            # after-commit work runs in order and this one reads the database first: the
+            # run's message leaves before it (tests/governance/test_approval_resolve_queries.py).
+            slack_messages_update_on_commit(approval=decided)
         return decided
 
     # Inside a caller's transaction a failed attempt cannot be replayed here.

@@ -64,3 +64,29 @@ def test_the_standing_read_with_the_request_is_the_callers_own(workspace, owner,
     approval_authorize(user=editor, approval=read_by_editor)  # an editor may resolve it
     with pytest.raises(PermissionDenied):
         approval_authorize(user=member, approval=read_by_editor)  # an analyst may not, whoever read the row
+
+
+@pytest.mark.django_db
+def test_the_resume_message_leaves_before_the_slack_check_reads_the_database(workspace, owner, editor,
+                                                                              api_client_for,
+                                                                              django_capture_on_commit_callbacks):
+    """After-commit work runs in the order it was registered, and the POST → next model
+    call latency counts everything before the run's message: the Slack messages' check (a
+    query) comes after it."""
+    from governance import slack_updates
+
+    _, approval = paused_run(workspace, owner)
+    happened: list[str] = []
+    real_filter = slack_updates.SlackApprovalMessage.objects.filter
+
+    def filter_recorded(*args, **kwargs):
+        happened.append("slack check")
+        return real_filter(*args, **kwargs)
+
+    with mock.patch("executions.tasks.run_segment.delay", side_effect=lambda *a, **k: happened.append("resume sent")), \
+            mock.patch.object(slack_updates.SlackApprovalMessage.objects, "filter", filter_recorded), \
+            django_capture_on_commit_callbacks(execute=True):
+        response = api_client_for(editor).post(f"/api/v1/approvals/{approval.pk}/resolve", {"status": "approved"},
+                                               format="json")
+    assert response.status_code == 200, response.content
+    assert happened == ["resume sent", "slack check"]
