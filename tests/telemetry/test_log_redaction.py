@@ -12,6 +12,9 @@ import logging.config
 
 import pytest
 from django.conf import settings
+from hypothesis import given
+from hypothesis import settings as settings_h
+from hypothesis import strategies as st
 
 from executions import services, tasks
 from telemetry.logs import REDACTED, TURN_LOGGER, logging_config, redact
@@ -184,3 +187,24 @@ def test_a_turn_line_is_redacted_by_its_formatter_alone(logs_as, log_format, set
     assert "sk-turn-line-secret-0123456789" not in text
     line = json.loads(text.splitlines()[0])
     assert line["turn_number"] == 1 and "[REDACTED]" in line["tool_calls"][0]["arguments"]
+
+
+# --- the redactor's shortcut -------------------------------------------------------
+
+_FRAGMENTS = ["rvr_", "rtk_", "whsec_", "sk-", "://", "@", ":", "=", "%3D", "'", '"', " ", "Authorization", "BEARER ",
+              "basic ", "password", "Api-Key", "token", "secret", "x-river-signature", "abcdefgh12345678", "_", "-"]
+
+
+@given(st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.text(max_size=12)), max_size=12).map("".join))
+@settings_h(max_examples=600, derandomize=True)
+def test_the_shortcut_skips_only_text_no_pattern_would_change(text):
+    """Text without any pattern's literal skips the patterns; whatever the text, the
+    result is what running every pattern gives."""
+    from telemetry import logs
+
+    everything = text
+    for pattern, replacement in logs._PATTERNS:
+        everything = pattern.sub(replacement, everything)
+    assert logs._redact_patterns(text) == everything
+    if not logs._COULD_MATCH.search(text):
+        assert everything == text
