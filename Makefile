@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-fast install install-dev lint bench faults fuzz migrate clean
+.PHONY: run test test-fast install install-dev bytecode lint bench faults fuzz migrate clean
 
 UV_VERSION := 0.13.9
 # Installs with uv (pinned, itself installed by pip from the same package index) when it
@@ -44,6 +44,9 @@ $(VENV)/.installed-dev: requirements.txt requirements-dev.txt $(VENV)/.installed
 install: $(VENV)/.installed
 
 install-dev: $(VENV)/.installed-dev
+
+bytecode: | $(VENV)/bin/python
+	$(BYTECODE)
 
 run: install
 	$(BYTECODE)

@@ -96,8 +96,8 @@ for _origin in CSRF_TRUSTED_ORIGINS:
         raise ImproperlyConfigured(f"CSRF_TRUSTED_ORIGINS entries must start with http:// or https://, got {_origin!r}")
 
 INSTALLED_APPS = [
-    "riverapp.apps.DaphneRunserverConfig",  # Daphne's runserver, without its server in every process
-    "riverapp.apps.AdminConfig",  # the admin, its modules loaded by the URLconf (riverapp/apps.py)
+    "riverapp.startup_apps.DaphneRunserverConfig",  # Daphne's runserver, without its server in every process
+    "riverapp.startup_apps.AdminConfig",  # the admin, its modules loaded by the URLconf (riverapp/startup_apps.py)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -7,7 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from common import edge
 from riverapp import health, metrics
 
-admin.autodiscover()  # every app's admin module (the admin's AppConfig does not: riverapp/apps.py)
+admin.autodiscover()  # every app's admin module (the admin's AppConfig does not: riverapp/startup_apps.py)
 
 
 class FaviconRedirect(RedirectView):

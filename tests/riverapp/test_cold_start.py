@@ -90,6 +90,19 @@ def test_admin_modules_load_with_the_urlconf_or_the_admin_checks():
     assert loaded == []
 
 
+def test_each_app_has_the_config_river_means():
+    # Django takes an app's config from its apps module only while that module offers one:
+    # riverapp's own (whose ready() zeroes the known metric series) must still be it.
+    from django.apps import apps
+
+    from riverapp.apps import RiverappConfig
+    from riverapp.startup_apps import AdminConfig, DaphneRunserverConfig
+
+    assert type(apps.get_app_config("riverapp")) is RiverappConfig
+    assert type(apps.get_app_config("admin")) is AdminConfig
+    assert type(apps.get_app_config("daphne")) is DaphneRunserverConfig
+
+
 def test_manage_py_check_runs_without_the_model_client():
     loaded = _probe("import django\ndjango.setup()\nfrom django.core.management import call_command\n"
                     "call_command('check')\n")
