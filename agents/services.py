@@ -540,22 +540,34 @@ MEMORY_QUESTION_CHARS = 1000
 MEMORY_ANSWER_CHARS = 2000
 
 
+def workspace_memory_owner(*, workspace_id: int, user_id: int | None) -> tuple[bool, int | None]:
+    """Whether a run of ``user_id`` leaves a workspace memory, and whose it is: the
+    workspace's (None) when the mode is ``shared``, the user's when it is ``personal`` and
+    the user consented; ``(False, None)`` otherwise. Ask it before reading what a memory
+    would hold."""
+    mode = workspace_memory_mode(workspace_id=workspace_id)
+    if mode == MemoryMode.SHARED:
+        return True, None
+    if mode == MemoryMode.PERSONAL and memory_consent_given(workspace_id=workspace_id, user_id=user_id):
+        return True, user_id
+    return False, None
+
+
 def workspace_memory_from_run(*, workspace_id: int, agent_id, user_id: int | None, execution_id: int,
-                              question: str, answer: str, facts: Sequence[str] = ()) -> WorkspaceMemory | None:
+                              question: str, answer: str, facts: Sequence[str] = (),
+                              owner: tuple[bool, int | None] | None = None) -> WorkspaceMemory | None:
     """What a completed run leaves in the workspace's memory, as the workspace's
     ``memory_mode`` allows: nothing (``off``); a personal memory of the user who started
     it, if that user consented (``personal``); a memory shared with the workspace
     (``shared``). The content is the question, the answer and the facts the run
-    established, never its raw log. One per run: calling it again writes nothing."""
+    established, never its raw log. One per run: calling it again writes nothing.
+    ``owner``: ``workspace_memory_owner``'s answer, when the caller asked already."""
     question, answer = question.strip(), answer.strip()
     if not question or not answer:
         return None
-    mode = workspace_memory_mode(workspace_id=workspace_id)
-    if mode == MemoryMode.SHARED:
-        owner_id = None
-    elif mode == MemoryMode.PERSONAL and memory_consent_given(workspace_id=workspace_id, user_id=user_id):
-        owner_id = user_id
-    else:
+    kept, owner_id = owner if owner is not None else workspace_memory_owner(workspace_id=workspace_id,
+                                                                            user_id=user_id)
+    if not kept:
         return None
     lines = [f"Question: {question[:MEMORY_QUESTION_CHARS]}", f"Answer: {answer[:MEMORY_ANSWER_CHARS]}"]
     lines += [f"Fact: {fact[:300]}" for fact in list(facts)[:10]]

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Func, IntegerField, QuerySet
 
+from common.compiled import CompiledQuery
 from datasources.models import DataSource
 from rivercore.errors import InvalidInput, NotFound
 from rivercore.text import has_unstorable
@@ -51,15 +52,28 @@ def data_sources_in_workspace(*, workspace_id: int) -> QuerySet[DataSource]:
     return DataSource.objects.filter(workspace_id=workspace_id)
 
 
+# Compiled once per process: a tool resolves its data source on every call (common.compiled).
+_IN_WORKSPACE = CompiledQuery(
+    lambda workspace_id, data_source_id: DataSource.objects.filter(workspace_id=workspace_id, pk=data_source_id)
+    .select_related("workspace").defer("schema_cache").order_by()[:1],
+    workspace_id=-(2**62) + 101, data_source_id=-(2**62) + 102,
+)
+_ID_MAX = 2**63 - 1  # a bigint key; a larger number names no row
+
+
 def data_source_get_in_workspace(*, workspace_id: int, data_source_id) -> DataSource:
     """The data source if it belongs to ``workspace_id``, with its workspace (whose limits a
     query reads); else 404 (tools resolve ids here). The schema cache is left out of the
     read: ``data_source_tables`` answers from memory, and reading the field loads it."""
     try:
-        return data_sources_in_workspace(workspace_id=workspace_id).select_related("workspace").defer(
-            "schema_cache").get(pk=int(data_source_id))
-    except (DataSource.DoesNotExist, TypeError, ValueError):
-        raise NotFound(f"Data source {data_source_id} not found.") from None
+        source_id = int(data_source_id)
+    except (TypeError, ValueError):
+        source_id = None
+    source = (_IN_WORKSPACE.first(workspace_id=int(workspace_id), data_source_id=source_id)
+              if source_id is not None and 0 < source_id <= _ID_MAX else None)
+    if source is None:
+        raise NotFound(f"Data source {data_source_id} not found.")
+    return source
 
 
 # A process keeps the validated schemas of this many data sources (least recently used

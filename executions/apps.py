@@ -23,16 +23,22 @@ class ExecutionsConfig(AppConfig):
         from executions.runend import run_end_handler_register
         from executions.services.delegation import delegation_child_ended
 
-        run_end_handler_register("delegation", delegation_child_ended)  # a child's end resumes its parent
+        run_end_handler_register("delegation", delegation_child_ended,  # a child's end resumes its parent
+                                 applies=lambda ended: ended.parent_execution_id is not None)
         from executions.services.sessions import session_run_ended
 
-        run_end_handler_register("sessions", session_run_ended)  # the next queued message, or a hand-off
+        run_end_handler_register("sessions", session_run_ended,  # the next queued message, or a hand-off
+                                 applies=lambda ended: ended.session_id is not None)
         from executions.metrics import run_ended_metrics
 
-        run_end_handler_register("metrics", run_ended_metrics)  # runs by status, trigger type, queue wait
+        # runs by status, trigger type, queue wait: counted once post-processing has committed
+        run_end_handler_register("metrics", run_ended_metrics, after_commit=True)
         from executions.services.memory import workspace_memory_on_run_end
+        from rivercore.outcome import Outcome
 
-        run_end_handler_register("workspace_memory", workspace_memory_on_run_end)  # docs/memory.md
+        run_end_handler_register("workspace_memory", workspace_memory_on_run_end,  # docs/memory.md
+                                 applies=lambda ended: ended.outcome == Outcome.ANSWERED
+                                 and ended.parent_execution_id is None)
 
         from artifacts.quota import storage_usage_source_register
         from executions.selectors import execution_storage_usage

@@ -32,6 +32,7 @@ import logging
 import math
 import os
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Context, Decimal, DivisionByZero, InvalidOperation, Overflow
@@ -47,6 +48,8 @@ logger = logging.getLogger("river.audit")
 
 GENESIS = "0" * 64
 SEAL_BATCH = 500
+# The least time between two of a process's sealing passes (AuditSealer).
+SEAL_PASS_GAP_SECONDS = 0.1
 MAINTENANCE_ROLE = "river_audit_maintenance"
 
 VERDICT_OK = "ok"
@@ -245,11 +248,14 @@ class AuditSealer:
     first use, and again in a forked child. Its connection is closed whenever it has
     nothing left to do."""
 
-    def __init__(self):
+    def __init__(self, pass_gap: float = SEAL_PASS_GAP_SECONDS):
         self._lock = threading.Condition()
         self._organizations: set[int] = set()
         self._busy = False
+        self._hurry = False  # someone waits for the seal: no gap before the next pass
         self._pid: int | None = None
+        self.pass_gap = pass_gap
+        self.passes = 0  # passes made in this process (tests, the bench)
 
     def request(self, organization_id: int) -> None:
         with self._lock:
@@ -262,17 +268,29 @@ class AuditSealer:
     def wait(self, timeout: float = 10.0) -> bool:
         """Wait until everything handed over so far is sealed; False on timeout."""
         with self._lock:
+            self._hurry = True
+            self._lock.notify_all()
             return self._lock.wait_for(lambda: not self._organizations and not self._busy, timeout=timeout)
 
     def _run(self) -> None:
+        last_pass = -math.inf
         while True:
             with self._lock:
                 self._lock.wait_for(lambda: self._organizations)
+                # Under load, a pass at most every ``pass_gap`` seconds: the entries committed
+                # meanwhile are sealed together, a few statements for all of them instead of
+                # the same few for each. An entry waits that long at most to be chained; one
+                # that comes after a quiet spell is sealed at once.
+                while not self._hurry and (gap := last_pass + self.pass_gap - time.monotonic()) > 0:
+                    self._lock.wait(gap)
                 organizations, self._organizations, self._busy = self._organizations, set(), True
+                self._hurry = False
+                self.passes += 1
             try:
                 for organization_id in sorted(organizations):
                     _seal_after_commit(organization_id)
             finally:
+                last_pass = time.monotonic()
                 with self._lock:
                     self._busy = False
                     idle = not self._organizations

@@ -122,7 +122,7 @@ def database_from_url(name: str, url: str) -> dict:
         else:
             raise ImproperlyConfigured(f"{name}: prepare_threshold must be a whole number or 'none', got {threshold!r}")
         return {
-            "ENGINE": "django.db.backends.postgresql",
+            "ENGINE": "common.postgresql",  # Django's, with the pool's cheap check (common.dbcheck)
             "NAME": unquote(parsed.path.lstrip("/")),
             "USER": unquote(parsed.username or ""),
             "PASSWORD": unquote(parsed.password or ""),

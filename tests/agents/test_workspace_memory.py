@@ -256,3 +256,34 @@ def test_settings_consent_is_the_callers_and_the_mode_needs_an_admin(api_client_
     assert unknown.status_code == 400 and "colour" in unknown.json()["error"]["details"]
     assert owner_client.get(f"/api/v1/memory/settings/?workspace={other_workspace.pk}").status_code == 404
     assert owner_client.get("/api/v1/memory/settings/").status_code == 400
+
+
+def test_a_run_the_workspace_keeps_no_memory_of_is_not_read_for_one(workspace, owner, agent):
+    """Whether the workspace keeps a memory of the run is asked first: with memory off, or
+    personal without the user's consent, the run's question and query facts are not read."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.runend import RunEnded
+    from executions.services.memory import workspace_memory_on_run_end
+    from rivercore.outcome import Outcome
+    from rivercore.types.runs import RunStatus
+
+    def ended(execution_id: int) -> RunEnded:
+        return RunEnded(execution_id=execution_id, workspace_id=workspace.pk, agent_id=agent.pk,
+                        status=RunStatus.COMPLETED, summary=ANSWER, trigger_type="manual", trigger_id=None,
+                        parent_execution_id=None, requested_by_id=owner.pk, outcome=Outcome.ANSWERED)
+
+    run = _answered(agent, owner)  # personal, no consent: nothing kept
+    with CaptureQueriesContext(connection) as queries:
+        workspace_memory_on_run_end(ended(run))
+    read = " ".join(q["sql"] for q in queries.captured_queries)
+    assert "executions_execution" not in read and "executions_executionstep" not in read
+    assert WorkspaceMemory.objects.count() == 0
+
+    _shared(workspace, owner)
+    with CaptureQueriesContext(connection) as queries:
+        workspace_memory_on_run_end(ended(run))
+    read = " ".join(q["sql"] for q in queries.captured_queries)
+    assert "executions_execution" in read and "executions_executionstep" in read
+    assert WorkspaceMemory.objects.get().source_execution_id == run

@@ -8,6 +8,7 @@ import pytest
 from datasources import selectors, services
 from datasources.models import DataSource
 from datasources.types import DataSourceChanges
+from rivercore.errors import NotFound
 from tests.datasources.fixtures import *  # noqa: F403
 
 
@@ -71,3 +72,20 @@ def test_the_memory_is_bounded(discovered, monkeypatch):
         selectors.data_source_tables(data_source=row)
 
     assert len(selectors._schemas) == 2
+
+
+def test_a_tool_resolves_only_its_workspaces_source_in_one_statement(sqlite_source, other_workspace,
+                                                                      django_assert_num_queries):
+    """The lookup a tool makes on every call (compiled once per process): the source with its
+    workspace in one statement; any id that is not this workspace's source is a 404."""
+    with django_assert_num_queries(1):
+        row = _read(sqlite_source)
+        assert row.workspace.pk == sqlite_source.workspace_id  # loaded with it
+    assert row.pk == sqlite_source.pk and row.name == sqlite_source.name
+    assert "schema_cache" in row.get_deferred_fields()
+
+    for wrong in (None, "", "1; DROP TABLE x", "abc", -1, 0, 2**63, 2**70, sqlite_source.pk + 10_000):
+        with pytest.raises(NotFound):
+            selectors.data_source_get_in_workspace(workspace_id=sqlite_source.workspace_id, data_source_id=wrong)
+    with pytest.raises(NotFound):  # another tenant's workspace never sees it
+        selectors.data_source_get_in_workspace(workspace_id=other_workspace.pk, data_source_id=sqlite_source.pk)

@@ -76,3 +76,56 @@ def test_a_failing_handler_is_logged_and_rolls_back_only_itself(workspace, owner
     execution.refresh_from_db()
     assert execution.post_processed_at is not None
     assert "run-end handler broken failed" in caplog.text
+
+
+def test_a_handler_that_does_not_apply_is_not_called_and_costs_no_savepoint(workspace, owner, handlers):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    calls: list[str] = []
+    runend.run_end_handler_register("children", lambda ended: calls.append("children"),
+                                    applies=lambda ended: ended.parent_execution_id is not None)
+    runend.run_end_handler_register("all", lambda ended: calls.append("all"))
+    execution = finished_run(workspace, owner)
+
+    with CaptureQueriesContext(connection) as queries:
+        services.execution_post_process(execution_id=execution.pk)
+
+    assert calls == ["all"]  # the top-level run has no parent
+    savepoints = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
+    with CaptureQueriesContext(connection) as queries_one:
+        runend.run_end_handlers_call(runend.RunEnded(
+            execution_id=execution.pk, workspace_id=workspace.pk, agent_id=execution.agent_id,
+            status=RunStatus.COMPLETED, summary="", trigger_type="manual", trigger_id=None,
+            parent_execution_id=None, requested_by_id=owner.pk))
+    assert calls == ["all", "all"]
+    assert sum(q["sql"].startswith("SAVEPOINT") for q in queries_one.captured_queries) == 1  # "all"'s only
+    assert savepoints  # post-processing's own best-effort steps keep theirs
+
+
+def test_an_observing_handler_runs_after_the_commit_and_not_at_all_on_a_rollback(
+        workspace, owner, handlers, django_capture_on_commit_callbacks):
+    from django.db import transaction
+
+    seen: list[int] = []
+    runend.run_end_handler_register("metrics", lambda ended: seen.append(ended.execution_id), after_commit=True)
+    execution = finished_run(workspace, owner)
+    ended = runend.RunEnded(
+        execution_id=execution.pk, workspace_id=workspace.pk, agent_id=execution.agent_id,
+        status=RunStatus.COMPLETED, summary="", trigger_type="manual", trigger_id=None,
+        parent_execution_id=None, requested_by_id=owner.pk)
+
+    class RolledBack(Exception):
+        pass
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with pytest.raises(RolledBack), transaction.atomic():
+            runend.run_end_handlers_call(ended)
+            raise RolledBack
+    assert callbacks == [] and seen == []
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with transaction.atomic():
+            runend.run_end_handlers_call(ended)
+        assert seen == []  # not inside the transaction
+    assert len(callbacks) == 1 and seen == [execution.pk]

@@ -120,12 +120,13 @@ def test_a_session_whose_run_end_was_missed_does_not_stall(session, owner, monke
 
     from executions import runend
 
-    monkeypatch.setitem(runend._handlers, "sessions", broken)
+    registered = runend._handlers["sessions"]
+    monkeypatch.setitem(runend._handlers, "sessions", runend._Registered(broken, registered.applies, False))
     assert services.execution_post_process(execution_id=run.pk) is True  # the run's end is not blocked
     second.refresh_from_db()
     assert second.state == State.QUEUED
 
-    monkeypatch.setitem(runend._handlers, "sessions", sessions.session_run_ended)
+    monkeypatch.setitem(runend._handlers, "sessions", registered)
     third, started = send(session, owner, "Three")
     assert started is None  # the older queued message goes first
     assert message_run(second).status == Status.QUEUED

@@ -129,3 +129,35 @@ def test_the_committing_thread_does_not_seal(org, monkeypatch):
     assert callers and set(callers) == {"river-audit-sealer"}
     assert list(AuditLogEntry.objects.filter(organization_id=org.pk).order_by("seq").values_list("seq", flat=True)) \
         == [1, 2, 3]
+
+
+def _sealed_until(predicate) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not predicate():
+        assert time.monotonic() < deadline, "the entries were not sealed in time"
+        time.sleep(0.02)
+
+
+def test_under_load_the_sealer_chains_the_entries_of_a_burst_in_one_pass(org, monkeypatch):
+    """A pass at most every ``pass_gap`` seconds: what commits meanwhile is sealed together
+    (a handful of statements for the burst, not for each entry); the first entry after a
+    quiet spell is sealed without waiting; someone waiting for the seal cuts the gap short."""
+    from governance import audit
+
+    sealer = audit.AuditSealer(pass_gap=DEADLINE)  # a gap no part of this test outlasts
+    monkeypatch.setattr(audit, "audit_sealer", sealer)
+    with transaction.atomic():
+        audit_record(organization_id=org.pk, event_type="governance_decision", execution_id=1)
+    _sealed_until(lambda: AuditLogEntry.objects.filter(execution_id=1, seq=1).exists())  # no gap after quiet
+    assert sealer.passes == 1
+
+    for execution_id in range(2, 7):  # five commits, each asking for a seal
+        with transaction.atomic():
+            audit_record(organization_id=org.pk, event_type="governance_decision", execution_id=execution_id)
+    assert AuditLogEntry.objects.filter(seq__isnull=True).count() == 5  # waiting out the gap
+
+    assert sealer.wait(DEADLINE)  # a waiter: the next pass at once
+    assert sealer.passes == 2
+    assert list(AuditLogEntry.objects.order_by("seq").values_list("execution_id", "seq")) == [
+        (n, n) for n in range(1, 7)]
+    assert audit.audit_verify(organization_id=org.pk).ok
