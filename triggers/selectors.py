@@ -7,6 +7,7 @@ import uuid
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery, Window
 from django.db.models.functions import RowNumber
 
+from common.compiled import CompiledQuery
 from common.search import CompiledSearch, query_words, ranked, text_match
 from rivercore.errors import NotFound, PermissionDenied
 from tenancy.models import Membership
@@ -98,11 +99,18 @@ def triggers_with_last_firing(rows: QuerySet[Trigger]) -> QuerySet[Trigger]:
                          last_reason=Subquery(latest.values("reason")[:1]))
 
 
-def triggers_enabled_of_type(*, workspace_id: int, trigger_type: str) -> QuerySet[Trigger]:
+# Compiled once per process: every run's end asks for the workspace's workflow triggers.
+_ENABLED_OF_TYPE = CompiledQuery(
+    lambda workspace_id, trigger_type: Trigger.objects.filter(
+        workspace_id=workspace_id, type=trigger_type, enabled=True).select_related(
+        "agent", "run_as__user").order_by("created_at", "id"),
+    workspace_id=-(2**62) + 111, trigger_type="\x00trigger-type",  # no real type holds a NUL
+)
+
+
+def triggers_enabled_of_type(*, workspace_id: int, trigger_type: str) -> list[Trigger]:
     """Enabled triggers of one type in one workspace (index trigger_ws_type_enabled)."""
-    return Trigger.objects.filter(workspace_id=workspace_id, type=trigger_type, enabled=True).select_related(
-        "agent", "run_as__user"
-    ).order_by("created_at", "id")
+    return _ENABLED_OF_TYPE.all(workspace_id=int(workspace_id), trigger_type=str(trigger_type))
 
 
 def trigger_get(*, trigger_id) -> Trigger:
