@@ -281,7 +281,15 @@ def memory_consent_given(*, workspace_id: int, user_id: int | None) -> bool:
     """Whether the user consented to personal memory in the workspace (not by default)."""
     if user_id is None:
         return False
-    return MemoryConsent.objects.filter(workspace_id=workspace_id, user_id=user_id, personal=True).exists()
+    return _CONSENT.first(workspace_id=int(workspace_id), user_id=int(user_id)) is not None
+
+
+# Compiled once per process: every answered run's end asks (workspace memory).
+_CONSENT = CompiledQuery(
+    lambda workspace_id, user_id: MemoryConsent.objects.filter(workspace_id=workspace_id, user_id=user_id,
+                                                               personal=True).only("pk").order_by()[:1],
+    workspace_id=-(2**62) + 141, user_id=-(2**31) + 142,  # auth_user.id is a 32-bit integer
+)
 
 
 # What a text search of agents reads (the search box): name, description and domain.

@@ -22,6 +22,7 @@ from django.db import connections, transaction
 from django.db.models import Q, sql
 from django.utils import timezone
 
+from common.compiled import CompiledQuery
 from governance.models import ApprovalRequest, Notification, NotificationPreference
 from governance.selectors import approval_notification_config
 from telemetry.aftercommit import call_on_commit, task_send_on_commit
@@ -394,6 +395,15 @@ def notification_preferences_update(*, user, channels: dict[str, bool], events: 
     return preference
 
 
+# The requester with their preferences (absent: the defaults), one statement compiled once
+# per process: every run's end asks.
+_REQUESTER = CompiledQuery(
+    lambda user_id: get_user_model().objects.filter(pk=user_id, is_active=True, service_principal__isnull=True)
+    .select_related("notification_preference").order_by()[:1],
+    user_id=-(2**31) + 121,  # auth_user.id is a 32-bit integer: a larger stand-in compiles to nothing
+)
+
+
 def requester_notify(*, workspace_id: int, user_id: int | None, events: list[str], kind: str, title: str,
                      body: str, url: str, execution_id: int, approval_id=None) -> list[str]:
     """Tell the person answerable for a run about it, if they want to hear about any of
@@ -402,10 +412,13 @@ def requester_notify(*, workspace_id: int, user_id: int | None, events: list[str
     never raised into the run). Returns the channels used. Never a service identity."""
     if user_id is None:
         return []
-    user = get_user_model().objects.filter(pk=user_id, is_active=True, service_principal__isnull=True).first()
+    user = _REQUESTER.first(user_id=int(user_id))
     if user is None:
         return []
-    preference = notification_preferences_get(user=user)
+    try:
+        preference = user.notification_preference  # read with the user
+    except NotificationPreference.DoesNotExist:
+        preference = NotificationPreference(user=user)  # never chose: the defaults
     if not any(getattr(preference, event) for event in events):
         return []
     used = []

@@ -8,6 +8,7 @@ from uuid import UUID
 
 from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery
 
+from common.compiled import CompiledQuery
 from common.search import CompiledSearch, query_words, ranked, text_match
 from governance.models import (
     AUDIT_SEARCHED_FIELDS,
@@ -29,8 +30,16 @@ def approval_notification_config(*, workspace_id: int) -> ApprovalNotificationCo
 
 def workspace_memory_mode(*, workspace_id: int) -> str:
     """The workspace's ``WorkspaceSettings.MemoryMode`` (the default when it has no settings row)."""
-    mode = WorkspaceSettings.objects.filter(workspace_id=workspace_id).values_list("memory_mode", flat=True).first()
-    return mode or WorkspaceSettings.MemoryMode.PERSONAL.value
+    row = _SETTINGS_OF.first(workspace_id=int(workspace_id))
+    return (row.memory_mode if row is not None else None) or WorkspaceSettings.MemoryMode.PERSONAL.value
+
+
+# Compiled once per process: every answered run's end asks for its workspace's memory mode.
+_SETTINGS_OF = CompiledQuery(
+    lambda workspace_id: WorkspaceSettings.objects.filter(workspace_id=workspace_id).only("pk", "memory_mode")
+    .order_by()[:1],
+    workspace_id=-(2**62) + 131,
+)
 
 
 def approval_channels_active(*, workspace_id: int) -> bool:

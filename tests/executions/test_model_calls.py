@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from hypothesis import given
+from hypothesis import settings as settings_h
+from hypothesis import strategies as st
 
 from executions import services, tasks
 from executions.modelcalls import model_calls_for_run, secrets_redact
@@ -135,3 +138,24 @@ def test_a_message_every_run_sends_is_redacted_once_per_process_and_stored_with_
     for run in runs:  # each run still stores every message it sent, the shared ones included
         call = model_calls_for_run(execution_id=run.pk)[0]
         assert call["tools"] and call["messages"][-1]["content"] == "same question"
+
+
+_FRAGMENTS = ["Authorization", "authorization: ", "bearer ", "Basic ", "://", "postgres://u:", "@h", "rvr_", "rtk_",
+              "whsec_", "sk-", "sk-proj-", "sk-ant-", "AKIA", "akia", "AIza", "aiza", "api_key", "Api-Key", "apikey",
+              "secret", "SECRET", "password", "passwd", "token", '": "', "=", ":", " ", "ABCDEFGH12345678",
+              "abcdefghijklmnopqrstuvwxyz0123", "_", "-"]
+
+
+@given(st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.text(max_size=12)), max_size=14).map("".join))
+@settings_h(max_examples=600, derandomize=True)
+def test_the_redaction_shortcut_skips_only_text_no_pattern_would_change(text):
+    """Text without any pattern's literal skips the patterns; whatever the text, the
+    result is what running every pattern gives."""
+    from executions import modelcalls
+
+    everything = text
+    for pattern, replacement in modelcalls._SECRET_PATTERNS:
+        everything = pattern.sub(replacement, everything)
+    assert secrets_redact(text) == everything
+    if not modelcalls._COULD_MATCH.search(text):
+        assert everything == text
