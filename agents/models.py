@@ -168,6 +168,7 @@ class WorkspaceMemory(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        verbose_name_plural = "workspace memories"  # the admin's index and change list
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["workspace", "-created_at"], name="wsmemory_workspace_recent_idx")]
         constraints = [
@@ -246,6 +247,7 @@ class AgentCanary(models.Model):
     figures = models.JSONField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "agent canaries"
         ordering = ["-started_at", "-pk"]
         constraints = [
             models.UniqueConstraint(fields=["agent"], condition=models.Q(status=CanaryStatus.RUNNING),

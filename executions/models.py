@@ -261,6 +261,7 @@ class LLMProvider(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        verbose_name, verbose_name_plural = "LLM provider", "LLM providers"  # not Django's "Llm providers"
         ordering = ["organization", "priority"]
         constraints = [
             models.UniqueConstraint(fields=["organization", "provider_name"], name="uniq_provider_name")

@@ -429,6 +429,7 @@ class SlackIdentity(models.Model):
     linked_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        verbose_name_plural = "slack identities"
         constraints = [models.UniqueConstraint(fields=["team_id", "slack_user_id"], name="uniq_slack_identity")]
 
     def __str__(self) -> str:

@@ -179,6 +179,7 @@ class WebhookDelivery(models.Model):
     received_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        verbose_name_plural = "webhook deliveries"
         constraints = [models.UniqueConstraint(fields=["endpoint", "body_sha256"], name="uniq_webhook_body_digest")]
         indexes = [models.Index(fields=["endpoint", "received_at"], name="webhook_delivery_received")]
 
