@@ -5,6 +5,7 @@ sessions in a real psycopg_pool; the server ends one with pg_terminate_backend."
 
 from __future__ import annotations
 
+import select
 import time
 
 import psycopg
@@ -84,9 +85,12 @@ def test_a_connection_the_server_ended_is_replaced_before_it_is_lent(pool, conni
 def test_a_connection_with_something_to_read_gets_the_full_check_and_is_lent(pool, conninfo, full_checks):
     with pool.connection() as conn:
         conn.execute("LISTEN river_dbcheck_test")
-        listening = conn.info.backend_pid
+        listening, socket = conn.info.backend_pid, conn.fileno()
     with psycopg.connect(conninfo, autocommit=True) as other:
         other.execute("NOTIFY river_dbcheck_test")
+    # The notification reaches the idle connection's socket on the server's time, not ours.
+    readable, _, _ = select.select([socket], [], [], DEADLINE_SECONDS)
+    assert readable, "the notification did not arrive"
 
     assert _backend(pool) == listening  # alive: the full check passed
     assert len(full_checks) == 1

@@ -12,6 +12,7 @@ from agents.models import Agent
 from demo.seed import demo_database_path, demo_seed
 from executions.models import Execution
 from executions.services import execution_run_segment, execution_start, person_run_request
+from governance.audit import audit_seal_wait
 from governance.models import ApprovalRequest, AuditLogEntry
 from governance.resolution import approval_resolve
 from rivercore.errors import PermissionDenied
@@ -135,7 +136,10 @@ def test_the_approval_walk_through_pauses_again_after_a_restart(demo):
     second_run, second_approval = _walk_through(demo)
     assert second_run.pk != first_run.pk and second_approval.pk != first_approval.pk
 
+    # The sealer thread chains entries after their commit; the trail compared is the sealed one.
+    assert audit_seal_wait()
     audit = list(AuditLogEntry.objects.order_by("pk").values_list("pk", "entry_hash"))
+    assert all(entry_hash for _, entry_hash in audit)
     demo_seed()
     call_command("demo_reset", stdout=StringIO())
     # History people made stays: both runs, their approvals and the audit trail.
