@@ -12,6 +12,7 @@ from executions.write_behind import journal_connections_close
 from tenancy.models import Membership, Organization, OrganizationMember, Workspace
 from tenancy.permissions import Role
 from tenancy.services import token_issue
+from tests import scheduling
 
 TESTS = Path(__file__).resolve().parent
 SLOW_FOLDERS = (TESTS / "browser",)  # Chromium against a server and a Celery worker
@@ -30,31 +31,34 @@ def _is_slow(item) -> bool:
     return bool(marker and (marker.kwargs.get("transaction") or (marker.args and marker.args[0])))
 
 
-# Files whose tests share nothing at module level and are long enough to be worth
-# spreading over both workers test by test (the schema fuzz was a quarter of the suite).
-XDIST_SPREAD = {"tests/riverapp/test_schema_fuzz.py"}
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", metavar="PATH", default=None,
+                     help="write each scope's seconds to PATH (JSON) when the session ends; "
+                          "tests/durations.json is what make test orders its workers' files by")
+
+
+def pytest_configure(config):
+    path = config.getoption("--record-durations")
+    if path and not hasattr(config, "workerinput"):  # the controlling process sees every report
+        config.pluginmanager.register(scheduling.DurationRecorder(Path(path), config.rootpath), "river-durations")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist (``make test``: ``-n 2``) a test file runs whole in one worker,
-    in its order, so a module's server starts once; every browser test runs in one
-    worker, so the River stack and Chromium start once; so does every interop test (their
-    live ``runriver`` owns one database, ``<name>_interop``); the files in XDIST_SPREAD are
-    spread test by test. (``xdist_group`` marks would say the same, but pytest-xdist
-    3.8 cannot apply them under pytest 9: it renames the tests through an attribute
-    pytest no longer reads.)"""
+    """Under pytest-xdist (``make test``: ``-n 2``) a worker takes a scope whole, in its
+    order (``tests/scheduling.py``: a file, so a module's server starts once; all browser
+    tests, so the River stack and Chromium start once; all interop tests, for their live
+    ``runriver``'s one database; the files in XDIST_SPREAD test by test), the scopes in the
+    order the collection gives them: longest first. (``xdist_group`` marks would say the
+    same, but pytest-xdist 3.8 cannot apply them under pytest 9: it renames the tests
+    through an attribute pytest no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class FileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            if path.startswith("tests/browser/"):
-                return "tests/browser"
-            if path.startswith("tests/interop/"):
-                return "tests/interop"  # one live River (and its own database) per session
-            return nodeid if path in XDIST_SPREAD else path
+            return scheduling.scope_of(nodeid)
 
+    config.option.loadscopereorder = False  # its reorder is by test count; the collection's is by time
     return FileScheduling(config, log)
 
 
@@ -72,6 +76,8 @@ def pytest_collection_modifyitems(config, items):
         if needs_postgres and on_sqlite:
             why = needs_postgres.kwargs.get("reason") or (needs_postgres.args[0] if needs_postgres.args else "")
             item.add_marker(pytest.mark.skip(reason=f"needs PostgreSQL: {why}" if why else "needs PostgreSQL"))
+    if hasattr(config, "workerinput"):  # an xdist worker: the scheduler hands out scopes in this order
+        items[:] = scheduling.longest_first(items, is_slow=_is_slow, seconds=scheduling.measured())
 
 
 @pytest.fixture(scope="session", autouse=True)
