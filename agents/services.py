@@ -7,6 +7,7 @@ these functions enforce the business rules that hold for every caller.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from django.utils import timezone
 from agents.evaluations import promotion_gate_check
 from agents.models import Agent, AgentMemory, AgentVersion, MemoryConsent, WorkspaceMemory
 from agents.selectors import data_source_ids_outside_workspace, memory_consent_given, memory_keywords
+from common.compiled import CompiledQuery
 from governance.audit import audit_record
 from governance.checker import auto_approve_condition_validate
 from governance.expressions import ExpressionError
@@ -510,7 +512,18 @@ def memory_summary_key(summary: str) -> str:
     return hashlib.sha256(normal.encode()).hexdigest()
 
 
-def agent_memory_record(*, agent_id: int, execution_id: int, summary: str, learnings: Sequence[str],
+# The agent's newest memory of the same summary from another run, locked; compiled once
+# per process (common.compiled): every answered run's post-processing asks it.
+_SAME_MEMORY = CompiledQuery(
+    lambda agent_id, summary_key, execution_id: AgentMemory.objects.select_for_update()
+    .filter(agent_id=agent_id, summary_key=summary_key).exclude(execution_id=execution_id)
+    .order_by("-created_at", "-pk")[:1],
+    agent_id=uuid.UUID("00000000-0000-4000-8000-00000000a3e1"), summary_key="\x00summary-key",
+    execution_id=-(2**62) + 513,
+)
+
+
+def agent_memory_record(*, agent_id: uuid.UUID | str, execution_id: int, summary: str, learnings: Sequence[str],
                         flagged_items: Sequence[str]) -> AgentMemory:
     """The agent's long-term memory of one answered run. Deduplicated: when the agent
     already remembers the same summary (``memory_summary_key``), that memory is
@@ -520,8 +533,8 @@ def agent_memory_record(*, agent_id: int, execution_id: int, summary: str, learn
     summary = summary[:1000]
     key = memory_summary_key(summary)
     fields = {"summary": summary, "learnings": list(learnings)[:10], "flagged_items": list(flagged_items)[:10]}
-    same = (AgentMemory.objects.select_for_update().filter(agent_id=agent_id, summary_key=key)
-            .exclude(execution_id=execution_id).order_by("-created_at", "-pk").first())
+    agent_uuid = agent_id if isinstance(agent_id, uuid.UUID) else uuid.UUID(str(agent_id))
+    same = _SAME_MEMORY.first(agent_id=agent_uuid, summary_key=key, execution_id=execution_id)
     if same is not None and not AgentMemory.objects.filter(execution_id=execution_id).exists():
         for name, value in {**fields, "execution_id": execution_id, "created_at": timezone.now()}.items():
             setattr(same, name, value)

@@ -59,6 +59,17 @@ _IN_WORKSPACE = CompiledQuery(
     workspace_id=-(2**62) + 101, data_source_id=-(2**62) + 102,
 )
 _ID_MAX = 2**63 - 1  # a bigint key; a larger number names no row
+# The sources an agent version binds, in key order, read at every run segment's start.
+_BOUND_TO_VERSION = CompiledQuery(
+    lambda version_id: DataSource.objects.filter(agent_versions=version_id).defer("schema_cache").order_by("pk"),
+    version_id=-(2**62) + 103,
+)
+
+
+def data_sources_bound_to_version(*, version_id: int) -> list[DataSource]:
+    """The data sources an agent version binds (``AgentVersion.data_sources``), in key
+    order, without their schema cache (``data_source_prompt_tables`` answers from memory)."""
+    return _BOUND_TO_VERSION.all(version_id=version_id)
 
 
 def data_source_get_in_workspace(*, workspace_id: int, data_source_id) -> DataSource:

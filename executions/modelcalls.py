@@ -41,10 +41,13 @@ _SECRET_PATTERNS = [
 ]
 
 
-# A literal every pattern above needs (case ignored: a superset). Most of a run's messages
-# hold none, and then the seven patterns are not run over them. A pattern added above adds
-# its literal here (tests/executions/test_model_calls.py compares the two on random text).
-_COULD_MATCH = re.compile(r"(?i)authorization|://|rvr_|rtk_|whsec_|sk-|akia|aiza|api[_-]?key|secret|passw|token")
+# A literal every pattern above needs, at the word boundary the pattern needs before it
+# (case ignored: a superset). Most of a run's messages hold none, and then the seven
+# patterns are not run over them; the boundary keeps a reply's ``input_tokens`` from
+# sending every reply through all seven. A pattern added above adds its literal here
+# (tests/executions/test_model_calls.py compares the two on random text).
+_COULD_MATCH = re.compile(
+    r"(?i)\bauthorization|://|\b(?:rvr|rtk|whsec)_|\bsk-|\bakia|\baiza|\bapi[_-]?key|\bsecret|\bpassw|\btoken")
 
 
 def secrets_redact(text: str) -> str:

@@ -42,6 +42,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
+from common.compiled import CompiledInsert
 from governance.models import AuditAnchor, AuditLogEntry
 
 logger = logging.getLogger("river.audit")
@@ -224,9 +225,14 @@ def audit_record(
         key_id=current_key_id(),
     )
     entry.content_hash = content_mac(entry)
-    entry.save(force_insert=True)
+    _INSERT.insert(entry)
     _seal_on_commit(entry.organization_id)
     return entry
+
+
+# An entry's INSERT, built by the ORM once per process (common.compiled): on a governed
+# turn the journal writes one in its transaction, and ``save()`` compiled it every time.
+_INSERT = CompiledInsert(AuditLogEntry)
 
 
 def _seal_on_commit(organization_id: int) -> None:

@@ -21,7 +21,11 @@ from agents.selectors import (
     version_data_sources_exist,
 )
 from artifacts.selectors import artifact_data_source_ids
-from datasources.selectors import data_source_prompt_tables, data_sources_in_workspace
+from datasources.selectors import (
+    data_source_prompt_tables,
+    data_sources_bound_to_version,
+    data_sources_in_workspace,
+)
 from executions.models import Execution
 from governance.selectors import active_policies, active_policies_exist
 from rivercore import context as ctxmod
@@ -79,7 +83,7 @@ def user_context_build(*, execution: Execution) -> UserContext:
 
 def data_source_metadata_build(*, version: AgentVersion) -> list[DataSourceMetadata]:
     """Bound sources with their cached schemas (never fetched live, never credentials)."""
-    return [_data_source_metadata(source) for source in version.data_sources.defer("schema_cache").order_by("pk")]
+    return [_data_source_metadata(source) for source in data_sources_bound_to_version(version_id=version.pk)]
 
 
 def _data_source_metadata(source) -> DataSourceMetadata:

@@ -143,7 +143,7 @@ def test_a_message_every_run_sends_is_redacted_once_per_process_and_stored_with_
 _FRAGMENTS = ["Authorization", "authorization: ", "bearer ", "Basic ", "://", "postgres://u:", "@h", "rvr_", "rtk_",
               "whsec_", "sk-", "sk-proj-", "sk-ant-", "AKIA", "akia", "AIza", "aiza", "api_key", "Api-Key", "apikey",
               "secret", "SECRET", "password", "passwd", "token", '": "', "=", ":", " ", "ABCDEFGH12345678",
-              "abcdefghijklmnopqrstuvwxyz0123", "_", "-"]
+              "abcdefghijklmnopqrstuvwxyz0123", "_", "-", "input_tokens", "x_secret", "my_api_key", "ſ", "K", "é"]
 
 
 @given(st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.text(max_size=12)), max_size=14).map("".join))
@@ -159,3 +159,16 @@ def test_the_redaction_shortcut_skips_only_text_no_pattern_would_change(text):
     assert secrets_redact(text) == everything
     if not modelcalls._COULD_MATCH.search(text):
         assert everything == text
+
+
+def test_a_reply_s_token_counts_skip_the_patterns_and_a_token_value_does_not():
+    """The shortcut looks for each literal where its pattern would: after a word boundary.
+    A reply's ``input_tokens`` is no secret; ``token=`` and ``api_key:`` values are."""
+    from executions import modelcalls
+
+    counts = '{"input_tokens": 1843, "output_tokens": 96, "provider": "openai", "my_secretary": "Ann"}'
+    assert not modelcalls._COULD_MATCH.search(counts)
+    assert secrets_redact(counts) == counts
+    assert secrets_redact('{"token": "abcd1234efgh"}') == '{"token": "[REDACTED]"}'
+    assert secrets_redact("api_key=sk-live-000111222333") == "api_key=[REDACTED]"
+    assert secrets_redact("see sk-abcdefghijklmnop1234") == "see [REDACTED]"
