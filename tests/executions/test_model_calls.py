@@ -157,8 +157,23 @@ def test_the_redaction_shortcut_skips_only_text_no_pattern_would_change(text):
     for pattern, replacement in modelcalls._SECRET_PATTERNS:
         everything = pattern.sub(replacement, everything)
     assert secrets_redact(text) == everything
-    if not modelcalls._COULD_MATCH.search(text):
+    if not modelcalls._could_match(text):
         assert everything == text
+
+
+def test_the_characters_ignoring_case_takes_for_ascii_letters_are_the_ones_folded():
+    """``_could_match`` lower-cases text to look for the literals; ``(?i)`` also takes a
+    few characters outside ASCII for ASCII letters ("ſ" for "s"): exactly those are folded
+    first, so text written with them is still looked at."""
+    import re
+
+    from executions import modelcalls
+
+    letter = re.compile("(?i)[a-z]")
+    taken = {chr(code) for code in range(0x80, 0x110000) if letter.fullmatch(chr(code))}
+    assert taken == {chr(code) for code in modelcalls._ASCII_FOLD}
+    for text in ("\u017fecret=hunter22", "api_\u212aey: abcdef12", "authorİzation: Bearer abcdefgh12"):
+        assert modelcalls._could_match(text) and secrets_redact(text) != text
 
 
 def test_a_reply_s_token_counts_skip_the_patterns_and_a_token_value_does_not():
@@ -167,7 +182,7 @@ def test_a_reply_s_token_counts_skip_the_patterns_and_a_token_value_does_not():
     from executions import modelcalls
 
     counts = '{"input_tokens": 1843, "output_tokens": 96, "provider": "openai", "my_secretary": "Ann"}'
-    assert not modelcalls._COULD_MATCH.search(counts)
+    assert not modelcalls._could_match(counts) and not modelcalls._could_match(counts.replace("Ann", "Ånn"))
     assert secrets_redact(counts) == counts
     assert secrets_redact('{"token": "abcd1234efgh"}') == '{"token": "[REDACTED]"}'
     assert secrets_redact("api_key=sk-live-000111222333") == "api_key=[REDACTED]"

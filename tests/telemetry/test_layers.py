@@ -1,5 +1,5 @@
 """River's Redis channel layer: a batch for several groups asks Redis about all of them in
-one pipelined round trip, and sends only to the groups that have members."""
+one script call, and sends only to the groups that have members."""
 
 from __future__ import annotations
 
@@ -66,6 +66,31 @@ def test_expired_members_are_dropped_and_not_sent_to(layer, monkeypatch):
 
     assert run(scenario()) == 0
     assert sent_to == []
+
+
+def test_of_many_groups_exactly_those_with_a_live_member_are_watched(layer):
+    """Three hundred groups asked at once (a run host asks for all its runs' groups): the
+    ones with a member are named, in the order asked; a group whose only member expired is
+    not, and loses that member; a group with an expired and a live member is, and keeps
+    only the live one."""
+    layer.group_expiry = 60
+    groups = [f"execution.{number}" for number in range(300)]
+
+    async def scenario():
+        channel, other = await layer.new_channel(), await layer.new_channel()
+        for number in (3, 150, 299):
+            await layer.group_add(groups[number], channel)
+        connection = layer.connection(0)
+        await connection.zadd(layer._group_key(groups[7]), {channel: 0})  # only member, joined long ago
+        await layer.group_add(groups[8], channel)
+        await connection.zadd(layer._group_key(groups[8]), {other: 0})
+        watched = await layer.groups_watched(list(reversed(groups)))
+        left = [await connection.zcard(layer._group_key(groups[number])) for number in (7, 8)]
+        return watched, left
+
+    watched, left = run(scenario())
+    assert watched == [groups[299], groups[150], groups[8], groups[3]]
+    assert left == [0, 1]
 
 
 def test_a_send_now_reaches_each_member_as_channels_redis_reads_it(layer):
