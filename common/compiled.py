@@ -140,8 +140,10 @@ class CompiledInsert:
         returning = meta.auto_field is not None and connection.features.can_return_columns_from_insert
         compiler.returning_fields = [meta.auto_field] if returning else None
         (sql, params), = compiler.as_sql()
+        # A field with its own placeholder (a geometry, say) is sent as an expression around
+        # the parameter, which ``insert`` does not rebuild: such a model is refused here.
         if len(params) != len(fields) or any(hasattr(field, "get_placeholder") for field in fields):
-            raise ValueError(f"{meta.label}: a field is not sent as a plain parameter")  # pragma: no cover
+            raise ValueError(f"{meta.label}: a field is not sent as a plain parameter")
         with self._lock:
             self._compiled[alias] = (sql, fields, returning)
         return sql, fields, returning

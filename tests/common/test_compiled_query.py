@@ -92,3 +92,17 @@ def test_an_insert_writes_the_row_save_writes_and_reads_back_the_key(workspace, 
     second = AuditLogEntry(**{**fields, "event_type": "probe-2", "policy_id": None}, content_hash="d" * 64)
     insert.insert(second)  # compiled once, used again
     assert AuditLogEntry.objects.get(pk=second.pk).event_type == "probe-2"
+
+
+def test_a_model_with_a_field_sent_through_its_own_placeholder_is_refused(db, monkeypatch):
+    """``insert`` sends each value as a plain parameter; a field that wraps its parameter in
+    a placeholder of its own would be written wrong, so the model is refused when the
+    INSERT is first built, and nothing is written."""
+    from governance.models import AuditLogEntry
+
+    field = AuditLogEntry._meta.get_field("details")
+    monkeypatch.setattr(field, "get_placeholder", lambda value, compiler, connection: "(%s)::jsonb", raising=False)
+    before = AuditLogEntry.objects.count()
+    with pytest.raises(ValueError, match="not sent as a plain parameter"):
+        CompiledInsert(AuditLogEntry).insert(AuditLogEntry(organization_id=1, event_type="probe", details={}))
+    assert AuditLogEntry.objects.count() == before
